@@ -1,0 +1,12 @@
+/* hubrt: run Hugging Face models natively, in C. The whole public API. */
+#ifndef HUBRT_H
+#define HUBRT_H
+
+#include "hubrt/base.h"
+#include "hubrt/tensor.h"
+#include "hubrt/ops.h"
+#include "hubrt/runtime.h"
+#include "hubrt/io.h"
+#include "hubrt/tokenizer.h"
+
+#endif

@@ -1,0 +1,254 @@
+/* hubrt eager ops (public API).
+ *
+ * Every op of op_list.h runs through hr_op_run: shape/dtype inference
+ * first (clear errors naming the op and the offending input), then the
+ * kernel of the inputs' device. Floating ops on bf16/f16 store in that
+ * dtype and accumulate in f32. Binary ops broadcast with NumPy rules; both
+ * inputs must share a dtype unless one of them is 0-dim (a scalar), which
+ * takes the other's dtype. */
+#ifndef HUBRT_OPS_H
+#define HUBRT_OPS_H
+
+#include "op_list.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum hr_op {
+#define HR_X_(name, ...) HR_OP_##name,
+    HR_OP_LIST(HR_X_)
+#undef HR_X_
+    HR_OP_COUNT
+} hr_op;
+
+/* A small fixed-size list of ints (shapes, dims) usable inside attrs. */
+typedef struct hr_ints {
+    int64_t n;
+    int64_t v[HR_MAX_DIMS];
+} hr_ints;
+
+/* ---- attribute structs (zero-initialise, then set fields) ------------- */
+
+typedef struct hr_attrs_none { int64_t unused_; } hr_attrs_none;
+
+typedef enum hr_gelu_approx { HR_GELU_ERF = 0, HR_GELU_TANH = 1 } hr_gelu_approx;
+typedef struct hr_attrs_gelu { int64_t approximate; /* hr_gelu_approx */ } hr_attrs_gelu;
+
+typedef struct hr_attrs_clamp {
+    double min, max;
+    bool has_min, has_max;
+} hr_attrs_clamp;
+
+/* y = x * mul + add */
+typedef struct hr_attrs_scale { double mul, add; } hr_attrs_scale;
+
+typedef struct hr_attrs_reduce {
+    int64_t dim; /* negative counts from the end */
+    bool keepdim;
+} hr_attrs_reduce;
+
+typedef struct hr_attrs_dim { int64_t dim; } hr_attrs_dim;
+
+typedef struct hr_attrs_topk {
+    int64_t k, dim;
+    bool largest; /* false: smallest */
+    bool sorted;  /* kept for torch parity; results are always sorted */
+} hr_attrs_topk;
+
+/* rms_norm: y = x / sqrt(mean(x^2) + eps) * (weight + weight_offset)
+ * (weight_offset 1 for Gemma-style norms). layer_norm: inputs x, [weight],
+ * [bias]; weight_offset likewise. Normalizes over the last dim. */
+typedef struct hr_attrs_norm { double eps, weight_offset; } hr_attrs_norm;
+
+/* rope_cos_sin(positions i64 [..., seq], inv_freq f32 [rot/2])
+ *   -> cos, sin [..., seq, rot] in `dtype`, each multiplied by
+ *   attention_scaling (0 means 1), the HF layout cat(freqs, freqs). */
+typedef struct hr_attrs_rope_cos_sin {
+    double attention_scaling;
+    int64_t dtype; /* hr_dtype */
+} hr_attrs_rope_cos_sin;
+
+/* sdpa(q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv], [mask])
+ *   -> [b, hq, s, dv]. hq must be a multiple of hkv (GQA by head
+ *   broadcast). mask broadcasts to [b, hq, s, t]: bool (true = attend) or
+ *   additive float. Causal masking aligns the last query with the last key
+ *   (query i sits at position t - s + i), so attention over a longer KV
+ *   cache works. window > 0 keeps only keys with pos_q - pos_k < window.
+ *   scale 0 means 1/sqrt(d). softcap > 0 applies tanh soft-capping. */
+typedef struct hr_attrs_sdpa {
+    double scale;
+    double softcap;
+    int64_t window;
+    bool is_causal;
+} hr_attrs_sdpa;
+
+typedef struct hr_attrs_cast { int64_t dtype; /* hr_dtype */ } hr_attrs_cast;
+
+typedef struct hr_attrs_fill {
+    hr_ints shape;
+    int64_t dtype; /* hr_dtype */
+    double value;
+} hr_attrs_fill;
+
+typedef struct hr_attrs_arange {
+    double start, end, step;
+    int64_t dtype; /* hr_dtype */
+} hr_attrs_arange;
+
+/* ---- catalog introspection (for bindings, graph hashing, lowering) ---- */
+
+typedef enum hr_attr_type {
+    HR_ATTR_I64 = 0,
+    HR_ATTR_F64 = 1,
+    HR_ATTR_BOOL = 2,
+    HR_ATTR_INTS = 3,
+} hr_attr_type;
+
+typedef struct hr_attr_field {
+    const char *name;
+    hr_attr_type type;
+    size_t offset; /* within the op's attrs struct */
+} hr_attr_field;
+
+HR_API const char *hr_op_name(hr_op op);
+HR_API hr_status hr_op_find(const char *name, hr_op *out);
+HR_API int hr_op_min_inputs(hr_op op);
+HR_API int hr_op_max_inputs(hr_op op);
+HR_API int hr_op_num_outputs(hr_op op);
+HR_API size_t hr_op_attrs_size(hr_op op);
+/* Fields of the op's attrs struct; *n receives the count (0 for none). */
+HR_API const hr_attr_field *hr_op_attr_fields(hr_op op, int *n);
+
+/* ---- generic entry ---------------------------------------------------- */
+
+/* Runs `op` on the device of its inputs. For each i < n_out: when outs[i]
+ * is NULL a new tensor is allocated and stored there; otherwise outs[i] is
+ * the destination (same shape and dtype as inferred, any strides), which is
+ * how results are scattered into a slice of a KV cache. `attrs` points to
+ * the op's attrs struct (NULL allowed for hr_attrs_none). */
+HR_API hr_status hr_op_run(hr_op op, const void *attrs, const hr_tensor *const *in,
+                           int n_in, hr_tensor **outs, int n_out);
+/* Same, on an explicit device (needed by ops without inputs: fill, arange). */
+HR_API hr_status hr_op_run_on(hr_device *dev, hr_op op, const void *attrs,
+                              const hr_tensor *const *in, int n_in, hr_tensor **outs,
+                              int n_out);
+
+/* ---- typed wrappers: *out always receives a new tensor ---------------- */
+
+#define HR_DECL_BINARY_(name) \
+    HR_API hr_status hr_##name(const hr_tensor *a, const hr_tensor *b, hr_tensor **out);
+#define HR_DECL_UNARY_(name) HR_API hr_status hr_##name(const hr_tensor *x, hr_tensor **out);
+HR_DECL_BINARY_(add)
+HR_DECL_BINARY_(sub)
+HR_DECL_BINARY_(mul)
+HR_DECL_BINARY_(div)
+HR_DECL_BINARY_(pow)
+HR_DECL_BINARY_(maximum)
+HR_DECL_BINARY_(minimum)
+HR_DECL_BINARY_(silu_mul)
+HR_DECL_BINARY_(matmul)
+HR_DECL_UNARY_(neg)
+HR_DECL_UNARY_(exp)
+HR_DECL_UNARY_(ln) /* torch.log; hr_log is the logger */
+HR_DECL_UNARY_(sqrt)
+HR_DECL_UNARY_(rsqrt)
+HR_DECL_UNARY_(abs)
+HR_DECL_UNARY_(relu)
+HR_DECL_UNARY_(sigmoid)
+HR_DECL_UNARY_(tanh)
+HR_DECL_UNARY_(silu)
+HR_DECL_UNARY_(contiguous)
+#undef HR_DECL_BINARY_
+#undef HR_DECL_UNARY_
+
+HR_API hr_status hr_gelu(const hr_tensor *x, hr_gelu_approx approx, hr_tensor **out);
+HR_API hr_status hr_clamp(const hr_tensor *x, const double *min, const double *max,
+                          hr_tensor **out);
+HR_API hr_status hr_scale(const hr_tensor *x, double mul, double add, hr_tensor **out);
+HR_API hr_status hr_where(const hr_tensor *cond, const hr_tensor *a, const hr_tensor *b,
+                          hr_tensor **out);
+HR_API hr_status hr_sum(const hr_tensor *x, int64_t dim, bool keepdim, hr_tensor **out);
+HR_API hr_status hr_mean(const hr_tensor *x, int64_t dim, bool keepdim, hr_tensor **out);
+HR_API hr_status hr_max(const hr_tensor *x, int64_t dim, bool keepdim, hr_tensor **out);
+HR_API hr_status hr_min(const hr_tensor *x, int64_t dim, bool keepdim, hr_tensor **out);
+HR_API hr_status hr_argmax(const hr_tensor *x, int64_t dim, bool keepdim, hr_tensor **out);
+HR_API hr_status hr_softmax(const hr_tensor *x, int64_t dim, hr_tensor **out);
+HR_API hr_status hr_log_softmax(const hr_tensor *x, int64_t dim, hr_tensor **out);
+HR_API hr_status hr_cumsum(const hr_tensor *x, int64_t dim, hr_tensor **out);
+HR_API hr_status hr_topk(const hr_tensor *x, int64_t k, int64_t dim, bool largest,
+                         hr_tensor **values, hr_tensor **indices);
+/* x [..., in] @ weight[out, in]^T (+ bias [out]); bias may be NULL. */
+HR_API hr_status hr_linear(const hr_tensor *x, const hr_tensor *weight,
+                           const hr_tensor *bias, hr_tensor **out);
+HR_API hr_status hr_rms_norm(const hr_tensor *x, const hr_tensor *weight, double eps,
+                             double weight_offset, hr_tensor **out);
+HR_API hr_status hr_layer_norm(const hr_tensor *x, const hr_tensor *weight,
+                               const hr_tensor *bias, double eps, hr_tensor **out);
+HR_API hr_status hr_rope_cos_sin(const hr_tensor *positions, const hr_tensor *inv_freq,
+                                 double attention_scaling, hr_dtype dtype,
+                                 hr_tensor **cos, hr_tensor **sin);
+/* HF rotate-half rope on the first cos.shape[-1] features of x's last dim
+ * (partial rotary leaves the rest untouched); cos/sin broadcast to x. */
+HR_API hr_status hr_rope(const hr_tensor *x, const hr_tensor *cos, const hr_tensor *sin,
+                         hr_tensor **out);
+HR_API hr_status hr_sdpa(const hr_tensor *q, const hr_tensor *k, const hr_tensor *v,
+                         const hr_tensor *mask, const hr_attrs_sdpa *attrs,
+                         hr_tensor **out);
+/* weight [vocab, hidden], ids (i64/i32) [...] -> [..., hidden] */
+HR_API hr_status hr_embedding(const hr_tensor *weight, const hr_tensor *ids,
+                              hr_tensor **out);
+HR_API hr_status hr_index_select(const hr_tensor *x, int64_t dim, const hr_tensor *index,
+                                 hr_tensor **out);
+/* torch.gather semantics. */
+HR_API hr_status hr_gather(const hr_tensor *x, int64_t dim, const hr_tensor *index,
+                           hr_tensor **out);
+/* dst[..., index[i], ...] = src[..., i, ...] along dim, in place in dst. */
+HR_API hr_status hr_index_copy_(hr_tensor *dst, int64_t dim, const hr_tensor *index,
+                                const hr_tensor *src);
+HR_API hr_status hr_cat(const hr_tensor *const *xs, int n, int64_t dim, hr_tensor **out);
+/* Writes src (broadcast, cast) into dst, any strides: scatter into a slice. */
+HR_API hr_status hr_copy_(hr_tensor *dst, const hr_tensor *src);
+HR_API hr_status hr_cast(const hr_tensor *x, hr_dtype dtype, hr_tensor **out);
+HR_API hr_status hr_fill(hr_device *dev, hr_dtype dtype, int ndim, const int64_t *shape,
+                         double value, hr_tensor **out);
+HR_API hr_status hr_arange(hr_device *dev, double start, double end, double step,
+                           hr_dtype dtype, hr_tensor **out);
+
+/* ---- rope scaling, computed as transformers does ----------------------- */
+
+typedef enum hr_rope_type {
+    HR_ROPE_DEFAULT = 0,
+    HR_ROPE_LINEAR,
+    HR_ROPE_DYNAMIC,
+    HR_ROPE_YARN,
+    HR_ROPE_LLAMA3,
+    HR_ROPE_LONGROPE,
+} hr_rope_type;
+
+typedef struct hr_rope_config {
+    hr_rope_type type;
+    double theta;           /* rope_theta */
+    int64_t rotary_dim;     /* head_dim * partial_rotary_factor */
+    double factor;          /* linear, dynamic, yarn, llama3 */
+    int64_t max_position_embeddings;
+    int64_t original_max_position_embeddings; /* yarn, llama3, longrope */
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    double beta_fast, beta_slow;              /* yarn (defaults 32, 1) */
+    double mscale, mscale_all_dim;            /* yarn (0 = unset) */
+    double attention_factor;                  /* yarn, longrope (0 = unset) */
+    bool truncate;                            /* yarn (default true) */
+    const double *short_factor, *long_factor; /* longrope, rotary_dim/2 each */
+} hr_rope_config;
+
+HR_API hr_rope_type hr_rope_type_parse(const char *name, bool *ok);
+/* Fills inv_freq[rotary_dim/2] and *attention_scaling for a sequence of
+ * `seq_len` tokens (only dynamic and longrope depend on it). */
+HR_API hr_status hr_rope_inv_freq(const hr_rope_config *cfg, int64_t seq_len,
+                                  float *inv_freq, double *attention_scaling);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

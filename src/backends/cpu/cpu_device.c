@@ -1,0 +1,98 @@
+/* The cpu device: host buffers (64-byte aligned, huge pages for large
+ * ones) and eager kernels from the per-group tables. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "core/error.h"
+#include "device/device_impl.h"
+#include "ops/op_impl.h"
+
+#define HUGE_THRESHOLD (4u << 20)
+#define HUGE_ALIGN (2u << 20)
+
+static hr_cpu_kernel_fn g_kernels[HR_OP_COUNT];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void build_kernels(void) {
+#define HR_X_(g) hr_cpu_register_##g(g_kernels);
+    HR_OP_GROUPS(HR_X_)
+#undef HR_X_
+}
+
+const hr_cpu_kernel_fn *hr_cpu_kernel_table(void) {
+    pthread_once(&g_once, build_kernels);
+    return g_kernels;
+}
+
+static void cpu_buffer_free(hr_buffer *buf) {
+    free(buf->data);
+    free(buf);
+}
+
+static hr_status cpu_buffer_alloc(hr_device *dev, size_t nbytes, hr_buffer **out) {
+    hr_buffer *buf = calloc(1, sizeof *buf);
+    if (!buf) return hr_error(HR_ERR_OOM, "cpu: out of memory allocating a buffer header");
+    size_t align = nbytes >= HUGE_THRESHOLD ? HUGE_ALIGN : 64;
+    size_t size = (nbytes + align - 1) / align * align;
+    void *p = aligned_alloc(align, size ? size : align);
+    if (!p) {
+        free(buf);
+        return hr_error(HR_ERR_OOM, "cpu: out of memory allocating %zu bytes", nbytes);
+    }
+    /* Large weight and cache buffers are streamed: huge pages cut TLB misses. */
+    if (align == HUGE_ALIGN) madvise(p, size, MADV_HUGEPAGE);
+    atomic_init(&buf->refcount, 1);
+    buf->device = dev;
+    buf->data = p;
+    buf->nbytes = nbytes;
+    *out = buf;
+    return HR_OK;
+}
+
+static hr_status cpu_copy_from_host(hr_device *dev, hr_buffer *dst, size_t off, const void *src,
+                                    size_t n) {
+    if (off > dst->nbytes || n > dst->nbytes - off)
+        return hr_error(HR_ERR_INVALID_ARG, "cpu: copy of %zu bytes at %zu overruns a %zu-byte buffer", n,
+                        off, dst->nbytes);
+    memmove((char *)dst->data + off, src, n);
+    return HR_OK;
+}
+
+static hr_status cpu_copy_to_host(hr_device *dev, const hr_buffer *src, size_t off, void *dst,
+                                  size_t n) {
+    if (off > src->nbytes || n > src->nbytes - off)
+        return hr_error(HR_ERR_INVALID_ARG, "cpu: copy of %zu bytes at %zu overruns a %zu-byte buffer", n,
+                        off, src->nbytes);
+    memmove(dst, (const char *)src->data + off, n);
+    return HR_OK;
+}
+
+static hr_status cpu_run_op(hr_device *dev, hr_op op, const void *attrs, const hr_tensor *const *in,
+                            int n_in, hr_tensor *const *out, int n_out) {
+    hr_cpu_kernel_fn k = hr_cpu_kernel_table()[op];
+    if (!k) return hr_error(HR_ERR_UNSUPPORTED, "op '%s' has no cpu kernel", hr_op_name(op));
+    return k(attrs, in, n_in, out, n_out);
+}
+
+static const hr_device_vtable cpu_vtable = {
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_free = cpu_buffer_free,
+    .copy_from_host = cpu_copy_from_host,
+    .copy_to_host = cpu_copy_to_host,
+    .run_op = cpu_run_op,
+};
+
+static hr_device g_cpu = {.vt = &cpu_vtable, .backend = "cpu", .index = 0, .host_visible = true};
+
+static int cpu_count(void) { return 1; }
+
+static hr_status cpu_open(int index, hr_device **out) {
+    *out = &g_cpu;
+    return HR_OK;
+}
+
+const hr_device_backend hr_cpu_backend = {.name = "cpu", .count = cpu_count, .open = cpu_open};
+
+hr_device *hr_device_cpu(void) { return &g_cpu; }

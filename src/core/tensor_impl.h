@@ -1,0 +1,57 @@
+/* Internal layout of tensors, buffers and devices. */
+#ifndef HR_CORE_TENSOR_IMPL_H
+#define HR_CORE_TENSOR_IMPL_H
+
+#include <stdatomic.h>
+
+#include "hubrt/ops.h"
+
+/* Refcounted storage owned by a device. */
+struct hr_buffer {
+    atomic_int refcount;
+    hr_device *device;
+    void *data;    /* host address for host-visible devices, device handle otherwise */
+    size_t nbytes;
+    /* Frees `data`; NULL means the device's buffer_free. Zero-copy wraps
+     * (mmap views) set their own. */
+    void (*release)(hr_buffer *buf);
+    void *release_ctx;
+};
+
+#define HR_TENSOR_NAME_CAP 128
+
+struct hr_tensor {
+    hr_dtype dtype;
+    int ndim;
+    int64_t shape[HR_MAX_DIMS];
+    int64_t strides[HR_MAX_DIMS]; /* in elements; 0 for broadcast dims */
+    int64_t offset;               /* in elements from buf->data */
+    hr_buffer *buf;
+    char name[HR_TENSOR_NAME_CAP];
+};
+
+/* Shape and dtype without storage: what inference produces. */
+typedef struct hr_tensor_meta {
+    hr_dtype dtype;
+    int ndim;
+    int64_t shape[HR_MAX_DIMS];
+} hr_tensor_meta;
+
+hr_buffer *hr_buffer_retain(hr_buffer *buf);
+void hr_buffer_release(hr_buffer *buf);
+/* A tensor struct over `buf` (retained) with contiguous strides. */
+hr_status hr_tensor_over_buffer(hr_buffer *buf, hr_dtype dt, int ndim, const int64_t *shape,
+                                int64_t offset, hr_tensor **out);
+hr_status hr_tensor_empty_meta(hr_device *dev, const hr_tensor_meta *m, hr_tensor **out);
+int64_t hr_shape_numel(int ndim, const int64_t *shape);
+void hr_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+/* Wraps a negative dim and checks range; `what` names the op for errors. */
+hr_status hr_norm_dim(int64_t dim, int ndim, const char *what, int *out);
+/* Human label for errors: the tensor's name or "tensor [2, 3] bf16". */
+const char *hr_tensor_label(const hr_tensor *t, char *buf, size_t n);
+
+static inline void *hr_tensor_ptr(const hr_tensor *t) {
+    return (char *)t->buf->data + t->offset * (int64_t)hr_dtype_size(t->dtype);
+}
+
+#endif

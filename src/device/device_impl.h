@@ -1,0 +1,53 @@
+/* The device interface: a vtable whose members may be NULL, and the
+ * registry of device backends. */
+#ifndef HR_DEVICE_IMPL_H
+#define HR_DEVICE_IMPL_H
+
+#include "core/tensor_impl.h"
+
+typedef struct hr_graph hr_graph;           /* captured graph (compile path) */
+typedef struct hr_executable hr_executable; /* a device's compiled graph */
+
+typedef struct hr_device_vtable {
+    hr_status (*buffer_alloc)(hr_device *dev, size_t nbytes, hr_buffer **out);
+    void (*buffer_free)(hr_buffer *buf);
+    hr_status (*copy_from_host)(hr_device *dev, hr_buffer *dst, size_t dst_off,
+                                const void *src, size_t nbytes);
+    hr_status (*copy_to_host)(hr_device *dev, const hr_buffer *src, size_t src_off,
+                              void *dst, size_t nbytes);
+    /* Whether run_op can serve this call; NULL means "every op with a kernel". */
+    bool (*supports_op)(hr_device *dev, hr_op op, const void *attrs,
+                        const hr_tensor *const *in, int n_in);
+    /* Outputs are allocated (on this device) and shaped by the caller. */
+    hr_status (*run_op)(hr_device *dev, hr_op op, const void *attrs,
+                        const hr_tensor *const *in, int n_in, hr_tensor *const *out,
+                        int n_out);
+    hr_status (*compile)(hr_device *dev, const hr_graph *g, hr_executable **out);
+    hr_status (*execute)(hr_device *dev, hr_executable *exe, const hr_tensor *const *in,
+                         int n_in, hr_tensor *const *out, int n_out);
+    void (*executable_free)(hr_device *dev, hr_executable *exe);
+    hr_status (*sync)(hr_device *dev);
+} hr_device_vtable;
+
+struct hr_device {
+    const hr_device_vtable *vt;
+    const char *backend; /* "cpu", "xla_cpu", "tpu" */
+    int index;
+    bool host_visible;   /* buffer data pointers are CPU addresses */
+    void *impl;
+};
+
+typedef struct hr_device_backend {
+    const char *name;
+    /* Number of devices this backend can open (0 when unavailable). */
+    int (*count)(void);
+    /* Opens device `index`; called once per index, the result is cached. */
+    hr_status (*open)(int index, hr_device **out);
+} hr_device_backend;
+
+/* Adds a backend; built-in ones are registered on first use. */
+hr_status hr_device_register_backend(const hr_device_backend *backend);
+
+extern const hr_device_backend hr_cpu_backend;
+
+#endif

@@ -1,0 +1,135 @@
+/* Eager dispatch: validate, infer, allocate, run on the inputs' device, or
+ * fall back to the CPU (with a one-time warning) when the device cannot. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "device/device_impl.h"
+#include "ops/op_impl.h"
+
+static const hr_infer_fn *g_infer;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static hr_infer_fn g_infer_table[HR_OP_COUNT];
+
+static void build_tables(void) {
+#define HR_X_(g) hr_infer_register_##g(g_infer_table);
+    HR_OP_GROUPS(HR_X_)
+#undef HR_X_
+    g_infer = g_infer_table;
+}
+
+const hr_infer_fn *hr_infer_table(void) {
+    pthread_once(&g_once, build_tables);
+    return g_infer;
+}
+
+/* One warning per (backend, op) when an op falls back to the CPU. */
+static atomic_bool g_fallback_warned[8][HR_OP_COUNT];
+
+static hr_status validate(hr_op op, const hr_tensor *const *in, int n_in, hr_tensor **outs,
+                          int n_out) {
+    if ((unsigned)op >= HR_OP_COUNT) return hr_error(HR_ERR_INVALID_ARG, "invalid op id %d", (int)op);
+    if (n_in < hr_op_min_inputs(op) || n_in > hr_op_max_inputs(op))
+        return hr_error(HR_ERR_INVALID_ARG, "op '%s' takes %d..%d inputs, got %d", hr_op_name(op),
+                        hr_op_min_inputs(op), hr_op_max_inputs(op), n_in);
+    if (n_out != hr_op_num_outputs(op))
+        return hr_error(HR_ERR_INVALID_ARG, "op '%s' has %d outputs, %d given", hr_op_name(op),
+                        hr_op_num_outputs(op), n_out);
+    if (!outs) return hr_error(HR_ERR_INVALID_ARG, "op '%s': outs is NULL", hr_op_name(op));
+    for (int i = 0; i < n_in; i++)
+        if (!in || !in[i]) return hr_error(HR_ERR_INVALID_ARG, "op '%s': input %d is NULL", hr_op_name(op), i);
+    return HR_OK;
+}
+
+static hr_status run_fallback(hr_device *dev, hr_op op, const void *attrs,
+                              const hr_tensor *const *in, int n_in, hr_tensor *const *out,
+                              int n_out) {
+    hr_device *cpu = hr_device_cpu();
+    int bi = 0;
+    const char *const *names = hr_device_backends();
+    while (names[bi] && strcmp(names[bi], dev->backend)) bi++;
+    if (bi < 8 && !atomic_exchange(&g_fallback_warned[bi][op], true))
+        hr_log(HR_LOG_WARN, "op '%s' is not supported on device '%s'; running it on the cpu "
+               "(this warning is shown once)", hr_op_name(op), dev->backend);
+    hr_tensor *hin[HR_MAX_OP_INPUTS] = {0}, *hout[HR_MAX_OP_OUTPUTS] = {0};
+    hr_status s = HR_OK;
+    for (int i = 0; i < n_in && s == HR_OK; i++) s = hr_tensor_to(in[i], cpu, &hin[i]);
+    for (int i = 0; i < n_out && s == HR_OK; i++) s = hr_tensor_to(out[i], cpu, &hout[i]);
+    if (s == HR_OK) s = cpu->vt->run_op(cpu, op, attrs, (const hr_tensor *const *)hin, n_in, hout, n_out);
+    for (int i = 0; i < n_out && s == HR_OK; i++) {
+        size_t n = hr_tensor_nbytes(hout[i]);
+        s = dev->vt->copy_from_host(dev, out[i]->buf, (size_t)out[i]->offset * hr_dtype_size(out[i]->dtype),
+                                    hout[i]->buf->data, n);
+    }
+    for (int i = 0; i < n_in; i++) hr_tensor_free(hin[i]);
+    for (int i = 0; i < n_out; i++) hr_tensor_free(hout[i]);
+    return s;
+}
+
+hr_status hr_op_run_on(hr_device *dev, hr_op op, const void *attrs, const hr_tensor *const *in,
+                       int n_in, hr_tensor **outs, int n_out) {
+    HR_TRY(validate(op, in, n_in, outs, n_out));
+    const char *name = hr_op_name(op);
+    for (int i = 0; i < n_in; i++) {
+        hr_device *d = in[i]->buf->device;
+        if (!dev) dev = d;
+        if (d != dev)
+            return hr_error(HR_ERR_INVALID_ARG, "op '%s': input %d is on %s:%d but the op runs on %s:%d",
+                            name, i, d->backend, d->index, dev->backend, dev->index);
+    }
+    if (!dev) dev = hr_device_cpu();
+    hr_infer_fn infer = hr_infer_table()[op];
+    if (!infer) return hr_error(HR_ERR_UNSUPPORTED, "op '%s' has no shape inference", name);
+    hr_tensor_meta meta[HR_MAX_OP_OUTPUTS];
+    memset(meta, 0, sizeof meta);
+    hr_status s = infer(attrs, in, n_in, meta, n_out);
+    if (s != HR_OK) return hr_error_context(s, "op '%s'", name);
+
+    bool allocated[HR_MAX_OP_OUTPUTS] = {0};
+    for (int i = 0; i < n_out && s == HR_OK; i++) {
+        if (outs[i]) {
+            hr_tensor *o = outs[i];
+            bool same = o->dtype == meta[i].dtype && o->ndim == meta[i].ndim;
+            for (int d = 0; same && d < o->ndim; d++) same = o->shape[d] == meta[i].shape[d];
+            if (!same) {
+                char a[160], b[160];
+                s = hr_error(HR_ERR_SHAPE, "op '%s': output %d is %s %s but the result is %s %s", name, i,
+                             hr_shape_str(o->ndim, o->shape, a, sizeof a), hr_dtype_name(o->dtype),
+                             hr_shape_str(meta[i].ndim, meta[i].shape, b, sizeof b),
+                             hr_dtype_name(meta[i].dtype));
+            } else if (o->buf->device != dev) {
+                s = hr_error(HR_ERR_INVALID_ARG, "op '%s': output %d is on %s, not %s", name, i,
+                             o->buf->device->backend, dev->backend);
+            }
+        } else {
+            s = hr_tensor_empty_meta(dev, &meta[i], &outs[i]);
+            allocated[i] = s == HR_OK;
+        }
+    }
+    if (s == HR_OK) {
+        bool any = false;
+        for (int i = 0; i < n_out; i++) any |= hr_shape_numel(meta[i].ndim, meta[i].shape) > 0;
+        if (any) {
+            bool supported = dev->vt->run_op &&
+                             (!dev->vt->supports_op || dev->vt->supports_op(dev, op, attrs, in, n_in));
+            if (supported)
+                s = dev->vt->run_op(dev, op, attrs, in, n_in, outs, n_out);
+            else
+                s = run_fallback(dev, op, attrs, in, n_in, outs, n_out);
+            if (s != HR_OK) s = hr_error_context(s, "op '%s'", name);
+        }
+    }
+    if (s != HR_OK)
+        for (int i = 0; i < n_out; i++)
+            if (allocated[i]) {
+                hr_tensor_free(outs[i]);
+                outs[i] = NULL;
+            }
+    return s;
+}
+
+hr_status hr_op_run(hr_op op, const void *attrs, const hr_tensor *const *in, int n_in,
+                    hr_tensor **outs, int n_out) {
+    return hr_op_run_on(NULL, op, attrs, in, n_in, outs, n_out);
+}

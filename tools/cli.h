@@ -1,0 +1,18 @@
+/* The `hubrt` command: one file per subcommand, dispatched from main.c.
+ * Exit codes: 0 success, 1 runtime failure, 2 bad input or usage. */
+#ifndef HUBRT_TOOLS_CLI_H
+#define HUBRT_TOOLS_CLI_H
+
+#include "hubrt.h"
+
+#define HR_EXIT_OK 0
+#define HR_EXIT_FAIL 1
+#define HR_EXIT_USAGE 2
+
+/* Prints "hubrt <cmd>: <hr_last_error()>" to stderr and returns the exit
+ * code for `s` (2 for bad input, 1 otherwise). */
+int hr_cli_fail(const char *cmd, hr_status s);
+
+int hr_cmd_info(int argc, char **argv);
+
+#endif

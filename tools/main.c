@@ -1,0 +1,53 @@
+/* hubrt: command-line entry point; each subcommand lives in its own file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    {"info", hr_cmd_info, "devices and CPU features (--json for one JSON object)"},
+};
+
+int hr_cli_fail(const char *cmd, hr_status s) {
+    fprintf(stderr, "hubrt %s: %s\n", cmd, hr_last_error()[0] ? hr_last_error() : hr_status_name(s));
+    switch (s) {
+    case HR_ERR_INVALID_ARG: case HR_ERR_SHAPE: case HR_ERR_DTYPE: case HR_ERR_FORMAT:
+    case HR_ERR_NOT_FOUND: case HR_ERR_UNSUPPORTED: case HR_ERR_IO:
+        return HR_EXIT_USAGE;
+    default:
+        return HR_EXIT_FAIL;
+    }
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: hubrt <command> [args]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\nhubrt %s\n", hr_version());
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return HR_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return HR_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("hubrt %s\n", hr_version());
+        return HR_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "hubrt: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return HR_EXIT_USAGE;
+}
