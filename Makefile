@@ -1,0 +1,73 @@
+# hubrt: the two commands a user needs are `make demo` and `make test`.
+# CMake does the building underneath; this file wires the steps together.
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 30
+ASAN_PRELOAD := $(shell gcc -print-file-name=libasan.so):$(shell gcc -print-file-name=libubsan.so)
+
+.PHONY: all deps build build-asan build-fuzz venv test-deps test test-c test-c-asan test-python \
+        test-python-asan test-fuzz demo bench clean
+
+all: build venv
+
+deps:
+	@bash scripts/install_deps.sh
+
+build: deps
+	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build build -j $(JOBS)
+
+build-asan: deps
+	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHUBRT_SANITIZE=ON >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+
+build-fuzz: deps
+	@CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHUBRT_FUZZ=ON -DHUBRT_TESTS=OFF >/dev/null
+	@cmake --build build-fuzz -j $(JOBS)
+
+$(VENV)/.stamp: pyproject.toml
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	@$(VPY) -m pip install -q --disable-pip-version-check -e .
+	@touch $@
+
+venv: $(VENV)/.stamp
+
+$(VENV)/.test-stamp: $(VENV)/.stamp requirements-test.txt
+	@$(VPY) -m pip install -q --disable-pip-version-check -r requirements-test.txt
+	@touch $@
+
+test-deps: $(VENV)/.test-stamp
+
+test-c: build
+	@ctest --test-dir build --output-on-failure -j $(JOBS)
+
+test-c-asan: build-asan
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir build-asan --output-on-failure -j $(JOBS)
+
+test-python: build test-deps
+	@HUBRT_LIBRARY=$(CURDIR)/build/libhubrt.so $(VPY) -m pytest -q tests/python
+
+# The op and loader oracle tests again, with the library built under
+# ASan+UBSan (the sanitizer runtimes preloaded into Python).
+test-python-asan: build-asan test-deps
+	@LD_PRELOAD=$(ASAN_PRELOAD) ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  HUBRT_LIBRARY=$(CURDIR)/build-asan/libhubrt.so $(VPY) -m pytest -q -m "not slow" tests/python
+
+test-fuzz: build-fuzz
+	@bash scripts/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS)
+
+test: test-c test-c-asan test-python test-python-asan test-fuzz
+
+demo: build venv
+	@bash scripts/demo.sh
+
+bench: build test-deps
+	@bash bench/run.sh
+
+clean:
+	rm -rf build build-asan build-fuzz
