@@ -1,0 +1,77 @@
+"""Re-measures the machine's limits in the same run as the benchmarks.
+
+Builds the probes in ../shared/tools/limits into a scratch folder and runs:
+DRAM read bandwidth (1 GiB, 1 and 2 threads, with huge pages) and the bf16
+compute peak: AMX tiles where the CPU has them, AVX512_BF16 (vdpbf16ps)
+otherwise. Prints one JSON object."""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "limits"
+
+
+def build(name, extra, out):
+    exe = Path(out) / name
+    subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", str(SRC / f"{name}.c"), "-o", str(exe),
+                    *extra], check=True, capture_output=True)
+    return exe
+
+
+def run(exe, threads, args=(), env=None):
+    e = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="close", **(env or {}))
+    return subprocess.run([str(exe), *args], env=e, check=True, capture_output=True, text=True).stdout
+
+
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def main():
+    res = {"cpu": "", "read_gbs": {}, "bf16_peak_gflops": {}, "bf16_unit": ""}
+    with open("/proc/cpuinfo") as f:
+        m = re.search(r"model name\s*:\s*(.*)", f.read())
+        res["cpu"] = m.group(1).strip() if m else ""
+    flags = cpu_flags()
+    with tempfile.TemporaryDirectory() as tmp:
+        rb = build("readbw", [], tmp)
+        for t in (1, 2):
+            out = run(rb, t, ["1024"], env={"HUGE": "1"})
+            m = re.search(r"median ([0-9.]+)", out)
+            res["read_gbs"][str(t)] = float(m.group(1))
+        if "amx_bf16" in flags:
+            exe = build("amx", ["-mamx-tile", "-mamx-bf16"], tmp)
+            res["bf16_unit"] = "amx"
+        elif "avx512_bf16" in flags:
+            exe = build("dpbf16_chains", [], tmp)
+            res["bf16_unit"] = "avx512_bf16"
+        else:
+            exe = None
+        if res["bf16_unit"] == "amx":
+            for t in (1, 2):
+                out = run(exe, t)
+                medians = [float(v) for v in re.findall(r"median ([0-9.]+)", out)]
+                res["bf16_peak_gflops"][str(t)] = max(medians) * 1000 if medians else None
+        elif exe is not None:
+            # The vdpbf16ps probe is single-threaded: run one copy per core at once.
+            for t in (1, 2):
+                procs = [subprocess.Popen([str(exe)], stdout=subprocess.PIPE, text=True) for _ in range(t)]
+                total = 0.0
+                for p in procs:
+                    out = p.communicate()[0]
+                    total += max(float(v) for v in re.findall(r"x64 flop = ([0-9.]+) GFLOP/s", out))
+                res["bf16_peak_gflops"][str(t)] = total
+    json.dump(res, sys.stdout)
+    print()
+
+
+if __name__ == "__main__":
+    main()
