@@ -1,0 +1,74 @@
+/* The CPU GEMM engine behind matmul and linear: C = A @ B (+ bias) over
+ * broadcast batch dims, any dtype (f32/bf16/f16) and any strides, f32
+ * accumulation. Large problems are tiled and packed for register-blocked
+ * micro-kernels; a few rows against a K-contiguous B (decode: x @ W^T) go
+ * to a GEMV that streams B once. */
+#ifndef HR_BACKENDS_CPU_GEMM_H
+#define HR_BACKENDS_CPU_GEMM_H
+
+#include <stdbool.h>
+
+#include "core/tensor_impl.h"
+
+/* A 2-d operand: element (i, j) sits at base + (i * rs + j * cs) elements. */
+typedef struct hr_gemm_mat {
+    char *base;
+    hr_dtype dt;
+    int64_t rs, cs;
+} hr_gemm_mat;
+
+typedef struct hr_gemm {
+    int64_t m, n, k;
+    /* Batch dims of C; A and B broadcast with stride 0. */
+    int nb;
+    int64_t bshape[HR_MAX_DIMS];
+    int64_t bstride_a[HR_MAX_DIMS], bstride_b[HR_MAX_DIMS], bstride_c[HR_MAX_DIMS];
+    hr_gemm_mat a; /* [m, k] */
+    hr_gemm_mat b; /* [k, n] */
+    hr_gemm_mat c; /* [m, n] */
+    const char *bias; /* [n] in bias_dt, stride bias_s; NULL for none */
+    hr_dtype bias_dt;
+    int64_t bias_s;
+} hr_gemm;
+
+hr_status hr_gemm_run(const hr_gemm *g);
+
+/* ---- micro-kernels (gemm_kernels.c, gemm_avx512.c) ---- */
+
+/* Register-blocked C tile [mr, nr] (+)= A panel @ B panel, in f32.
+ * f32 panels: ap [kc][mr], bp [kc][nr]. bf16-pair panels: kc counts pairs,
+ * ap [kc][mr] u32 (two consecutive k of a row), bp [kc][nr][2] bf16. */
+typedef void (*hr_gemm_ukr_fn)(int64_t kc, const void *ap, const void *bp, float *c, int64_t ldc,
+                               bool accumulate);
+
+#define HR_GEMM_F32_MR 6
+#define HR_GEMM_F32_NR 16
+#define HR_GEMM_BF16_MR 8
+#define HR_GEMM_BF16_NR 32
+
+void hr_gemm_ukr_f32_scalar(int64_t kc, const void *ap, const void *bp, float *c, int64_t ldc,
+                            bool accumulate);
+void hr_gemm_ukr_f32_avx2(int64_t kc, const void *ap, const void *bp, float *c, int64_t ldc,
+                          bool accumulate);
+void hr_gemm_ukr_bf16_avx512(int64_t kc, const void *ap, const void *bp, float *c, int64_t ldc,
+                             bool accumulate);
+
+/* GEMV block: y[r * ldy + j] = dot(x[r], w[j]) for r < rows (<= 4),
+ * j < nw (<= 4); w row j starts at w + j * ldw elements of wdt. x rows are
+ * contiguous [rows][k]: f32 for the scalar/avx2 versions, bf16 for avx512
+ * (which takes wdt == bf16 only). */
+#define HR_GEMV_MAX_ROWS 4
+typedef void (*hr_gemv_fn)(int64_t k, int rows, const void *x, const void *w, hr_dtype wdt, int64_t ldw,
+                           int nw, float *y, int64_t ldy);
+
+void hr_gemv_scalar(int64_t k, int rows, const void *x, const void *w, hr_dtype wdt, int64_t ldw, int nw,
+                    float *y, int64_t ldy);
+void hr_gemv_avx2(int64_t k, int rows, const void *x, const void *w, hr_dtype wdt, int64_t ldw, int nw,
+                  float *y, int64_t ldy);
+void hr_gemv_bf16_avx512(int64_t k, int rows, const void *x, const void *w, hr_dtype wdt, int64_t ldw,
+                         int nw, float *y, int64_t ldy);
+
+/* Whether the AVX-512 BF16 kernels may run (ISA setting and CPUID). */
+bool hr_gemm_use_avx512_bf16(void);
+
+#endif

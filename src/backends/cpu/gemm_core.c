@@ -1,0 +1,326 @@
+/* The GEMM driver: batch/tile decomposition over the thread pool, packing
+ * of strided operands of any float dtype into micro-kernel panels, and the
+ * GEMV route for a few rows against a K-contiguous B. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/gemm.h"
+#include "core/error.h"
+#include "core/iter.h"
+#include "core/threadpool.h"
+#include "hubrt/runtime.h"
+
+/* Tile sizes: MC is a multiple of every MR, NC_MAX of every NR, KC even
+ * (bf16 pairs). An A panel (MC x KC) stays in L2 next to the B panel. */
+#define MC 96
+#define NC_MAX 256
+#define KC 256
+#define GEMV_CHUNK 64
+
+typedef struct family {
+    hr_gemm_ukr_fn ukr;
+    int mr, nr;
+    bool pairs; /* bf16 pair panels */
+} family;
+
+static family family_for(const hr_gemm *g) {
+    if (g->a.dt == HR_BF16 && g->b.dt == HR_BF16 && hr_gemm_use_avx512_bf16())
+        return (family){hr_gemm_ukr_bf16_avx512, HR_GEMM_BF16_MR, HR_GEMM_BF16_NR, true};
+    if (hr_cpu_isa_get() >= HR_ISA_AVX2)
+        return (family){hr_gemm_ukr_f32_avx2, HR_GEMM_F32_MR, HR_GEMM_F32_NR, false};
+    return (family){hr_gemm_ukr_f32_scalar, HR_GEMM_F32_MR, HR_GEMM_F32_NR, false};
+}
+
+/* Element offsets of batch `bi` in A, B and C. */
+static void batch_offsets(const hr_gemm *g, int64_t bi, int64_t *oa, int64_t *ob, int64_t *oc) {
+    *oa = *ob = *oc = 0;
+    for (int d = g->nb - 1; d >= 0; d--) {
+        int64_t i = bi % g->bshape[d];
+        bi /= g->bshape[d];
+        *oa += i * g->bstride_a[d];
+        *ob += i * g->bstride_b[d];
+        *oc += i * g->bstride_c[d];
+    }
+}
+
+static int64_t batch_count(const hr_gemm *g) {
+    int64_t n = 1;
+    for (int d = 0; d < g->nb; d++) n *= g->bshape[d];
+    return n;
+}
+
+static inline const char *elem(const hr_gemm_mat *x, int64_t off, int64_t i, int64_t j) {
+    return x->base + (off + i * x->rs + j * x->cs) * (int64_t)hr_dtype_size(x->dt);
+}
+
+static inline uint16_t elem_u16(const hr_gemm_mat *x, int64_t off, int64_t i, int64_t j) {
+    uint16_t v;
+    memcpy(&v, elem(x, off, i, j), 2);
+    return v;
+}
+
+/* ---- packing ---- */
+
+/* A rows [i0, i0+mc) x k [k0, k0+kc) into panels [mc/mr][kc][mr] f32;
+ * rows past m are zero. rowbuf holds kc floats. */
+static void pack_a_f32(const hr_gemm *g, int64_t off, int64_t i0, int64_t mc, int64_t k0, int64_t kc, int mr,
+                       float *ap, float *rowbuf) {
+    int64_t mpad = (mc + mr - 1) / mr * mr;
+    for (int64_t i = 0; i < mpad; i++) {
+        float *panel = ap + (i / mr) * kc * mr + i % mr;
+        if (i < mc && i0 + i < g->m) {
+            hr_load_f32(rowbuf, elem(&g->a, off, i0 + i, k0), g->a.dt, kc, g->a.cs);
+            for (int64_t p = 0; p < kc; p++) panel[p * mr] = rowbuf[p];
+        } else {
+            for (int64_t p = 0; p < kc; p++) panel[p * mr] = 0.0f;
+        }
+    }
+}
+
+/* B k [k0, k0+kc) x cols [j0, j0+nc) into panels [nc/nr][kc][nr] f32,
+ * reading along whichever of B's dims is contiguous. buf holds
+ * max(kc, nr) floats. */
+static void pack_b_f32(const hr_gemm *g, int64_t off, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int nr,
+                       float *bp, float *buf) {
+    int64_t npad = (nc + nr - 1) / nr * nr;
+    if (g->b.rs == 1 && g->b.cs != 1) {
+        for (int64_t j = 0; j < npad; j++) {
+            float *panel = bp + (j / nr) * kc * nr + j % nr;
+            if (j < nc) {
+                hr_load_f32(buf, elem(&g->b, off, k0, j0 + j), g->b.dt, kc, 1);
+                for (int64_t p = 0; p < kc; p++) panel[p * nr] = buf[p];
+            } else {
+                for (int64_t p = 0; p < kc; p++) panel[p * nr] = 0.0f;
+            }
+        }
+        return;
+    }
+    for (int64_t jb = 0; jb < npad; jb += nr) {
+        int64_t w = nc - jb < nr ? nc - jb : nr;
+        float *panel = bp + (jb / nr) * kc * nr;
+        for (int64_t p = 0; p < kc; p++) {
+            hr_load_f32(panel + p * nr, elem(&g->b, off, k0 + p, j0 + jb), g->b.dt, w, g->b.cs);
+            for (int64_t j = w; j < nr; j++) panel[p * nr + j] = 0.0f;
+        }
+    }
+}
+
+/* bf16 pair panels: A [mc/mr][kc/2][mr] u32, B [nc/nr][kc/2][nr][2] u16;
+ * an odd kc is padded with a zero k. */
+static void pack_a_pairs(const hr_gemm *g, int64_t off, int64_t i0, int64_t mc, int64_t k0, int64_t kc, int mr,
+                         uint32_t *ap) {
+    int64_t mpad = (mc + mr - 1) / mr * mr, kp = (kc + 1) / 2;
+    for (int64_t i = 0; i < mpad; i++) {
+        uint32_t *panel = ap + (i / mr) * kp * mr + i % mr;
+        bool live = i < mc && i0 + i < g->m;
+        for (int64_t p = 0; p < kp; p++) {
+            uint32_t lo = live ? elem_u16(&g->a, off, i0 + i, k0 + 2 * p) : 0;
+            uint32_t hi = live && 2 * p + 1 < kc ? elem_u16(&g->a, off, i0 + i, k0 + 2 * p + 1) : 0;
+            panel[p * mr] = lo | hi << 16;
+        }
+    }
+}
+
+static void pack_b_pairs(const hr_gemm *g, int64_t off, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int nr,
+                         uint16_t *bp) {
+    int64_t npad = (nc + nr - 1) / nr * nr, kp = (kc + 1) / 2;
+    for (int64_t j = 0; j < npad; j++) {
+        uint16_t *panel = bp + (j / nr) * kp * nr * 2 + (j % nr) * 2;
+        bool live = j < nc;
+        for (int64_t p = 0; p < kp; p++) {
+            panel[p * nr * 2] = live ? elem_u16(&g->b, off, k0 + 2 * p, j0 + j) : 0;
+            panel[p * nr * 2 + 1] = live && 2 * p + 1 < kc ? elem_u16(&g->b, off, k0 + 2 * p + 1, j0 + j) : 0;
+        }
+    }
+}
+
+/* ---- tiled GEMM ---- */
+
+typedef struct gemm_ctx {
+    const hr_gemm *g;
+    family f;
+    int64_t nc, mt, nt, units;
+    atomic_int failed;
+} gemm_ctx;
+
+typedef struct scratch {
+    void *ap, *bp;   /* packed panels */
+    float *ctile;    /* [MC][NC_MAX] f32 accumulators */
+    float *rowbuf;   /* [max(KC, NC_MAX)] */
+    float *biasbuf;  /* [NC_MAX] */
+} scratch;
+
+static float *scratch_alloc(scratch *s) {
+    size_t n_ap = MC * KC, n_bp = (size_t)KC * NC_MAX, n_c = (size_t)MC * NC_MAX, n_row = KC > NC_MAX ? KC : NC_MAX;
+    size_t bytes = (n_ap + n_bp + n_c + n_row + NC_MAX) * sizeof(float);
+    float *mem = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!mem) return NULL;
+    s->ap = mem;
+    s->bp = mem + n_ap;
+    s->ctile = mem + n_ap + n_bp;
+    s->rowbuf = s->ctile + n_c;
+    s->biasbuf = s->rowbuf + n_row;
+    return mem;
+}
+
+/* Writes the finished tile: bias added, converted to C's dtype and strides. */
+static void store_tile(const hr_gemm *g, int64_t offc, int64_t i0, int64_t mc, int64_t j0, int64_t nc,
+                       const scratch *s, int64_t ldc) {
+    if (g->bias) hr_load_f32(s->biasbuf, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt),
+                             g->bias_dt, nc, g->bias_s);
+    for (int64_t i = 0; i < mc; i++) {
+        float *row = s->ctile + i * ldc;
+        if (g->bias)
+            for (int64_t j = 0; j < nc; j++) row[j] += s->biasbuf[j];
+        hr_store_f32((char *)elem(&g->c, offc, i0 + i, j0), g->c.dt, row, nc, g->c.cs);
+    }
+}
+
+static void gemm_unit(gemm_ctx *ctx, scratch *s, int64_t u, int64_t *packed_b) {
+    const hr_gemm *g = ctx->g;
+    const family *f = &ctx->f;
+    int64_t mi = u % ctx->mt, ni = (u / ctx->mt) % ctx->nt, bi = u / (ctx->mt * ctx->nt);
+    int64_t i0 = mi * MC, j0 = ni * ctx->nc;
+    int64_t mc = g->m - i0 < MC ? g->m - i0 : MC, nc = g->n - j0 < ctx->nc ? g->n - j0 : ctx->nc;
+    int64_t oa, ob, oc;
+    batch_offsets(g, bi, &oa, &ob, &oc);
+    int64_t ldc = ctx->nc;
+    if (g->k == 0) memset(s->ctile, 0, sizeof(float) * MC * NC_MAX);
+    /* With one K block the packed B panel serves every M tile of (bi, ni). */
+    bool single_k = g->k <= KC;
+    for (int64_t k0 = 0; k0 < g->k; k0 += KC) {
+        int64_t kc = g->k - k0 < KC ? g->k - k0 : KC;
+        int64_t kdepth = f->pairs ? (kc + 1) / 2 : kc;
+        int64_t bkey = bi * ctx->nt + ni;
+        if (!single_k || *packed_b != bkey) {
+            if (f->pairs)
+                pack_b_pairs(g, ob, k0, kc, j0, nc, f->nr, s->bp);
+            else
+                pack_b_f32(g, ob, k0, kc, j0, nc, f->nr, s->bp, s->rowbuf);
+            *packed_b = single_k ? bkey : -1;
+        }
+        if (f->pairs)
+            pack_a_pairs(g, oa, i0, mc, k0, kc, f->mr, s->ap);
+        else
+            pack_a_f32(g, oa, i0, mc, k0, kc, f->mr, s->ap, s->rowbuf);
+        const size_t esz = 4; /* one f32, or one u32 bf16 pair, per panel (k, row) */
+        for (int64_t jb = 0; jb < nc; jb += f->nr) {
+            const char *bpan = (const char *)s->bp + (size_t)(jb / f->nr) * kdepth * f->nr * esz;
+            for (int64_t ib = 0; ib < mc; ib += f->mr) {
+                const char *apan = (const char *)s->ap + (size_t)(ib / f->mr) * kdepth * f->mr * esz;
+                f->ukr(kdepth, apan, bpan, s->ctile + ib * ldc + jb, ldc, k0 > 0);
+            }
+        }
+    }
+    store_tile(g, oc, i0, mc, j0, nc, s, ldc);
+}
+
+static void gemm_worker(void *arg, int ith, int nth) {
+    gemm_ctx *ctx = arg;
+    int64_t begin, end;
+    hr_split_range(ctx->units, ith, nth, &begin, &end);
+    if (begin >= end) return;
+    scratch s;
+    float *mem = scratch_alloc(&s);
+    if (!mem) {
+        atomic_store(&ctx->failed, 1);
+        return;
+    }
+    int64_t packed_b = -1;
+    for (int64_t u = begin; u < end; u++) gemm_unit(ctx, &s, u, &packed_b);
+    free(mem);
+}
+
+static hr_status gemm_tiled(const hr_gemm *g) {
+    gemm_ctx ctx = {.g = g, .f = family_for(g)};
+    int64_t nbatch = batch_count(g);
+    int nthreads = hr_num_threads();
+    ctx.mt = (g->m + MC - 1) / MC;
+    /* Narrower N tiles when there are too few tiles to feed every thread. */
+    ctx.nc = NC_MAX;
+    while (ctx.nc > ctx.f.nr && nbatch * ctx.mt * ((g->n + ctx.nc - 1) / ctx.nc) < 2 * nthreads &&
+           ctx.nc / 2 >= ctx.f.nr)
+        ctx.nc /= 2;
+    ctx.nt = (g->n + ctx.nc - 1) / ctx.nc;
+    ctx.units = nbatch * ctx.mt * ctx.nt;
+    double flops = 2.0 * (double)nbatch * (double)g->m * (double)g->n * (double)(g->k + 1);
+    int nth = flops < 1e5 ? 1 : (int)(ctx.units < nthreads ? ctx.units : nthreads);
+    atomic_init(&ctx.failed, 0);
+    hr_parallel_run(gemm_worker, &ctx, nth);
+    if (atomic_load(&ctx.failed)) return hr_error(HR_ERR_OOM, "gemm: out of memory for packing buffers");
+    return HR_OK;
+}
+
+/* ---- GEMV: rows of A (<= HR_GEMV_MAX_ROWS) against K-contiguous B ---- */
+
+typedef struct gemv_ctx {
+    const hr_gemm *g;
+    hr_gemv_fn fn;
+    const void *x; /* [rows][k] f32, or bf16 for the avx512 kernel */
+    int rows;
+    int64_t row_off_c[HR_GEMV_MAX_ROWS]; /* element offset of each C row */
+    int64_t blocks; /* of 4 output columns */
+} gemv_ctx;
+
+static void gemv_worker(void *arg, int ith, int nth) {
+    gemv_ctx *ctx = arg;
+    const hr_gemm *g = ctx->g;
+    int64_t begin, end;
+    hr_split_range(ctx->blocks, ith, nth, &begin, &end);
+    float y[HR_GEMV_MAX_ROWS][GEMV_CHUNK], bias[GEMV_CHUNK];
+    size_t wsz = hr_dtype_size(g->b.dt);
+    for (int64_t j0 = begin * 4; j0 < end * 4 && j0 < g->n; j0 += GEMV_CHUNK) {
+        int64_t jend = j0 + GEMV_CHUNK < end * 4 ? j0 + GEMV_CHUNK : end * 4;
+        if (jend > g->n) jend = g->n;
+        for (int64_t j = j0; j < jend; j += 4) {
+            int nw = jend - j < 4 ? (int)(jend - j) : 4;
+            const char *w = g->b.base + j * g->b.cs * (int64_t)wsz;
+            ctx->fn(g->k, ctx->rows, ctx->x, w, g->b.dt, g->b.cs, nw, &y[0][j - j0], GEMV_CHUNK);
+        }
+        int64_t nc = jend - j0;
+        if (g->bias) hr_load_f32(bias, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt),
+                                 g->bias_dt, nc, g->bias_s);
+        for (int r = 0; r < ctx->rows; r++) {
+            if (g->bias)
+                for (int64_t j = 0; j < nc; j++) y[r][j] += bias[j];
+            hr_store_f32((char *)elem(&g->c, ctx->row_off_c[r], 0, j0), g->c.dt, y[r], nc, g->c.cs);
+        }
+    }
+}
+
+static hr_status gemv(const hr_gemm *g, int rows) {
+    gemv_ctx ctx = {.g = g, .rows = rows, .blocks = (g->n + 3) / 4};
+    bool bf16 = g->a.dt == HR_BF16 && g->b.dt == HR_BF16 && hr_gemm_use_avx512_bf16();
+    ctx.fn = bf16 ? hr_gemv_bf16_avx512 : hr_cpu_isa_get() >= HR_ISA_AVX2 ? hr_gemv_avx2 : hr_gemv_scalar;
+    size_t esz = bf16 ? 2 : 4;
+    char *x = malloc((size_t)rows * (size_t)g->k * esz + 64);
+    if (!x) return hr_error(HR_ERR_OOM, "gemv: out of memory for %d x %lld activations", rows, (long long)g->k);
+    for (int r = 0; r < rows; r++) {
+        int64_t oa, ob, oc;
+        batch_offsets(g, r / g->m, &oa, &ob, &oc);
+        ctx.row_off_c[r] = oc + (r % g->m) * g->c.rs;
+        const char *src = elem(&g->a, oa, r % g->m, 0);
+        char *dst = x + (size_t)r * (size_t)g->k * esz;
+        if (bf16) {
+            for (int64_t p = 0; p < g->k; p++) memcpy(dst + 2 * p, src + 2 * p * g->a.cs, 2);
+        } else {
+            hr_load_f32((float *)dst, src, g->a.dt, g->k, g->a.cs);
+        }
+    }
+    ctx.x = x;
+    int nth = hr_parallel_threads_for((int64_t)rows * g->n * g->k, 1 << 16);
+    if (nth > ctx.blocks) nth = (int)ctx.blocks;
+    hr_parallel_run(gemv_worker, &ctx, nth);
+    free(x);
+    return HR_OK;
+}
+
+hr_status hr_gemm_run(const hr_gemm *g) {
+    if (g->m <= 0 || g->n <= 0) return HR_OK;
+    int64_t rows = batch_count(g) * g->m;
+    bool shared_b = true;
+    for (int d = 0; d < g->nb; d++) shared_b &= g->bstride_b[d] == 0 || g->bshape[d] == 1;
+    if (rows <= HR_GEMV_MAX_ROWS && g->k > 0 && shared_b && (g->b.rs == 1 || g->k == 1)) return gemv(g, (int)rows);
+    return gemm_tiled(g);
+}
