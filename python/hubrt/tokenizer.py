@@ -1,0 +1,238 @@
+"""Tokenizers: hubrt's C implementation of tokenizer.json, shaped like
+transformers' AutoTokenizer (from_pretrained, __call__, encode, decode,
+batch_decode)."""
+import ctypes
+import json
+import os
+
+from ._lib import check, fn
+
+_P = ctypes.c_void_p
+_I32P = ctypes.POINTER(ctypes.c_int32)
+_SZ = ctypes.c_size_t
+
+_load = fn("hr_tokenizer_load", [ctypes.c_char_p, ctypes.POINTER(_P)])
+_load_json = fn("hr_tokenizer_load_json", [ctypes.c_char_p, _SZ, ctypes.POINTER(_P)])
+_free = fn("hr_tokenizer_free", [_P], None)
+_encode = fn("hr_tokenizer_encode", [_P, ctypes.c_char_p, _SZ, ctypes.c_bool, ctypes.POINTER(_I32P), ctypes.POINTER(_SZ)])
+_encode_batch = fn("hr_tokenizer_encode_batch",
+                   [_P, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(_SZ), _SZ, ctypes.c_bool, ctypes.c_int,
+                    ctypes.POINTER(ctypes.POINTER(_I32P)), ctypes.POINTER(ctypes.POINTER(_SZ))])
+_free_batch = fn("hr_tokenizer_free_batch", [ctypes.POINTER(_I32P), ctypes.POINTER(_SZ), _SZ], None)
+_decode = fn("hr_tokenizer_decode", [_P, _I32P, _SZ, ctypes.c_bool, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_SZ)])
+_free_array = fn("hr_tokenizer_free_array", [_P], None)
+_vocab_size = fn("hr_tokenizer_vocab_size", [_P], _SZ)
+_token_to_id = fn("hr_tokenizer_token_to_id", [_P, ctypes.c_char_p, _SZ, _I32P])
+_id_to_token = fn("hr_tokenizer_id_to_token", [_P, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_SZ)])
+_is_special = fn("hr_tokenizer_is_special", [_P, ctypes.c_int32], ctypes.c_bool)
+_special_ids = {k: fn(f"hr_tokenizer_{k}_id", [_P], ctypes.c_int32) for k in ("bos", "eos", "pad", "unk")}
+_chat_template = fn("hr_tokenizer_chat_template", [_P], ctypes.c_char_p)
+_detok_init = fn("hr_detokenizer_init", [_P, ctypes.c_bool, ctypes.POINTER(_P)])
+_detok_push = fn("hr_detokenizer_push", [_P, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_SZ)])
+_detok_flush = fn("hr_detokenizer_flush", [_P, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_SZ)])
+_detok_free = fn("hr_detokenizer_free", [_P], None)
+
+
+def clean_up_tokenization(text):
+    """transformers' clean_up_tokenization: spaces before punctuation and
+    English contractions."""
+    for a, b in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                 (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(a, b)
+    return text
+
+
+class Tokenizer:
+    """A loaded tokenizer.json. Use AutoTokenizer.from_pretrained."""
+
+    def __init__(self, handle, config=None):
+        self._h = handle
+        self._config = config or {}
+
+    @classmethod
+    def from_file(cls, path):
+        h = _P()
+        check(_load(os.fsencode(path), ctypes.byref(h)))
+        config = {}
+        cfg = os.path.join(path if os.path.isdir(path) else os.path.dirname(path), "tokenizer_config.json")
+        if os.path.exists(cfg):
+            with open(cfg, encoding="utf-8") as f:
+                config = json.load(f)
+        return cls(h, config)
+
+    @classmethod
+    def from_str(cls, text):
+        data = text.encode() if isinstance(text, str) else text
+        h = _P()
+        check(_load_json(data, len(data), ctypes.byref(h)))
+        return cls(h)
+
+    def __del__(self):
+        if getattr(self, "_h", None):
+            _free(self._h)
+            self._h = None
+
+    # ---- encoding ---------------------------------------------------------------
+    def encode(self, text, add_special_tokens=True):
+        data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+        ids, n = _I32P(), _SZ()
+        check(_encode(self._h, data, len(data), add_special_tokens, ctypes.byref(ids), ctypes.byref(n)))
+        try:
+            return ids[:n.value]
+        finally:
+            _free_array(ids)
+
+    def encode_batch(self, texts, add_special_tokens=True, num_threads=0):
+        datas = [t.encode("utf-8", "surrogatepass") for t in texts]
+        n = len(datas)
+        arr = (ctypes.c_char_p * max(n, 1))(*datas)
+        lens = (_SZ * max(n, 1))(*[len(d) for d in datas])
+        ids, counts = ctypes.POINTER(_I32P)(), ctypes.POINTER(_SZ)()
+        check(_encode_batch(self._h, arr, lens, n, add_special_tokens, num_threads, ctypes.byref(ids), ctypes.byref(counts)))
+        try:
+            return [ids[i][:counts[i]] for i in range(n)]
+        finally:
+            _free_batch(ids, counts, n)
+
+    # ---- decoding -------------------------------------------------------------------
+    def decode(self, ids, skip_special_tokens=False):
+        ids = [int(i) for i in ids]
+        arr = (ctypes.c_int32 * max(len(ids), 1))(*ids)
+        out, n = ctypes.c_void_p(), _SZ()
+        check(_decode(self._h, arr, len(ids), skip_special_tokens, ctypes.byref(out), ctypes.byref(n)))
+        try:
+            return ctypes.string_at(out, n.value).decode("utf-8")
+        finally:
+            _free_array(out)
+
+    def stream(self, skip_special_tokens=False):
+        """An incremental detokenizer: feed(id) -> new text, never half a character."""
+        return Detokenizer(self, skip_special_tokens)
+
+    # ---- vocabulary -------------------------------------------------------------------
+    @property
+    def vocab_size(self):
+        return _vocab_size(self._h)
+
+    def token_to_id(self, token):
+        data = token.encode()
+        v = ctypes.c_int32()
+        return v.value if _token_to_id(self._h, data, len(data), ctypes.byref(v)) == 0 else None
+
+    def id_to_token(self, i):
+        p, n = ctypes.c_void_p(), _SZ()
+        if _id_to_token(self._h, int(i), ctypes.byref(p), ctypes.byref(n)) != 0:
+            return None
+        return ctypes.string_at(p, n.value).decode("utf-8", "replace")
+
+    def is_special(self, i):
+        return bool(_is_special(self._h, int(i)))
+
+    def special_id(self, kind):
+        v = _special_ids[kind](self._h)
+        return None if v < 0 else v
+
+    @property
+    def chat_template(self):
+        t = _chat_template(self._h)
+        return t.decode() if t is not None else None
+
+
+class Detokenizer:
+    def __init__(self, tok, skip_special_tokens=False):
+        self._tok = tok
+        self._h = _P()
+        check(_detok_init(tok._h, skip_special_tokens, ctypes.byref(self._h)))
+
+    def feed(self, token_id):
+        p, n = ctypes.c_void_p(), _SZ()
+        check(_detok_push(self._h, int(token_id), ctypes.byref(p), ctypes.byref(n)))
+        return ctypes.string_at(p, n.value).decode("utf-8") if n.value else ""
+
+    def flush(self):
+        p, n = ctypes.c_void_p(), _SZ()
+        check(_detok_flush(self._h, ctypes.byref(p), ctypes.byref(n)))
+        return ctypes.string_at(p, n.value).decode("utf-8") if n.value else ""
+
+    def __del__(self):
+        if getattr(self, "_h", None):
+            _detok_free(self._h)
+            self._h = None
+
+
+class PreTrainedTokenizer:
+    """The transformers-shaped face of a Tokenizer."""
+
+    def __init__(self, tok):
+        self._tok = tok
+        self.clean_up_tokenization_spaces = bool(tok._config.get("clean_up_tokenization_spaces", False))
+
+    @property
+    def backend(self):
+        return self._tok
+
+    def __call__(self, text, add_special_tokens=True, return_tensors=None, padding=False):
+        single = isinstance(text, str)
+        seqs = [self.encode(text, add_special_tokens)] if single else self._tok.encode_batch(text, add_special_tokens)
+        if padding and not single:
+            width = max((len(s) for s in seqs), default=0)
+            pad = self.pad_token_id if self.pad_token_id is not None else 0
+            masks = [[1] * len(s) + [0] * (width - len(s)) for s in seqs]
+            seqs = [s + [pad] * (width - len(s)) for s in seqs]
+        else:
+            masks = [[1] * len(s) for s in seqs]
+        out = {"input_ids": seqs[0] if single else seqs, "attention_mask": masks[0] if single else masks}
+        if return_tensors == "np":
+            import numpy as np
+            out = {k: np.array([v] if single else v, dtype=np.int64) for k, v in out.items()}
+        elif return_tensors == "pt":
+            import torch
+            out = {k: torch.tensor([v] if single else v, dtype=torch.long) for k, v in out.items()}
+        return out
+
+    def encode(self, text, add_special_tokens=True):
+        return self._tok.encode(text, add_special_tokens)
+
+    def decode(self, ids, skip_special_tokens=False, clean_up_tokenization_spaces=None):
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        if isinstance(ids, int):
+            ids = [ids]
+        text = self._tok.decode(ids, skip_special_tokens)
+        clean = self.clean_up_tokenization_spaces if clean_up_tokenization_spaces is None else clean_up_tokenization_spaces
+        return clean_up_tokenization(text) if clean else text
+
+    def batch_decode(self, sequences, skip_special_tokens=False, clean_up_tokenization_spaces=None):
+        if hasattr(sequences, "tolist"):
+            sequences = sequences.tolist()
+        return [self.decode(s, skip_special_tokens, clean_up_tokenization_spaces) for s in sequences]
+
+    def convert_tokens_to_ids(self, tokens):
+        if isinstance(tokens, str):
+            return self._tok.token_to_id(tokens)
+        return [self._tok.token_to_id(t) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids):
+        if isinstance(ids, int):
+            return self._tok.id_to_token(ids)
+        return [self._tok.id_to_token(i) for i in ids]
+
+    def __len__(self):
+        return self._tok.vocab_size
+
+    @property
+    def vocab_size(self):
+        return self._tok.vocab_size
+
+    bos_token_id = property(lambda self: self._tok.special_id("bos"))
+    eos_token_id = property(lambda self: self._tok.special_id("eos"))
+    pad_token_id = property(lambda self: self._tok.special_id("pad"))
+    unk_token_id = property(lambda self: self._tok.special_id("unk"))
+    chat_template = property(lambda self: self._tok.chat_template)
+
+
+class AutoTokenizer:
+    @staticmethod
+    def from_pretrained(path, **kwargs):
+        """Loads tokenizer.json (+ tokenizer_config.json) from a local model folder or file."""
+        return PreTrainedTokenizer(Tokenizer.from_file(os.fspath(path)))

@@ -1,0 +1,253 @@
+/* Added tokens: matched leftmost-longest in the raw text (normalized=false)
+ * or in the normalized pieces (normalized=true), with lstrip, rstrip and
+ * single_word, as tokenizers' AddedVocabulary does. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tk_internal.h"
+
+typedef struct {
+    char *content;
+    size_t len;
+    int32_t id;
+    bool special, lstrip, rstrip, single_word, normalized;
+} added_token;
+
+/* A byte trie over token strings; node 0 is the root. */
+typedef struct {
+    tk_u64map next;   /* (node << 8 | byte) -> child */
+    int32_t *tok;     /* (n) index of the token ending at each node, or -1 */
+    size_t n, cap;
+    bool first_byte[256];
+} trie;
+
+struct tk_added {
+    added_token *v; /* (n) */
+    size_t n;
+    tk_strmap by_content;
+    int32_t max_id;
+    int32_t *by_id; /* (max_id + 1) index into v, or -1 */
+    trie raw, norm;
+    tk_buf norm_text; /* normalized contents, keys of `norm` */
+};
+
+static hr_status trie_init(trie *t) {
+    t->cap = 64;
+    t->tok = malloc(t->cap * sizeof *t->tok);
+    if (!t->tok) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    t->tok[0] = -1;
+    t->n = 1;
+    return tk_u64map_init(&t->next, 256);
+}
+
+static void trie_free(trie *t) {
+    tk_u64map_free(&t->next);
+    free(t->tok);
+}
+
+static hr_status trie_add(trie *t, const char *s, size_t n, int32_t tok) {
+    if (!n) return HR_OK;
+    uint64_t node = 0;
+    t->first_byte[(unsigned char)s[0]] = true;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t key = node << 8 | (unsigned char)s[i], child;
+        if (!tk_u64map_get(&t->next, key, &child)) {
+            if (t->n == t->cap) {
+                int32_t *p = realloc(t->tok, t->cap * 2 * sizeof *p);
+                if (!p) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+                t->tok = p;
+                t->cap *= 2;
+            }
+            child = t->n++;
+            t->tok[child] = -1;
+            HR_TRY(tk_u64map_put(&t->next, key, child));
+        }
+        node = child;
+    }
+    /* The first token with a given content wins, as a map insert would not. */
+    if (t->tok[node] < 0) t->tok[node] = tok;
+    return HR_OK;
+}
+
+/* Longest token starting at s[0]: its index, and its length in *len. */
+static int32_t trie_longest(const trie *t, const char *s, size_t n, size_t *len) {
+    if (!t->first_byte[(unsigned char)s[0]]) return -1;
+    uint64_t node = 0;
+    int32_t best = -1;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t child;
+        if (!tk_u64map_get(&t->next, node << 8 | (unsigned char)s[i], &child)) break;
+        node = child;
+        if (t->tok[node] >= 0) {
+            best = t->tok[node];
+            *len = i + 1;
+        }
+    }
+    return best;
+}
+
+void tk_added_free(tk_added *a) {
+    if (!a) return;
+    for (size_t i = 0; i < a->n; i++) free(a->v[i].content);
+    free(a->v);
+    free(a->by_id);
+    tk_strmap_free(&a->by_content);
+    trie_free(&a->raw);
+    trie_free(&a->norm);
+    tk_buf_free(&a->norm_text);
+    free(a);
+}
+
+static hr_status parse_token(const cJSON *it, size_t i, added_token *t) {
+    const cJSON *id = tk_json_get(it, "id"), *content = tk_json_get(it, "content");
+    if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > INT32_MAX - 1 || !cJSON_IsString(content))
+        return hr_error(HR_ERR_FORMAT, "added_tokens[%zu]: needs an integer 'id' >= 0 and a string 'content'", i);
+    t->len = strlen(content->valuestring);
+    t->content = malloc(t->len + 1);
+    if (!t->content) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    memcpy(t->content, content->valuestring, t->len + 1);
+    t->id = (int32_t)id->valuedouble;
+    t->special = tk_json_bool(it, "special", false);
+    t->lstrip = tk_json_bool(it, "lstrip", false);
+    t->rstrip = tk_json_bool(it, "rstrip", false);
+    t->single_word = tk_json_bool(it, "single_word", false);
+    t->normalized = tk_json_bool(it, "normalized", !t->special);
+    return HR_OK;
+}
+
+static hr_status build(tk_added *a, const tk_normalizer *nz) {
+    HR_TRY(tk_strmap_init(&a->by_content, a->n));
+    HR_TRY(trie_init(&a->raw));
+    HR_TRY(trie_init(&a->norm));
+    a->by_id = malloc(((size_t)a->max_id + 2) * sizeof *a->by_id);
+    if (!a->by_id) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    for (int32_t i = 0; i <= a->max_id; i++) a->by_id[i] = -1;
+    tk_ws ws = {0};
+    tk_buf tmp = {0};
+    hr_status st = HR_OK;
+    /* Normalized contents first: their offsets must be final before use. */
+    size_t *norm_off = calloc(a->n + 1, sizeof *norm_off), *norm_len = calloc(a->n + 1, sizeof *norm_len);
+    if (!norm_off || !norm_len) st = hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    for (size_t i = 0; st == HR_OK && i < a->n; i++) {
+        added_token *t = &a->v[i];
+        if (!t->normalized) continue;
+        if (nz) st = tk_normalize(nz, t->content, t->len, &tmp, &ws);
+        else {
+            tmp.n = 0;
+            st = tk_buf_append(&tmp, t->content, t->len);
+        }
+        norm_off[i] = a->norm_text.n;
+        norm_len[i] = tmp.n;
+        if (st == HR_OK) st = tk_buf_append(&a->norm_text, tmp.p, tmp.n);
+    }
+    for (size_t i = 0; st == HR_OK && i < a->n; i++) {
+        added_token *t = &a->v[i];
+        if (tk_strmap_get(&a->by_content, t->content, t->len) < 0)
+            st = tk_strmap_put(&a->by_content, t->content, t->len, (int32_t)i);
+        if (st == HR_OK && a->by_id[t->id] < 0) a->by_id[t->id] = (int32_t)i;
+        if (st == HR_OK)
+            st = t->normalized ? trie_add(&a->norm, a->norm_text.p + norm_off[i], norm_len[i], (int32_t)i)
+                               : trie_add(&a->raw, t->content, t->len, (int32_t)i);
+    }
+    free(norm_off);
+    free(norm_len);
+    tk_buf_free(&tmp);
+    tk_ws_clear(&ws);
+    return st;
+}
+
+hr_status tk_added_parse(const cJSON *j, const tk_normalizer *nz, tk_added **out) {
+    *out = NULL;
+    tk_added *a = calloc(1, sizeof *a);
+    if (!a) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    a->max_id = -1;
+    hr_status st = HR_OK;
+    if (j && !cJSON_IsNull(j) && !cJSON_IsArray(j)) st = hr_error(HR_ERR_FORMAT, "field 'added_tokens' must be an array");
+    int cnt = cJSON_IsArray(j) ? cJSON_GetArraySize(j) : 0;
+    if (st == HR_OK) {
+        a->v = calloc((size_t)cnt + 1, sizeof *a->v);
+        if (!a->v) st = hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    }
+    const cJSON *it;
+    if (st == HR_OK && cnt) cJSON_ArrayForEach(it, j) {
+        if ((st = parse_token(it, a->n, &a->v[a->n])) != HR_OK) break;
+        if (a->v[a->n].id > a->max_id) a->max_id = a->v[a->n].id;
+        a->n++;
+    }
+    if (st == HR_OK) st = build(a, nz);
+    if (st != HR_OK) {
+        tk_added_free(a);
+        return st;
+    }
+    *out = a;
+    return HR_OK;
+}
+
+/* ---- matching ------------------------------------------------------------------- */
+
+static int32_t last_cp(const char *s, size_t n) {
+    if (!n) return -1;
+    size_t k = 1;
+    while (k < n && ((unsigned char)s[n - k] & 0xC0) == 0x80) k++;
+    int32_t cp;
+    tk_utf8_decode(s + n - k, k, &cp);
+    return cp;
+}
+
+static bool is_word_cp(int32_t cp) { return cp == '_' || tk_cp_is_alphanumeric(cp); }
+
+hr_status tk_added_split(const tk_added *a, bool normalized, const char *s, size_t n, bool first, tk_pieces *out) {
+    const trie *t = normalized ? &a->norm : &a->raw;
+    size_t done = 0; /* end of the last emitted piece */
+    for (size_t i = 0; i < n && t->n > 1;) {
+        size_t len = 0;
+        int32_t k = trie_longest(t, s + i, n - i, &len);
+        if (k < 0) {
+            i++;
+            continue;
+        }
+        const added_token *tok = &a->v[k];
+        size_t start = i, stop = i + len;
+        i = stop;
+        if (tok->single_word) {
+            int32_t before = last_cp(s, start), after = -1;
+            if (stop < n) tk_utf8_decode(s + stop, n - stop, &after);
+            if ((before >= 0 && is_word_cp(before)) || (after >= 0 && is_word_cp(after))) continue;
+        }
+        if (tok->lstrip) {
+            size_t ns = start;
+            for (int32_t cp; ns > 0 && tk_cp_is_whitespace(cp = last_cp(s, ns));) {
+                char u[4];
+                ns -= tk_utf8_encode(cp, u);
+            }
+            start = ns > done ? ns : done;
+        }
+        if (tok->rstrip)
+            for (int32_t cp; stop < n;) {
+                size_t kk = tk_utf8_decode(s + stop, n - stop, &cp);
+                if (!tk_cp_is_whitespace(cp)) break;
+                stop += kk;
+            }
+        if (start > done) HR_TRY(tk_pieces_add(out, s + done, start - done, -1, first && done == 0));
+        HR_TRY(tk_pieces_add(out, s + start, stop - start, tok->id, first && start == 0));
+        done = stop;
+    }
+    if (done < n) HR_TRY(tk_pieces_add(out, s + done, n - done, -1, first && done == 0));
+    return HR_OK;
+}
+
+int32_t tk_added_token_to_id(const tk_added *a, const char *s, size_t n) {
+    int32_t k = tk_strmap_get(&a->by_content, s, n);
+    return k < 0 ? -1 : a->v[k].id;
+}
+
+const char *tk_added_id_to_token(const tk_added *a, int32_t id, size_t *len, bool *special) {
+    if (id < 0 || id > a->max_id || a->by_id[id] < 0) return NULL;
+    const added_token *t = &a->v[a->by_id[id]];
+    *len = t->len;
+    if (special) *special = t->special;
+    return t->content;
+}
+
+size_t tk_added_count(const tk_added *a) { return a->n; }
+int32_t tk_added_max_id(const tk_added *a) { return a->max_id; }

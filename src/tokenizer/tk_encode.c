@@ -1,0 +1,196 @@
+/* Encoding and decoding through the pipeline, the workspace pool, batch
+ * encoding on threads, and the vocabulary accessors. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tokenizer/tk_internal.h"
+
+/* ---- workspaces ---------------------------------------------------------------- */
+
+void tk_ws_clear(tk_ws *ws) {
+    tk_pieces_free(&ws->pa);
+    tk_pieces_free(&ws->pb);
+    tk_buf_free(&ws->t1);
+    tk_buf_free(&ws->t2);
+    tk_buf_free(&ws->t3);
+    free(ws->spans.v);
+    memset(&ws->spans, 0, sizeof ws->spans);
+    tk_ids_free(&ws->ids);
+}
+
+hr_status tk_ws_acquire(hr_tokenizer *tok, tk_ws **out) {
+    pthread_mutex_lock(tok->pool_lock);
+    tk_ws *ws = tok->pool;
+    if (ws) tok->pool = ws->next;
+    pthread_mutex_unlock(tok->pool_lock);
+    if (!ws && !(ws = calloc(1, sizeof *ws))) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    *out = ws;
+    return HR_OK;
+}
+
+void tk_ws_release(hr_tokenizer *tok, tk_ws *ws) {
+    pthread_mutex_lock(tok->pool_lock);
+    ws->next = tok->pool;
+    tok->pool = ws;
+    pthread_mutex_unlock(tok->pool_lock);
+}
+
+void tk_ws_pool_free(hr_tokenizer *tok) {
+    while (tok->pool) {
+        tk_ws *ws = tok->pool;
+        tok->pool = ws->next;
+        tk_model_scratch_free(tok->model, ws->model_scratch);
+        tk_ws_clear(ws);
+        free(ws);
+    }
+}
+
+/* ---- encode ---------------------------------------------------------------------- */
+
+static hr_status encode_pieces(const hr_tokenizer *tok, const char *text, size_t len, tk_ws *ws) {
+    tk_pieces *raw = &ws->pa, *norm = &ws->pb;
+    tk_pieces_reset(raw);
+    tk_pieces_reset(norm);
+    HR_TRY(tk_added_split(tok->added, false, text, len, true, raw));
+    for (size_t i = 0; i < raw->n; i++) {
+        const tk_piece *pc = &raw->v[i];
+        const char *s = raw->text.p + pc->off;
+        if (pc->id >= 0) {
+            HR_TRY(tk_pieces_add(norm, s, pc->len, pc->id, pc->first));
+            continue;
+        }
+        size_t n = pc->len;
+        if (tok->normalizer) {
+            HR_TRY(tk_normalize(tok->normalizer, s, n, &ws->t3, ws));
+            s = ws->t3.p;
+            n = ws->t3.n;
+        }
+        HR_TRY(tk_added_split(tok->added, true, s, n, pc->first, norm));
+    }
+    if (!tok->pretok) {
+        tk_pieces t = ws->pa;
+        ws->pa = ws->pb;
+        ws->pb = t;
+        return HR_OK;
+    }
+    return tk_pretokenize(tok->pretok, norm, raw, ws);
+}
+
+static hr_status encode_ws(const hr_tokenizer *tok, const char *text, size_t len, bool add_special, tk_ws *ws,
+                           int32_t **ids, size_t *n_ids) {
+    size_t valid = tk_utf8_valid_prefix(text, len);
+    if (valid != len) return hr_error(HR_ERR_INVALID_ARG, "tokenizer: text is not valid UTF-8 at byte %zu", valid);
+    HR_TRY(encode_pieces(tok, text, len, ws));
+    const tk_pieces *ps = &ws->pa;
+    tk_ids *out = &ws->ids;
+    out->n = 0;
+    for (size_t i = 0; i < ps->n; i++) {
+        const tk_piece *pc = &ps->v[i];
+        if (pc->id >= 0) HR_TRY(tk_ids_push(out, pc->id));
+        else HR_TRY(tk_model_tokenize(tok->model, ps->text.p + pc->off, pc->len, out, ws));
+    }
+    tk_ids fin = {0};
+    if (add_special && tok->post) {
+        hr_status st = tk_post_process(tok->post, out, &fin);
+        if (st != HR_OK) {
+            tk_ids_free(&fin);
+            return st;
+        }
+    } else {
+        HR_TRY(tk_ids_append(&fin, out->p, out->n));
+    }
+    if (!fin.p && !(fin.p = malloc(sizeof *fin.p))) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    *ids = fin.p;
+    *n_ids = fin.n;
+    return HR_OK;
+}
+
+hr_status hr_tokenizer_encode(const hr_tokenizer *tok, const char *text, size_t len, bool add_special, int32_t **ids,
+                              size_t *n_ids) {
+    if (!tok || (!text && len) || !ids || !n_ids) return hr_error(HR_ERR_INVALID_ARG, "hr_tokenizer_encode: NULL argument");
+    *ids = NULL;
+    *n_ids = 0;
+    if (!text) text = "";
+    hr_tokenizer *t = (hr_tokenizer *)tok; /* only the workspace pool changes */
+    tk_ws *ws;
+    HR_TRY(tk_ws_acquire(t, &ws));
+    hr_status st = encode_ws(tok, text, len, add_special, ws, ids, n_ids);
+    tk_ws_release(t, ws);
+    return st;
+}
+
+void hr_tokenizer_free_array(void *p) { free(p); }
+
+/* ---- batch ------------------------------------------------------------------------- */
+
+typedef struct {
+    const hr_tokenizer *tok;
+    const char *const *texts;
+    const size_t *lens;
+    size_t n, stride, first;
+    bool add_special;
+    int32_t **ids;
+    size_t *n_ids;
+    hr_status st;
+    size_t failed;
+    char msg[512];
+} batch_job;
+
+static void *batch_worker(void *arg) {
+    batch_job *job = arg;
+    for (size_t i = job->first; i < job->n; i += job->stride) {
+        hr_status st = hr_tokenizer_encode(job->tok, job->texts[i], job->lens ? job->lens[i] : strlen(job->texts[i]),
+                                           job->add_special, &job->ids[i], &job->n_ids[i]);
+        if (st != HR_OK) {
+            job->st = st;
+            job->failed = i;
+            snprintf(job->msg, sizeof job->msg, "%s", hr_last_error());
+            break;
+        }
+    }
+    return NULL;
+}
+
+void hr_tokenizer_free_batch(int32_t **ids, size_t *n_ids, size_t n) {
+    if (ids)
+        for (size_t i = 0; i < n; i++) free(ids[i]);
+    free(ids);
+    free(n_ids);
+}
+
+hr_status hr_tokenizer_encode_batch(const hr_tokenizer *tok, const char *const *texts, const size_t *lens, size_t n,
+                                    bool add_special, int n_threads, int32_t ***ids, size_t **n_ids) {
+    if (!tok || (!texts && n) || !ids || !n_ids) return hr_error(HR_ERR_INVALID_ARG, "hr_tokenizer_encode_batch: NULL argument");
+    if (n_threads <= 0) n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n_threads < 1) n_threads = 1;
+    if ((size_t)n_threads > n) n_threads = n ? (int)n : 1;
+    *ids = calloc(n + 1, sizeof **ids);
+    *n_ids = calloc(n + 1, sizeof **n_ids);
+    batch_job *jobs = calloc((size_t)n_threads, sizeof *jobs);
+    pthread_t *th = calloc((size_t)n_threads, sizeof *th);
+    bool *running = calloc((size_t)n_threads, sizeof *running);
+    hr_status st = HR_OK;
+    if (!*ids || !*n_ids || !jobs || !th || !running) st = hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    for (int k = 0; st == HR_OK && k < n_threads; k++) {
+        jobs[k] = (batch_job){tok, texts, lens, n, (size_t)n_threads, (size_t)k, add_special, *ids, *n_ids, HR_OK, 0, ""};
+        /* The last slice, or one that gets no thread, runs on this thread. */
+        running[k] = k < n_threads - 1 && pthread_create(&th[k], NULL, batch_worker, &jobs[k]) == 0;
+        if (!running[k]) batch_worker(&jobs[k]);
+    }
+    for (int k = 0; st == HR_OK && k < n_threads; k++)
+        if (running[k]) pthread_join(th[k], NULL);
+    for (int k = 0; st == HR_OK && k < n_threads; k++)
+        if (jobs[k].st != HR_OK) st = hr_error(jobs[k].st, "text %zu: %s", jobs[k].failed, jobs[k].msg);
+    free(jobs);
+    free(th);
+    free(running);
+    if (st != HR_OK) {
+        hr_tokenizer_free_batch(*ids, *n_ids, n);
+        *ids = NULL;
+        *n_ids = NULL;
+    }
+    return st;
+}

@@ -1,0 +1,214 @@
+/* Loading: tokenizer.json into the pipeline, and the special tokens, flags
+ * and chat template of tokenizer_config.json / special_tokens_map.json. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tokenizer/tk_internal.h"
+
+static hr_status read_file(const char *path, char **out, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return hr_error(errno == ENOENT ? HR_ERR_NOT_FOUND : HR_ERR_IO, "%s: %s", path, strerror(errno));
+    hr_status st = HR_OK;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) st = hr_error(HR_ERR_IO, "%s: cannot seek", path);
+    else if (!(buf = malloc((size_t)n + 1))) st = hr_error(HR_ERR_OOM, "%s: out of memory for %ld bytes", path, n);
+    else if (fread(buf, 1, (size_t)n, f) != (size_t)n) st = hr_error(HR_ERR_IO, "%s: short read", path);
+    fclose(f);
+    if (st != HR_OK) {
+        free(buf);
+        return st;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = (size_t)n;
+    return HR_OK;
+}
+
+static hr_status parse_json(const char *text, size_t len, const char *name, cJSON **out) {
+    *out = cJSON_ParseWithLength(text, len);
+    if (*out) return HR_OK;
+    const char *at = cJSON_GetErrorPtr();
+    size_t off = at && at >= text && at <= text + len ? (size_t)(at - text) : 0;
+    size_t line = 1;
+    for (size_t i = 0; i < off; i++) line += text[i] == '\n';
+    return hr_error(HR_ERR_FORMAT, "%s: malformed JSON near byte %zu (line %zu)", name, off, line);
+}
+
+static void tokenizer_init_fields(hr_tokenizer *t) {
+    t->bos_id = t->eos_id = t->pad_id = t->unk_id = -1;
+}
+
+static hr_status build_pipeline(hr_tokenizer *t, const cJSON *j) {
+    if (!cJSON_IsObject(j)) return hr_error(HR_ERR_FORMAT, "tokenizer.json: top level must be an object");
+    HR_TRY(tk_normalizer_parse(tk_json_get(j, "normalizer"), &t->normalizer));
+    HR_TRY(tk_pretok_parse(tk_json_get(j, "pre_tokenizer"), &t->pretok));
+    const cJSON *model = tk_json_get(j, "model");
+    if (!model) return hr_error(HR_ERR_FORMAT, "tokenizer.json: missing field 'model'");
+    HR_TRY(tk_model_parse(model, &t->model));
+    HR_TRY(tk_added_parse(tk_json_get(j, "added_tokens"), t->normalizer, &t->added));
+    HR_TRY(tk_post_parse(tk_json_get(j, "post_processor"), &t->post));
+    HR_TRY(tk_decoder_parse(tk_json_get(j, "decoder"), &t->decoder));
+    const cJSON *trunc = tk_json_get(j, "truncation"), *pad = tk_json_get(j, "padding");
+    if ((trunc && !cJSON_IsNull(trunc)) || (pad && !cJSON_IsNull(pad)))
+        hr_log(HR_LOG_INFO, "tokenizer.json: truncation and padding settings are ignored");
+    return HR_OK;
+}
+
+static hr_status tokenizer_alloc(hr_tokenizer **out) {
+    hr_tokenizer *t = calloc(1, sizeof *t);
+    pthread_mutex_t *mu = malloc(sizeof *mu);
+    if (!t || !mu) {
+        free(t);
+        free(mu);
+        return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    }
+    pthread_mutex_init(mu, NULL);
+    t->pool_lock = mu;
+    tokenizer_init_fields(t);
+    *out = t;
+    return HR_OK;
+}
+
+void hr_tokenizer_free(hr_tokenizer *t) {
+    if (!t) return;
+    tk_ws_pool_free(t);
+    if (t->pool_lock) {
+        pthread_mutex_destroy(t->pool_lock);
+        free(t->pool_lock);
+    }
+    tk_normalizer_free(t->normalizer);
+    tk_pretok_free(t->pretok);
+    tk_model_free(t->model);
+    tk_added_free(t->added);
+    tk_post_free(t->post);
+    tk_decoder_free(t->decoder);
+    free(t->chat_template);
+    free(t);
+}
+
+static hr_status load_json_text(const char *text, size_t len, const char *name, hr_tokenizer **out) {
+    cJSON *j;
+    HR_TRY(parse_json(text, len, name, &j));
+    hr_tokenizer *t = NULL;
+    hr_status st = tokenizer_alloc(&t);
+    if (st == HR_OK) st = build_pipeline(t, j);
+    cJSON_Delete(j);
+    if (st != HR_OK) {
+        hr_error_context(st, "%s", name);
+        hr_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return HR_OK;
+}
+
+hr_status hr_tokenizer_load_json(const char *json, size_t len, hr_tokenizer **out) {
+    if (!json || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_tokenizer_load_json: NULL argument");
+    *out = NULL;
+    return load_json_text(json, len, "tokenizer.json", out);
+}
+
+/* ---- tokenizer_config.json ----------------------------------------------------- */
+
+/* A special token is a string or {"content": string, ...}. */
+static const char *token_content(const cJSON *v) {
+    if (cJSON_IsString(v)) return v->valuestring;
+    const cJSON *c = tk_json_get(v, "content");
+    return cJSON_IsString(c) ? c->valuestring : NULL;
+}
+
+static void set_special(hr_tokenizer *t, const cJSON *cfg, const char *key, int32_t *id) {
+    const char *s = token_content(tk_json_get(cfg, key));
+    if (!s || *id >= 0) return;
+    int32_t v;
+    if (hr_tokenizer_token_to_id(t, s, strlen(s), &v) == HR_OK) *id = v;
+    else hr_log(HR_LOG_WARN, "tokenizer config: %s '%s' is not in the vocabulary", key, s);
+}
+
+static hr_status apply_config(hr_tokenizer *t, const cJSON *cfg) {
+    set_special(t, cfg, "bos_token", &t->bos_id);
+    set_special(t, cfg, "eos_token", &t->eos_id);
+    set_special(t, cfg, "pad_token", &t->pad_id);
+    set_special(t, cfg, "unk_token", &t->unk_id);
+    const cJSON *ab = tk_json_get(cfg, "add_bos_token"), *ae = tk_json_get(cfg, "add_eos_token");
+    if (cJSON_IsBool(ab)) t->has_add_bos = true, t->add_bos = cJSON_IsTrue(ab);
+    if (cJSON_IsBool(ae)) t->has_add_eos = true, t->add_eos = cJSON_IsTrue(ae);
+    const cJSON *ct = tk_json_get(cfg, "chat_template");
+    const char *tmpl = cJSON_IsString(ct) ? ct->valuestring : NULL;
+    if (cJSON_IsArray(ct)) {
+        /* A list of named templates: the one named "default", else the first. */
+        const cJSON *it;
+        cJSON_ArrayForEach(it, ct) {
+            const cJSON *name = tk_json_get(it, "name"), *tx = tk_json_get(it, "template");
+            if (!cJSON_IsString(tx)) continue;
+            if (!tmpl || (cJSON_IsString(name) && !strcmp(name->valuestring, "default"))) tmpl = tx->valuestring;
+        }
+    }
+    if (tmpl && !t->chat_template) {
+        t->chat_template = strdup(tmpl);
+        if (!t->chat_template) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    }
+    return HR_OK;
+}
+
+static hr_status load_side_file(hr_tokenizer *t, const char *dir, const char *name) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return hr_error(HR_ERR_INVALID_ARG, "tokenizer: path too long");
+    char *text;
+    size_t len;
+    hr_status st = read_file(path, &text, &len);
+    if (st == HR_ERR_NOT_FOUND) {
+        hr_clear_error();
+        return HR_OK;
+    }
+    HR_TRY(st);
+    cJSON *j;
+    st = parse_json(text, len, path, &j);
+    free(text);
+    HR_TRY(st);
+    st = apply_config(t, j);
+    cJSON_Delete(j);
+    return st;
+}
+
+hr_status hr_tokenizer_load(const char *path, hr_tokenizer **out) {
+    if (!path || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_tokenizer_load: NULL argument");
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0) return hr_error(errno == ENOENT ? HR_ERR_NOT_FOUND : HR_ERR_IO, "%s: %s", path, strerror(errno));
+    char dir[4096], file[4096];
+    if (S_ISDIR(sb.st_mode)) {
+        snprintf(dir, sizeof dir, "%s", path);
+        if (snprintf(file, sizeof file, "%s/tokenizer.json", path) >= (int)sizeof file)
+            return hr_error(HR_ERR_INVALID_ARG, "tokenizer: path too long");
+    } else {
+        snprintf(file, sizeof file, "%s", path);
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        else snprintf(dir, sizeof dir, ".");
+    }
+    char *text;
+    size_t len;
+    HR_TRY(read_file(file, &text, &len));
+    hr_tokenizer *t;
+    hr_status st = load_json_text(text, len, file, &t);
+    free(text);
+    HR_TRY(st);
+    /* tokenizer_config.json wins over special_tokens_map.json. */
+    st = load_side_file(t, dir, "tokenizer_config.json");
+    if (st == HR_OK) st = load_side_file(t, dir, "special_tokens_map.json");
+    if (st != HR_OK) {
+        hr_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return HR_OK;
+}

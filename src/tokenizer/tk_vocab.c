@@ -1,0 +1,146 @@
+/* Vocabulary tables and the model dispatch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tk_model.h"
+
+void tk_vocab_free(tk_vocab *v) {
+    free(v->arena);
+    free(v->off);
+    free(v->len);
+    tk_strmap_free(&v->map);
+    memset(v, 0, sizeof *v);
+}
+
+static hr_status vocab_alloc(tk_vocab *v, size_t n, size_t bytes) {
+    v->arena = malloc(bytes + 1);
+    v->off = malloc((n + 1) * sizeof *v->off);
+    v->len = malloc((n + 1) * sizeof *v->len);
+    if (!v->arena || !v->off || !v->len) return hr_error(HR_ERR_OOM, "tokenizer: out of memory for a vocabulary of %zu", n);
+    v->n = n;
+    /* Unset ids read as empty strings that the map never returns. */
+    for (size_t i = 0; i < n; i++) v->len[i] = UINT32_MAX;
+    return tk_strmap_init(&v->map, n);
+}
+
+static hr_status vocab_set(tk_vocab *v, size_t id, const char *s, size_t *pos) {
+    size_t len = strlen(s);
+    memcpy(v->arena + *pos, s, len);
+    v->off[id] = (uint32_t)*pos;
+    v->len[id] = (uint32_t)len;
+    *pos += len;
+    return tk_strmap_put(&v->map, v->arena + v->off[id], len, (int32_t)id);
+}
+
+hr_status tk_vocab_from_object(const cJSON *obj, const char *what, tk_vocab *v) {
+    if (!cJSON_IsObject(obj)) return hr_error(HR_ERR_FORMAT, "%s: field 'vocab' must be an object", what);
+    size_t n = 0, bytes = 0;
+    int64_t max_id = -1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, obj) {
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > INT32_MAX - 1 ||
+            it->valuedouble != (double)(int64_t)it->valuedouble)
+            return hr_error(HR_ERR_FORMAT, "%s: vocab entry '%.80s' must have a non-negative integer id", what, it->string);
+        if ((int64_t)it->valuedouble > max_id) max_id = (int64_t)it->valuedouble;
+        bytes += strlen(it->string);
+        n++;
+    }
+    if (max_id >= (int64_t)n * 4 + 1024)
+        return hr_error(HR_ERR_FORMAT, "%s: vocab id %lld is far beyond the %zu entries", what, (long long)max_id, n);
+    HR_TRY(vocab_alloc(v, (size_t)(max_id + 1), bytes));
+    size_t pos = 0;
+    cJSON_ArrayForEach(it, obj) HR_TRY(vocab_set(v, (size_t)it->valuedouble, it->string, &pos));
+    return HR_OK;
+}
+
+hr_status tk_vocab_from_pairs(const cJSON *arr, const char *what, tk_vocab *v, double **scores) {
+    if (!cJSON_IsArray(arr)) return hr_error(HR_ERR_FORMAT, "%s: field 'vocab' must be an array", what);
+    size_t n = 0, bytes = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        const cJSON *tok = cJSON_GetArrayItem(it, 0), *sc = cJSON_GetArrayItem(it, 1);
+        if (!cJSON_IsArray(it) || !cJSON_IsString(tok) || !cJSON_IsNumber(sc))
+            return hr_error(HR_ERR_FORMAT, "%s: vocab entry %zu must be [string, number]", what, n);
+        bytes += strlen(tok->valuestring);
+        n++;
+    }
+    HR_TRY(vocab_alloc(v, n, bytes));
+    *scores = malloc((n + 1) * sizeof **scores);
+    if (!*scores) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    size_t pos = 0, id = 0;
+    cJSON_ArrayForEach(it, arr) {
+        HR_TRY(vocab_set(v, id, cJSON_GetArrayItem(it, 0)->valuestring, &pos));
+        (*scores)[id++] = cJSON_GetArrayItem(it, 1)->valuedouble;
+    }
+    return HR_OK;
+}
+
+/* ---- model dispatch ------------------------------------------------------------ */
+
+hr_status tk_model_parse(const cJSON *j, tk_model **out) {
+    *out = NULL;
+    const char *type = tk_json_type(j);
+    /* Old files leave "type" out of BPE models. */
+    if (!type && cJSON_IsObject(j) && tk_json_get(j, "merges")) type = "BPE";
+    if (!type) return hr_error(HR_ERR_FORMAT, "model: missing string field 'type'");
+    tk_model *m = calloc(1, sizeof *m);
+    if (!m) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    m->unk_id = -1;
+    hr_status st;
+    if (!strcmp(type, "BPE")) {
+        m->type = TK_MODEL_BPE;
+        st = tk_bpe_parse(j, m);
+    } else if (!strcmp(type, "WordPiece")) {
+        m->type = TK_MODEL_WORDPIECE;
+        st = tk_wordpiece_parse(j, m);
+    } else if (!strcmp(type, "Unigram")) {
+        m->type = TK_MODEL_UNIGRAM;
+        st = tk_unigram_parse(j, m);
+    } else {
+        st = hr_error(HR_ERR_UNSUPPORTED, "unsupported model '%s'", type);
+    }
+    if (st != HR_OK) {
+        tk_model_free(m);
+        return st;
+    }
+    *out = m;
+    return HR_OK;
+}
+
+void tk_model_free(tk_model *m) {
+    if (!m) return;
+    tk_vocab_free(&m->vocab);
+    free(m->prefix);
+    free(m->suffix);
+    tk_u64map_free(&m->merges);
+    free(m->scores);
+    tk_u64map_free(&m->trie);
+    free(m->trie_ids);
+    free(m);
+}
+
+void tk_model_scratch_free(const tk_model *m, void *scratch) {
+    if (!scratch) return;
+    if (m->type == TK_MODEL_BPE) tk_bpe_scratch_free(scratch);
+    else if (m->type == TK_MODEL_UNIGRAM) tk_unigram_scratch_free(scratch);
+}
+
+hr_status tk_model_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out, tk_ws *ws) {
+    if (n == 0) return HR_OK;
+    switch (m->type) {
+    case TK_MODEL_BPE: return tk_bpe_tokenize(m, s, n, out, ws);
+    case TK_MODEL_WORDPIECE: return tk_wordpiece_tokenize(m, s, n, out);
+    case TK_MODEL_UNIGRAM: return tk_unigram_tokenize(m, s, n, out, ws);
+    }
+    return hr_error(HR_ERR_INTERNAL, "model: bad type");
+}
+
+int32_t tk_model_token_to_id(const tk_model *m, const char *s, size_t n) { return tk_vocab_get(&m->vocab, s, n); }
+
+const char *tk_model_id_to_token(const tk_model *m, int32_t id, size_t *len) {
+    if (id < 0 || (size_t)id >= m->vocab.n || m->vocab.len[id] == UINT32_MAX) return NULL;
+    *len = m->vocab.len[id];
+    return m->vocab.arena + m->vocab.off[id];
+}
+
+size_t tk_model_vocab_size(const tk_model *m) { return m->vocab.n; }
