@@ -1,0 +1,117 @@
+/* hubrt models and generation (public API).
+ *
+ * A model is loaded from a folder in the Hugging Face Hub layout
+ * (config.json, *.safetensors or model.safetensors.index.json,
+ * generation_config.json). The architecture comes from config.json's
+ * "architectures"; weights are looked up by their HF names and stay views
+ * of the mmapped files when the dtype matches. Generation runs over a
+ * static KV cache preallocated per layer as [batch, kv_heads, max_len,
+ * head_dim]. */
+#ifndef HUBRT_MODEL_H
+#define HUBRT_MODEL_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hr_model hr_model;
+typedef struct hr_kv_cache hr_kv_cache;
+
+typedef struct hr_model_options {
+    /* "bfloat16", "float32", "float16" (any hr_dtype_parse name); NULL or
+     * "auto": config.json's torch_dtype / dtype, float32 when absent. */
+    const char *dtype;
+    const char *device; /* NULL: "cpu" */
+} hr_model_options;
+
+/* Architecture names this build can load, comma separated. */
+HR_API const char *hr_model_supported_archs(void);
+HR_API hr_status hr_model_load(const char *dir, const hr_model_options *opts, hr_model **out);
+HR_API void hr_model_free(hr_model *m);
+
+HR_API const char *hr_model_arch(const hr_model *m);
+HR_API hr_dtype hr_model_dtype(const hr_model *m);
+HR_API int64_t hr_model_vocab_size(const hr_model *m);
+HR_API int64_t hr_model_max_positions(const hr_model *m);
+/* End-of-sequence ids from generation_config.json and config.json (union);
+ * *ids stays valid while the model lives. Returns the count. */
+HR_API int hr_model_eos_ids(const hr_model *m, const int64_t **ids);
+/* pad_token_id from generation_config.json / config.json, -1 when absent. */
+HR_API int64_t hr_model_pad_id(const hr_model *m);
+
+/* ---- static KV cache ------------------------------------------------- */
+
+HR_API hr_status hr_kv_cache_create(const hr_model *m, int64_t batch, int64_t max_len,
+                                    hr_kv_cache **out);
+HR_API void hr_kv_cache_free(hr_kv_cache *c);
+/* Tokens already written (the same for every row of the batch). */
+HR_API int64_t hr_kv_cache_len(const hr_kv_cache *c);
+HR_API int64_t hr_kv_cache_capacity(const hr_kv_cache *c);
+HR_API void hr_kv_cache_reset(hr_kv_cache *c);
+
+/* ---- forward --------------------------------------------------------- */
+
+typedef struct hr_forward_args {
+    const hr_tensor *input_ids;      /* i64/i32 [b, s] */
+    /* [b, past + s] (any int/bool dtype), nonzero = real token; NULL: no
+     * padding. `past` is the cache's length before the call. */
+    const hr_tensor *attention_mask;
+    const hr_tensor *positions;      /* i64 [b, s]; NULL: past + arange(s) */
+    hr_kv_cache *cache;              /* NULL: a cache for this call alone */
+    bool last_only;                  /* logits of the last position only */
+} hr_forward_args;
+
+/* Writes the s new tokens into the cache (advancing it) and returns new
+ * f32 logits [b, s, vocab] ([b, 1, vocab] with last_only). */
+HR_API hr_status hr_model_forward(hr_model *m, const hr_forward_args *args, hr_tensor **logits);
+
+/* ---- generation ------------------------------------------------------ */
+
+typedef struct hr_generate_config {
+    int64_t max_new_tokens;   /* >= 1 */
+    bool do_sample;           /* false: greedy */
+    double temperature;       /* 0 = 1 */
+    int64_t top_k;            /* 0 = off */
+    double top_p;             /* 0 or 1 = off */
+    double min_p;             /* 0 = off */
+    double repetition_penalty;/* 0 or 1 = off */
+    uint64_t seed;
+    const int64_t *eos_ids;   /* NULL: the model's */
+    int n_eos;
+    int64_t pad_id;           /* filler after eos; < 0: the model's, else eos */
+    int64_t prefill_chunk;    /* tokens per prefill step; 0: 512 */
+    /* Stop strings: generation of a row ends once its decoded text ends
+     * with one of them. Needs token_bytes. */
+    const char *const *stop_strings;
+    int n_stop_strings;
+    /* Bytes of one token as it appears in decoded text (for stop strings). */
+    const char *(*token_bytes)(void *ctx, int64_t id, size_t *len);
+    /* Called for each new token of each live row; return false to stop. */
+    bool (*on_token)(void *ctx, int64_t row, int64_t token);
+    void *ctx;
+} hr_generate_config;
+
+/* Fills cfg with transformers' defaults: greedy, temperature 1, top_k 50,
+ * top_p 1, repetition_penalty 1, max_new_tokens 20. */
+HR_API void hr_generate_config_init(hr_generate_config *cfg);
+
+typedef struct hr_generate_stats {
+    int64_t prompt_tokens;    /* per row, padding included */
+    int64_t new_tokens;       /* decode steps taken (incl. the first token) */
+    double prefill_s, decode_s;
+} hr_generate_stats;
+
+/* input_ids/attention_mask [batch, seq] row-major (mask NULL: no padding;
+ * padding must be on the left). out_ids [batch, seq + max_new_tokens]
+ * receives prompt + new tokens, finished rows filled with pad as
+ * transformers does; *out_len gets seq + steps taken. stats may be NULL. */
+HR_API hr_status hr_generate(hr_model *m, const int64_t *input_ids, const int64_t *attention_mask,
+                             int64_t batch, int64_t seq, const hr_generate_config *cfg,
+                             int64_t *out_ids, int64_t *out_len, hr_generate_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,253 @@
+/* generate: chunked prefill into a static KV cache, then one token per step
+ * for every row of the batch, with left padding handled by the attention
+ * mask and positions counted over real tokens, as transformers does. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "generate/kv_cache.h"
+#include "generate/sampling.h"
+#include "models/model_impl.h"
+
+#define HR_MAX_BATCH 64
+#define STOP_TAIL 512 /* bytes of decoded text kept per row for stop strings */
+
+void hr_generate_config_init(hr_generate_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->max_new_tokens = 20;
+    cfg->temperature = 1.0;
+    cfg->top_k = 50;
+    cfg->top_p = 1.0;
+    cfg->repetition_penalty = 1.0;
+    cfg->pad_id = -1;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct gen_state {
+    int64_t b, seq, cap, t;  /* t: tokens per row so far */
+    int64_t *tokens;         /* [b, cap] */
+    int64_t *mask;           /* [b, cap] */
+    int64_t *last_pos;       /* [b] */
+    int64_t *ids, *pos;      /* [b, chunk] staging for one forward */
+    int64_t *mask_stage;     /* [b, cap] contiguous prefix of mask */
+    bool *done;              /* [b] */
+    char *tail;              /* [b, STOP_TAIL] decoded text tails */
+    size_t *tail_len;        /* [b] */
+    float *row;              /* [vocab] */
+} gen_state;
+
+static void state_free(gen_state *g) {
+    free(g->tokens);
+    free(g->mask);
+    free(g->last_pos);
+    free(g->ids);
+    free(g->pos);
+    free(g->mask_stage);
+    free(g->done);
+    free(g->tail);
+    free(g->tail_len);
+    free(g->row);
+}
+
+static hr_status state_init(gen_state *g, int64_t b, int64_t seq, int64_t cap, int64_t chunk, int64_t vocab) {
+    memset(g, 0, sizeof *g);
+    g->b = b;
+    g->seq = seq;
+    g->cap = cap;
+    size_t bc = (size_t)(b * cap);
+    g->tokens = calloc(bc, sizeof(int64_t));
+    g->mask = calloc(bc, sizeof(int64_t));
+    g->mask_stage = calloc(bc, sizeof(int64_t));
+    g->last_pos = calloc((size_t)b, sizeof(int64_t));
+    g->ids = calloc((size_t)(b * chunk), sizeof(int64_t));
+    g->pos = calloc((size_t)(b * chunk), sizeof(int64_t));
+    g->done = calloc((size_t)b, sizeof(bool));
+    g->tail = calloc((size_t)b, STOP_TAIL);
+    g->tail_len = calloc((size_t)b, sizeof(size_t));
+    g->row = malloc(sizeof(float) * (size_t)vocab);
+    if (!g->tokens || !g->mask || !g->mask_stage || !g->last_pos || !g->ids || !g->pos || !g->done || !g->tail ||
+        !g->tail_len || !g->row)
+        return hr_error(HR_ERR_OOM, "generate: out of memory for batch %lld x %lld", (long long)b, (long long)cap);
+    return HR_OK;
+}
+
+/* Runs tokens [from, from + n) of every row through the model. */
+static hr_status forward_span(hr_model *m, gen_state *g, hr_kv_cache *kv, int64_t from, int64_t n,
+                              const int64_t *pos, hr_tensor **logits) {
+    int64_t b = g->b, t = from + n;
+    for (int64_t r = 0; r < b; r++) {
+        memcpy(g->ids + r * n, g->tokens + r * g->cap + from, sizeof(int64_t) * (size_t)n);
+        memcpy(g->mask_stage + r * t, g->mask + r * g->cap, sizeof(int64_t) * (size_t)t);
+    }
+    return hr_model_forward_host(m, g->ids, g->mask_stage, pos, b, n, kv, true, logits);
+}
+
+/* Does row r's decoded text now contain a stop string ending inside the
+ * newest token's bytes? */
+static bool hit_stop_string(const hr_generate_config *cfg, gen_state *g, int64_t r, int64_t token) {
+    if (!cfg->n_stop_strings || !cfg->token_bytes) return false;
+    size_t len = 0;
+    const char *bytes = cfg->token_bytes(cfg->ctx, token, &len);
+    if (!bytes) return false;
+    char *tail = g->tail + r * STOP_TAIL;
+    size_t *tl = &g->tail_len[r];
+    if (len >= STOP_TAIL) {
+        bytes += len - (STOP_TAIL - 1);
+        len = STOP_TAIL - 1;
+    }
+    if (*tl + len > STOP_TAIL) {
+        size_t drop = *tl + len - STOP_TAIL;
+        memmove(tail, tail + drop, *tl - drop);
+        *tl -= drop;
+    }
+    memcpy(tail + *tl, bytes, len);
+    *tl += len;
+    for (int i = 0; i < cfg->n_stop_strings; i++) {
+        size_t sl = strlen(cfg->stop_strings[i]);
+        if (!sl || sl > *tl) continue;
+        size_t first_end = *tl - len < sl ? sl : *tl - len + 1; /* end must lie in the new bytes */
+        for (size_t end = first_end; end <= *tl; end++)
+            if (!memcmp(tail + end - sl, cfg->stop_strings[i], sl)) return true;
+    }
+    return false;
+}
+
+/* Picks the next token of every row from logits [b, 1, vocab]; returns
+ * whether any row is still live. */
+static hr_status pick_tokens(hr_model *m, const hr_generate_config *cfg, hr_sampler *smp, gen_state *g,
+                             const int64_t *eos, int n_eos, int64_t pad, const hr_tensor *logits, bool *live) {
+    int64_t V = m->cfg.vocab_size, b = g->b, t = g->t;
+    const float *lp = hr_tensor_data(logits);
+    if (!lp) return hr_error(HR_ERR_UNSUPPORTED, "generate: logits are not host-visible");
+    *live = false;
+    for (int64_t r = 0; r < b; r++) {
+        int64_t tok = pad;
+        if (!g->done[r]) {
+            memcpy(g->row, lp + r * V, sizeof(float) * (size_t)V);
+            /* history: the row's real tokens */
+            int64_t first = 0;
+            while (first < t && !g->mask[r * g->cap + first]) first++;
+            tok = hr_sampler_pick(smp, g->row, g->tokens + r * g->cap + first, t - first);
+        }
+        g->tokens[r * g->cap + t] = tok;
+        g->mask[r * g->cap + t] = 1;
+        if (g->done[r]) continue;
+        bool stop = cfg->on_token && !cfg->on_token(cfg->ctx, r, tok);
+        for (int i = 0; i < n_eos; i++) stop |= tok == eos[i];
+        stop |= hit_stop_string(cfg, g, r, tok);
+        g->done[r] = stop;
+        *live |= !stop;
+    }
+    g->t = t + 1;
+    return HR_OK;
+}
+
+static hr_status check_args(const hr_model *m, const int64_t *ids, const int64_t *mask, int64_t b, int64_t seq,
+                            const hr_generate_config *cfg) {
+    if (!m || !ids || !cfg) return hr_error(HR_ERR_INVALID_ARG, "generate: NULL argument");
+    if (cfg->max_new_tokens < 1)
+        return hr_error(HR_ERR_INVALID_ARG, "generate: max_new_tokens must be >= 1 (got %lld)",
+                        (long long)cfg->max_new_tokens);
+    if (b < 1 || b > HR_MAX_BATCH)
+        return hr_error(HR_ERR_INVALID_ARG, "generate: batch %lld outside 1..%d", (long long)b, HR_MAX_BATCH);
+    if (seq < 1) return hr_error(HR_ERR_INVALID_ARG, "generate: the prompt is empty");
+    if (mask)
+        for (int64_t r = 0; r < b; r++) {
+            const int64_t *mr = mask + r * seq;
+            if (!mr[seq - 1])
+                return hr_error(HR_ERR_INVALID_ARG, "generate: row %lld ends with padding; pad on the left",
+                                (long long)r);
+            for (int64_t j = 1; j < seq; j++)
+                if (mr[j - 1] && !mr[j])
+                    return hr_error(HR_ERR_INVALID_ARG, "generate: row %lld has padding after a real token; "
+                                    "pad on the left", (long long)r);
+        }
+    return HR_OK;
+}
+
+hr_status hr_generate(hr_model *m, const int64_t *input_ids, const int64_t *attention_mask, int64_t b,
+                      int64_t seq, const hr_generate_config *cfg, int64_t *out_ids, int64_t *out_len,
+                      hr_generate_stats *stats) {
+    HR_TRY(check_args(m, input_ids, attention_mask, b, seq, cfg));
+    const int64_t *eos = cfg->eos_ids;
+    int n_eos = cfg->n_eos;
+    if (!eos) n_eos = hr_model_eos_ids(m, &eos);
+    int64_t pad = cfg->pad_id >= 0 ? cfg->pad_id : m->cfg.gen.pad_token_id >= 0 ? m->cfg.gen.pad_token_id : n_eos ? eos[0] : 0;
+    int64_t chunk = cfg->prefill_chunk > 0 ? cfg->prefill_chunk : 512;
+    if (chunk > seq) chunk = seq;
+    int64_t cap = seq + cfg->max_new_tokens;
+    gen_state g;
+    hr_sampler smp;
+    hr_kv_cache *kv = NULL;
+    hr_tensor *logits = NULL;
+    memset(&smp, 0, sizeof smp);
+    double t0 = now_s(), t1 = t0;
+    hr_status st = state_init(&g, b, seq, cap, chunk, m->cfg.vocab_size);
+    if (st == HR_OK) st = hr_sampler_init(&smp, cfg, m->cfg.vocab_size);
+    if (st == HR_OK) st = hr_kv_cache_create(m, b, cap, &kv);
+    if (st == HR_OK) {
+        /* positions count real tokens: cumsum(mask) - 1, padding at 0 */
+        for (int64_t r = 0; r < b; r++) {
+            int64_t c = 0;
+            for (int64_t j = 0; j < seq; j++) {
+                int64_t mk = attention_mask ? attention_mask[r * seq + j] != 0 : 1;
+                g.tokens[r * cap + j] = input_ids[r * seq + j];
+                g.mask[r * cap + j] = mk;
+                c += mk;
+            }
+            g.last_pos[r] = c - 1;
+        }
+    }
+    /* prefill, chunk by chunk; only the last chunk's logits are used */
+    for (int64_t from = 0; st == HR_OK && from < seq; from += chunk) {
+        int64_t n = seq - from < chunk ? seq - from : chunk;
+        for (int64_t r = 0; r < b; r++) {
+            int64_t c = 0;
+            for (int64_t j = 0; j < from; j++) c += g.mask[r * cap + j];
+            for (int64_t j = 0; j < n; j++) {
+                int64_t mk = g.mask[r * cap + from + j];
+                g.pos[r * n + j] = mk ? c : 0;
+                c += mk;
+            }
+        }
+        hr_tensor_free(logits);
+        logits = NULL;
+        st = forward_span(m, &g, kv, from, n, g.pos, &logits);
+    }
+    g.t = seq;
+    bool live = true;
+    int64_t steps = 0;
+    while (st == HR_OK) {
+        st = pick_tokens(m, cfg, &smp, &g, eos, n_eos, pad, logits, &live);
+        if (st != HR_OK) break;
+        if (steps++ == 0) t1 = now_s();
+        if (!live || steps == cfg->max_new_tokens) break;
+        for (int64_t r = 0; r < b; r++) g.pos[r] = ++g.last_pos[r];
+        hr_tensor_free(logits);
+        logits = NULL;
+        st = forward_span(m, &g, kv, g.t - 1, 1, g.pos, &logits);
+    }
+    double t2 = now_s();
+    if (st == HR_OK) {
+        for (int64_t r = 0; r < b; r++)
+            memcpy(out_ids + r * cap, g.tokens + r * cap, sizeof(int64_t) * (size_t)cap);
+        if (out_len) *out_len = g.t;
+        if (stats) {
+            stats->prompt_tokens = seq;
+            stats->new_tokens = steps;
+            stats->prefill_s = t1 - t0;
+            stats->decode_s = t2 - t1;
+        }
+    }
+    hr_tensor_free(logits);
+    hr_kv_cache_free(kv);
+    hr_sampler_free(&smp);
+    state_free(&g);
+    return st;
+}

@@ -1,0 +1,168 @@
+/* Logits processors and token choice, on one row of host f32 logits. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "generate/sampling.h"
+
+/* ---- PRNG -------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void hr_rng_seed(hr_rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t hr_rng_next(hr_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double hr_rng_uniform(hr_rng *r) { return (double)(hr_rng_next(r) >> 11) * 0x1.0p-53; }
+
+/* ---- sampler ------------------------------------------------------------ */
+
+hr_status hr_sampler_init(hr_sampler *s, const hr_generate_config *cfg, int64_t vocab) {
+    memset(s, 0, sizeof *s);
+    if (cfg->temperature < 0 || cfg->top_p < 0 || cfg->top_p > 1 || cfg->min_p < 0 || cfg->min_p > 1 ||
+        cfg->top_k < 0 || cfg->repetition_penalty < 0)
+        return hr_error(HR_ERR_INVALID_ARG, "generate: sampling parameters out of range (temperature %g >= 0, "
+                        "top_p %g and min_p %g in [0, 1], top_k %lld >= 0, repetition_penalty %g >= 0)",
+                        cfg->temperature, cfg->top_p, cfg->min_p, (long long)cfg->top_k, cfg->repetition_penalty);
+    s->do_sample = cfg->do_sample;
+    s->temperature = cfg->temperature > 0 ? cfg->temperature : 1.0;
+    s->top_k = cfg->top_k;
+    s->top_p = cfg->top_p > 0 ? cfg->top_p : 1.0;
+    s->min_p = cfg->min_p;
+    s->repetition_penalty = cfg->repetition_penalty > 0 ? cfg->repetition_penalty : 1.0;
+    s->vocab = vocab;
+    hr_rng_seed(&s->rng, cfg->seed);
+    s->idx = malloc(sizeof(int64_t) * (size_t)vocab);
+    s->prob = malloc(sizeof(float) * (size_t)vocab);
+    if (!s->idx || !s->prob) {
+        hr_sampler_free(s);
+        return hr_error(HR_ERR_OOM, "generate: sampler for %lld tokens", (long long)vocab);
+    }
+    return HR_OK;
+}
+
+void hr_sampler_free(hr_sampler *s) {
+    free(s->idx);
+    free(s->prob);
+    s->idx = NULL;
+    s->prob = NULL;
+}
+
+static int64_t argmax(const float *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* transformers' RepetitionPenaltyLogitsProcessor: each token seen before is
+ * made less likely once, whatever its count. */
+static void repetition_penalty(float *logits, int64_t vocab, const int64_t *hist, int64_t n, double p) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = hist[i];
+        if (id < 0 || id >= vocab) continue;
+        float x = logits[id];
+        bool done = false;
+        for (int64_t j = 0; j < i && !done; j++) done = hist[j] == id;
+        if (!done) logits[id] = (float)(x < 0 ? x * p : x / p);
+    }
+}
+
+static int cmp_desc(const void *a, const void *b, void *ctx) {
+    const float *logits = ctx;
+    float x = logits[*(const int64_t *)a], y = logits[*(const int64_t *)b];
+    if (x != y) return x < y ? 1 : -1;
+    int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+    return (i > j) - (i < j);
+}
+
+/* Moves the ids whose logit is at least the k-th largest to the front of
+ * idx[0..n) (quickselect), returning how many (ties at the k-th kept, as
+ * transformers keeps them). */
+static int64_t keep_top_k(const float *logits, int64_t *idx, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        float pivot = logits[idx[(lo + hi) / 2]];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (logits[idx[i]] > pivot) i++;
+            while (logits[idx[j]] < pivot) j--;
+            if (i <= j) {
+                int64_t t = idx[i];
+                idx[i++] = idx[j];
+                idx[j--] = t;
+            }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else break;
+    }
+    float kth = logits[idx[want]];
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (logits[idx[i]] >= kth) {
+            int64_t t = idx[m];
+            idx[m++] = idx[i];
+            idx[i] = t;
+        }
+    return m;
+}
+
+int64_t hr_sampler_pick(hr_sampler *s, float *logits, const int64_t *history, int64_t n_hist) {
+    int64_t V = s->vocab;
+    if (s->repetition_penalty != 1.0) repetition_penalty(logits, V, history, n_hist, s->repetition_penalty);
+    if (!s->do_sample) return argmax(logits, V);
+    int64_t n = 0;
+    for (int64_t i = 0; i < V; i++)
+        if (logits[i] > -INFINITY) s->idx[n++] = i;
+    if (n == 0) return argmax(logits, V);
+    for (int64_t i = 0; i < n; i++) logits[s->idx[i]] = (float)(logits[s->idx[i]] / s->temperature);
+    if (s->top_k > 0 && s->top_k < n) n = keep_top_k(logits, s->idx, n, s->top_k);
+    qsort_r(s->idx, (size_t)n, sizeof(int64_t), cmp_desc, logits);
+    /* softmax over the candidates, best first */
+    double mx = logits[s->idx[0]], sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (s->prob[i] = (float)exp(logits[s->idx[i]] - mx));
+    for (int64_t i = 0; i < n; i++) s->prob[i] = (float)(s->prob[i] / sum);
+    if (s->top_p < 1.0) {
+        /* keep the smallest prefix whose mass reaches top_p (transformers
+         * drops tokens whose ascending cumulative mass is <= 1 - top_p) */
+        double tail = 0;
+        int64_t m = n;
+        while (m > 1 && tail + s->prob[m - 1] <= 1.0 - s->top_p) tail += s->prob[--m];
+        n = m;
+    }
+    if (s->min_p > 0) {
+        double floor_p = s->min_p * s->prob[0];
+        int64_t m = 1;
+        while (m < n && s->prob[m] >= floor_p) m++;
+        n = m;
+    }
+    double total = 0;
+    for (int64_t i = 0; i < n; i++) total += s->prob[i];
+    double u = hr_rng_uniform(&s->rng) * total, acc = 0;
+    for (int64_t i = 0; i < n; i++) {
+        acc += s->prob[i];
+        if (u < acc) return s->idx[i];
+    }
+    return s->idx[n - 1];
+}
