@@ -14,5 +14,6 @@
 int hr_cli_fail(const char *cmd, hr_status s);
 
 int hr_cmd_info(int argc, char **argv);
+int hr_cmd_inspect(int argc, char **argv);
 
 #endif

@@ -12,6 +12,7 @@ typedef struct {
 
 static const command commands[] = {
     {"info", hr_cmd_info, "devices and CPU features (--json for one JSON object)"},
+    {"inspect", hr_cmd_inspect, "tensors of a safetensors file or model folder"},
 };
 
 int hr_cli_fail(const char *cmd, hr_status s) {

@@ -1,0 +1,177 @@
+/* safetensors reader: a private memory map plus a validated header; tensors
+ * are zero-copy views of the map.
+ *
+ * The map is refcounted: the handle holds one reference and every tensor
+ * handed out holds one, so tensors may outlive hr_safetensors_close. It is
+ * mapped PROT_READ|PROT_WRITE with MAP_PRIVATE: pages stay shared with the
+ * page cache until written, and a caller writing into a weight (an in-place
+ * op, a torch tensor received through DLPack) gets its own copy of that
+ * page instead of a SIGBUS/SIGSEGV; the file never changes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/tensor_impl.h"
+#include "io/st_internal.h"
+
+typedef struct st_map {
+    atomic_int refs;
+    void *addr;
+    size_t len;
+} st_map;
+
+struct hr_safetensors {
+    char *path;
+    st_map *map;
+    st_header h;
+};
+
+static void st_map_release(void *ctx) {
+    st_map *m = ctx;
+    if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
+    munmap(m->addr, m->len);
+    free(m);
+}
+
+static hr_status st_map_file(const char *path, st_map **out) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return hr_error(errno == ENOENT ? HR_ERR_NOT_FOUND : HR_ERR_IO, "%s: cannot open: %s", path,
+                        strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return hr_error(HR_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return hr_error(HR_ERR_INVALID_ARG, "%s: not a regular file%s", path,
+                        S_ISDIR(sb.st_mode) ? " (a model folder? use hr_checkpoint_open)" : "");
+    }
+    if (sb.st_size < 8) {
+        close(fd);
+        return hr_error(HR_ERR_FORMAT,
+                        "%s: %lld bytes is too short for a safetensors file (8-byte header "
+                        "length missing)",
+                        path, (long long)sb.st_size);
+    }
+    void *addr = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd); /* the mapping keeps the file */
+    if (addr == MAP_FAILED) return hr_error(HR_ERR_IO, "%s: mmap failed: %s", path, strerror(e));
+    st_map *m = malloc(sizeof *m);
+    if (!m) {
+        munmap(addr, (size_t)sb.st_size);
+        return hr_error(HR_ERR_OOM, "%s: out of memory", path);
+    }
+    atomic_init(&m->refs, 1);
+    m->addr = addr;
+    m->len = (size_t)sb.st_size;
+    *out = m;
+    return HR_OK;
+}
+
+hr_status hr_safetensors_open(const char *path, hr_safetensors **out) {
+    if (!path || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_safetensors_open: NULL argument");
+    *out = NULL;
+    hr_safetensors *st = calloc(1, sizeof *st);
+    if (!st || !(st->path = strdup(path))) {
+        free(st);
+        return hr_error(HR_ERR_OOM, "%s: out of memory", path);
+    }
+    hr_status s = st_map_file(path, &st->map);
+    if (s == HR_OK) s = hr_st_parse(path, st->map->addr, st->map->len, &st->h);
+    if (s != HR_OK) {
+        hr_safetensors_close(st);
+        return s;
+    }
+    HR_LOG_DEBUG("%s: %zu tensors, header %llu bytes", path, st->h.n,
+                 (unsigned long long)st->h.data_start - 8);
+    *out = st;
+    return HR_OK;
+}
+
+void hr_safetensors_close(hr_safetensors *st) {
+    if (!st) return;
+    if (st->map) st_map_release(st->map);
+    hr_st_header_free(&st->h);
+    free(st->path);
+    free(st);
+}
+
+size_t hr_safetensors_count(const hr_safetensors *st) { return st->h.n; }
+
+const char *hr_safetensors_name(const hr_safetensors *st, size_t i) {
+    return i < st->h.n ? st->h.entries[i].name : NULL;
+}
+
+static hr_status st_lookup(const hr_safetensors *st, const char *name, const st_entry **out) {
+    if (!name) return hr_error(HR_ERR_INVALID_ARG, "%s: tensor name is NULL", st->path);
+    long i = hr_st_find(&st->h, name);
+    if (i < 0) return hr_error(HR_ERR_NOT_FOUND, "%s: no tensor named '%s'", st->path, name);
+    *out = &st->h.entries[i];
+    return HR_OK;
+}
+
+hr_status hr_safetensors_info(const hr_safetensors *st, const char *name, hr_tensor_info *out) {
+    const st_entry *e;
+    HR_TRY(st_lookup(st, name, &e));
+    memset(out, 0, sizeof *out);
+    out->dtype = e->dtype;
+    out->ndim = e->ndim;
+    memcpy(out->shape, e->shape, sizeof e->shape);
+    out->nbytes = (size_t)(e->end - e->begin);
+    return HR_OK;
+}
+
+/* Starts readahead of the pages a tensor covers: opening a file touches only
+ * the header, and a model reads each weight soon after asking for it. */
+static void st_prefetch(const uint8_t *p, size_t n) {
+    if (!n) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p & ~(page - 1), hi = (uintptr_t)p + n;
+    madvise((void *)lo, hi - lo, MADV_WILLNEED);
+}
+
+hr_status hr_safetensors_tensor(const hr_safetensors *st, const char *name, hr_tensor **out) {
+    if (!out) return hr_error(HR_ERR_INVALID_ARG, "hr_safetensors_tensor: out is NULL");
+    *out = NULL;
+    const st_entry *e;
+    HR_TRY(st_lookup(st, name, &e));
+    uint8_t *p = (uint8_t *)st->map->addr + st->h.data_start + e->begin;
+    size_t n = (size_t)(e->end - e->begin);
+    hr_status s;
+    if ((uintptr_t)p % hr_dtype_size(e->dtype) == 0) {
+        st_prefetch(p, n);
+        s = hr_tensor_wrap_host(e->dtype, e->ndim, e->shape, NULL, p, n, st_map_release, st->map,
+                                out);
+        if (s == HR_OK) atomic_fetch_add_explicit(&st->map->refs, 1, memory_order_relaxed);
+    } else {
+        /* Other writers may leave data unaligned for its type; kernels load
+         * whole elements, so such a tensor is copied once. */
+        HR_LOG_DEBUG("%s: tensor '%s' is not aligned to its dtype; copying it", st->path, name);
+        s = hr_tensor_from_host(hr_device_cpu(), e->dtype, e->ndim, e->shape, p, n, out);
+    }
+    if (s != HR_OK) return hr_error_context(s, "%s: tensor '%s'", st->path, name);
+    hr_tensor_set_name(*out, name);
+    return HR_OK;
+}
+
+size_t hr_safetensors_metadata_count(const hr_safetensors *st) { return st->h.n_meta; }
+
+hr_kv hr_safetensors_metadata_at(const hr_safetensors *st, size_t i) {
+    return i < st->h.n_meta ? st->h.meta[i] : (hr_kv){NULL, NULL};
+}
+
+const char *hr_safetensors_metadata_get(const hr_safetensors *st, const char *key) {
+    for (size_t i = 0; key && i < st->h.n_meta; i++)
+        if (!strcmp(st->h.meta[i].key, key)) return st->h.meta[i].value;
+    return NULL;
+}

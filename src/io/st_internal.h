@@ -1,0 +1,49 @@
+/* safetensors internals shared by the reader, the writer, the checkpoint
+ * loader and the fuzz target (which parses headers straight from memory). */
+#ifndef HR_IO_ST_INTERNAL_H
+#define HR_IO_ST_INTERNAL_H
+
+#include "hubrt/io.h"
+
+/* The reference implementation refuses headers over 100 MB. */
+#define HR_ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
+
+typedef struct st_entry {
+    char *name;                 /* valid UTF-8, NUL-free */
+    hr_dtype dtype;
+    int ndim;
+    int64_t shape[HR_MAX_DIMS];
+    uint64_t begin, end;        /* byte range in the data section */
+} st_entry;
+
+/* A validated header. */
+typedef struct st_header {
+    st_entry *entries;          /* [n], sorted by name */
+    size_t n;
+    hr_kv *meta;                /* [n_meta], sorted by key; strings owned */
+    size_t n_meta;
+    uint64_t data_start;        /* 8 + header length: file offset of the data */
+    uint64_t data_size;         /* bytes after data_start */
+} st_header;
+
+/* Parses and validates the header of a safetensors image of `size` bytes at
+ * `buf` (only the first 8 + header-length bytes are read; `size` bounds the
+ * data section). `label` (the file name) starts every message. On failure
+ * *out is left empty. */
+hr_status hr_st_parse(const char *label, const uint8_t *buf, size_t size, st_header *out);
+void hr_st_header_free(st_header *h);
+/* Index of `name` in h->entries, or -1. */
+long hr_st_find(const st_header *h, const char *name);
+
+/* Reads a whole file of at most `max` bytes into a NUL-terminated malloc'd
+ * buffer (*len excludes the NUL). */
+hr_status hr_io_read_file(const char *path, size_t max, char **out, size_t *len);
+
+/* True when `s[0..n)` is well-formed UTF-8 (no overlongs, surrogates or
+ * code points past U+10FFFF). */
+bool hr_utf8_valid(const uint8_t *s, size_t n);
+/* Copies `s` into buf for a message, bytes outside printable ASCII as \xNN,
+ * cut at n-1 characters. Returns buf. */
+char *hr_str_escape(const char *s, size_t len, char *buf, size_t n);
+
+#endif
