@@ -1,0 +1,163 @@
+"""matmul and linear against torch.matmul / F.linear: dtypes, odd shapes,
+1-d operands, batch broadcast, strided inputs and outputs, every CPU ISA
+path the machine has, and bad input."""
+import ctypes
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import hubrt
+from hubrt._lib import lib
+from oracle import TOL, TORCH_DTYPE, assert_close, to_hr, to_torch
+
+DTYPES = ["f32", "bf16", "f16"]
+ISA = {"scalar": 0, "avx2": 1, "avx512": 2}
+
+lib.hr_cpu_isa_get.restype = ctypes.c_int
+lib.hr_cpu_isa_set.argtypes = [ctypes.c_int]
+
+
+@pytest.fixture(params=["avx512", "avx2", "scalar"])
+def isa(request):
+    """Runs the test under one kernel ISA (skipped where the CPU lacks it)."""
+    before = lib.hr_cpu_isa_get()
+    if lib.hr_cpu_isa_set(ISA[request.param]) != 0:
+        pytest.skip(f"this CPU has no {request.param} path")
+    yield request.param
+    lib.hr_cpu_isa_set(before)
+
+
+def rand(*shape, dtype="f32", seed=0):
+    g = torch.Generator().manual_seed(seed + 7 * len(shape) + sum(shape))
+    return torch.randn(*shape, generator=g).to(TORCH_DTYPE[dtype])
+
+
+def check(got, want, k):
+    """Tolerances grow with sqrt(K): f32-accumulated sums of K products."""
+    atol, rtol = TOL[got.dtype]
+    assert_close(got, want, atol=atol * math.sqrt(max(k, 1)), rtol=rtol)
+
+
+def strided_hr(t, dim0=0, dim1=-1):
+    """A hubrt view with t's values whose dims dim0, dim1 are swapped in memory."""
+    return to_hr(t.transpose(dim0, dim1).contiguous()).transpose(dim0, dim1)
+
+
+LINEAR_SHAPES = [(1, 17, 64), (1, 64, 4097), (1, 4097, 15), (3, 15, 17), (17, 3, 1), (15, 64, 3),
+                 (64, 17, 15), (4097, 3, 17), (100, 129, 300)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n,k", LINEAR_SHAPES)
+def test_linear(isa, dtype, m, n, k):
+    x, w, b = rand(m, k, dtype=dtype), rand(n, k, dtype=dtype, seed=1), rand(n, dtype=dtype, seed=2)
+    check(hubrt.ops.linear(to_hr(x), to_hr(w), to_hr(b)), F.linear(x, w, b), k)
+    check(hubrt.ops.linear(to_hr(x), to_hr(w)), F.linear(x, w), k)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lead", [(), (2,), (2, 3)])
+@pytest.mark.parametrize("m", [1, 5])
+def test_linear_batched_and_1d(isa, dtype, lead, m):
+    k, n = 33, 40
+    shape = lead + (m, k) if lead or m > 1 else (k,)
+    x, w, b = rand(*shape, dtype=dtype), rand(n, k, dtype=dtype, seed=1), rand(n, dtype=dtype, seed=2)
+    check(hubrt.ops.linear(to_hr(x), to_hr(w), to_hr(b)), F.linear(x, w, b), k)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1, 3, 40])
+def test_linear_strided(isa, dtype, m):
+    k, n = 70, 37
+    x, w, b = rand(2, m, k, dtype=dtype), rand(n, k, dtype=dtype, seed=1), rand(n, dtype=dtype, seed=2)
+    want = F.linear(x, w, b)
+    # x with its feature dim strided, weight transposed in memory, bias a strided slice
+    xs = strided_hr(x, 0, 2)
+    ws = strided_hr(w, 0, 1)
+    bs = to_hr(torch.stack([b, b], dim=1)).select(1, 0)
+    assert not xs.is_contiguous() and not ws.is_contiguous() and not bs.is_contiguous()
+    check(hubrt.ops.linear(xs, ws, bs), want, k)
+    # rows that do not fold into one stride: a narrowed middle dim
+    big = torch.cat([x, rand(2, 4, k, dtype=dtype, seed=3)], dim=1)
+    check(hubrt.ops.linear(to_hr(big).narrow(1, 0, m), to_hr(w), to_hr(b)), want, k)
+    # output written into every other column of a larger buffer
+    base = to_hr(torch.zeros(2, m, 2 * n, dtype=TORCH_DTYPE[dtype]))
+    hubrt.ops.call("linear", to_hr(x), to_hr(w), to_hr(b), out=base.slice(2, 0, None, 2))
+    got = to_torch(base)
+    assert torch.all(got[..., 1::2] == 0)
+    check(to_hr(got[..., 0::2]), want, k)
+
+
+MATMUL_SHAPES = [
+    ((17,), (17,)),
+    ((64,), (64, 15)),
+    ((3, 17), (17,)),
+    ((2, 5, 17), (17,)),
+    ((17,), (2, 17, 3)),
+    ((1, 1), (1, 1)),
+    ((15, 64), (64, 17)),
+    ((4097, 3), (3, 15)),
+    ((3, 4097), (4097, 17)),
+    ((1, 17), (17, 4097)),
+    ((2, 1, 3, 15), (3, 15, 17)),
+    ((4, 17, 64), (1, 64, 3)),
+    ((5, 1, 64), (5, 64, 33)),
+    ((2, 3, 0, 4), (4, 5)),
+    ((3, 0), (0, 4)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sa,sb", MATMUL_SHAPES)
+def test_matmul(isa, dtype, sa, sb):
+    a, b = rand(*sa, dtype=dtype), rand(*sb, dtype=dtype, seed=1)
+    check(hubrt.ops.matmul(to_hr(a), to_hr(b)), torch.matmul(a, b), sa[-1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matmul_strided(isa, dtype):
+    a, b = rand(3, 20, 33, dtype=dtype), rand(3, 33, 18, dtype=dtype, seed=1)
+    want = torch.matmul(a, b)
+    check(hubrt.ops.matmul(strided_hr(a, 1, 2), strided_hr(b, 1, 2)), want, 33)
+    check(hubrt.ops.matmul(strided_hr(a, 0, 2), strided_hr(b, 0, 1)), want, 33)
+    # b = k^T style view: K contiguous; broadcast batch via an expand
+    kt = to_hr(b.transpose(1, 2).contiguous()).transpose(1, 2)
+    check(hubrt.ops.matmul(to_hr(a[:1]).expand(3, 20, 33), kt), torch.matmul(a[:1].expand(3, 20, 33), b), 33)
+
+
+def test_matmul_decode_gemv(isa):
+    """1 row against a K-contiguous B: the GEMV route, batched and not."""
+    for dtype in DTYPES:
+        x, w = rand(1, 4097, dtype=dtype), rand(4097, 65, dtype=dtype, seed=1)
+        wt = to_hr(w.t().contiguous()).transpose(0, 1)
+        check(hubrt.ops.matmul(to_hr(x), wt), x @ w, 4097)
+        check(hubrt.ops.matmul(to_hr(x[0]), wt), x[0] @ w, 4097)
+
+
+def test_linear_errors():
+    x, w = to_hr(rand(2, 8)), to_hr(rand(4, 8))
+    with pytest.raises(hubrt.HubrtError, match=r"linear.*weight"):
+        hubrt.ops.linear(x, to_hr(rand(4, 9)))
+    with pytest.raises(hubrt.HubrtError, match=r"linear.*weight.*2-d"):
+        hubrt.ops.linear(x, to_hr(rand(8)))
+    with pytest.raises(hubrt.HubrtError, match=r"linear.*bias"):
+        hubrt.ops.linear(x, w, to_hr(rand(5)))
+    with pytest.raises(hubrt.HubrtError, match=r"linear.*weight.*bf16"):
+        hubrt.ops.linear(x, to_hr(rand(4, 8, dtype="bf16")))
+    with pytest.raises(hubrt.HubrtError, match=r"linear.*x.*i64"):
+        hubrt.ops.linear(to_hr(torch.ones(2, 8, dtype=torch.int64)), w)
+
+
+def test_matmul_errors():
+    with pytest.raises(hubrt.HubrtError, match=r"matmul.*contraction"):
+        hubrt.ops.matmul(to_hr(rand(2, 3)), to_hr(rand(4, 5)))
+    with pytest.raises(hubrt.HubrtError, match=r"matmul.*batch.*broadcast"):
+        hubrt.ops.matmul(to_hr(rand(2, 3, 4)), to_hr(rand(3, 4, 5)))
+    with pytest.raises(hubrt.HubrtError, match=r"matmul.*at least 1 dim"):
+        hubrt.ops.matmul(to_hr(rand(1)).squeeze(0), to_hr(rand(3)))
+    with pytest.raises(hubrt.HubrtError, match=r"matmul.*f16"):
+        hubrt.ops.matmul(to_hr(rand(2, 3)), to_hr(rand(3, 2, dtype="f16")))
+    with pytest.raises(hubrt.HubrtError, match=r"matmul.*output"):
+        hubrt.ops.call("matmul", to_hr(rand(2, 3)), to_hr(rand(3, 2)), out=to_hr(rand(2, 3)))
