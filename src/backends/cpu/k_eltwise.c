@@ -1,5 +1,328 @@
-/* CPU kernels for the eltwise ops. */
-#include "core/error.h"
-#include "ops/op_impl.h"
+/* CPU kernels for the arithmetic eltwise ops: binary (broadcasting),
+ * unary, and the fused silu_mul / gelu_mul.
+ *
+ * Rows come from hr_iter (operand 0 = output). Floating dtypes compute in
+ * f32: contiguous f32 rows are computed in place, every other row goes
+ * through f32 scratch in chunks of HR_ROW_CHUNK (bf16/f16 rows convert
+ * with AVX2). Integer dtypes compute in i64 with wrap-around, as torch. */
+#include <math.h>
 
-void hr_cpu_register_eltwise(hr_cpu_kernel_fn *table) { (void)table; }
+#include "backends/cpu/k_eltwise.h"
+#include "core/error.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define K_AVX2 1
+#else
+#define K_AVX2 0
+#endif
+
+typedef enum {
+    E_ADD, E_SUB, E_MUL, E_DIV, E_POW, E_MAX, E_MIN, E_SILU_MUL, E_GELU_MUL, E_GELU_TANH_MUL,
+    E_NEG, E_EXP, E_LOG, E_SQRT, E_RSQRT, E_ABS, E_RELU, E_SIGMOID, E_TANH, E_SILU, E_GELU,
+    E_GELU_TANH, E_CLAMP, E_SCALE,
+} ew_op;
+
+typedef struct {
+    ew_op op;
+    int n_in;
+    hr_dtype dt[3];  /* output, input 0, input 1 */
+    bool int_math;   /* integer output: compute in i64 */
+    bool all_f32;    /* every operand f32: contiguous rows need no scratch */
+    bool simd;
+    float lo, hi;        /* clamp bounds (+-inf when absent); scale mul, add */
+    int64_t ilo, ihi;    /* clamp bounds for integer dtypes */
+} ew_ctx;
+
+/* ---- scalar element functions (libm: accuracy first) ------------------ */
+
+#define SQRT1_2F 0.70710678118654752f
+#define SQRT2_PIF 0.79788456080286536f
+
+static inline float nan_max(float a, float b) { return a != a ? a : b != b ? b : a > b ? a : b; }
+static inline float nan_min(float a, float b) { return a != a ? a : b != b ? b : a < b ? a : b; }
+static inline float silu1(float x) { return x / (1.0f + expf(-x)); }
+static inline float gelu1(float x) { return 0.5f * x * (1.0f + erff(x * SQRT1_2F)); }
+static inline float gelu_tanh1(float x) {
+    return 0.5f * x * (1.0f + tanhf(SQRT2_PIF * (x + 0.044715f * x * x * x)));
+}
+
+/* ---- AVX2 building blocks ------------------------------------------------ */
+
+#if K_AVX2
+/* exp(x) for f32: Cody-Waite range reduction by ln 2 and a degree-6
+ * polynomial; about 2 ulp on [-87, 88], overflow saturates to +inf and
+ * underflow to 0. */
+static inline __m256 exp8(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.72283935546875f), lo = _mm256_set1_ps(-87.33654022216797f);
+    __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ), under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* 2^n in two halves so n = 128 (x near the top) does not overflow the
+     * exponent field before the multiply. */
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i h1 = _mm256_srai_epi32(ni, 1), h2 = _mm256_sub_epi32(ni, h1);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h1, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h2, _mm256_set1_epi32(127)), 23));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), over);
+    y = _mm256_andnot_ps(under, y);
+    /* NaN in, NaN out (the clamp above would have hidden it). */
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+static inline __m256 sigmoid8(__m256 x) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+static inline __m256 silu8(__m256 x) { return _mm256_mul_ps(x, sigmoid8(x)); }
+
+static inline __m256 nan_max8(__m256 a, __m256 b) {
+    return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+static inline __m256 nan_min8(__m256 a, __m256 b) {
+    return _mm256_blendv_ps(_mm256_min_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+
+/* Runs VEXPR over whole vectors of 8 and SEXPR over the tail; `va`, `vb`
+ * and `x`, `y` name the current operands. */
+#define EW_LOOP(VEXPR, SEXPR)                                                   \
+    do {                                                                        \
+        int64_t i = 0;                                                          \
+        if (c->simd)                                                            \
+            for (; i + 8 <= n; i += 8) {                                        \
+                __m256 va = _mm256_loadu_ps(a + i);                             \
+                __m256 vb = b ? _mm256_loadu_ps(b + i) : va;                    \
+                (void)vb;                                                       \
+                _mm256_storeu_ps(o + i, (VEXPR));                               \
+            }                                                                   \
+        for (; i < n; i++) {                                                    \
+            float x = a[i], y = b ? b[i] : x;                                   \
+            (void)y;                                                            \
+            o[i] = (SEXPR);                                                     \
+        }                                                                       \
+    } while (0)
+#else
+#define EW_LOOP(VEXPR, SEXPR)                                                   \
+    do {                                                                        \
+        for (int64_t i = 0; i < n; i++) {                                       \
+            float x = a[i], y = b ? b[i] : x;                                   \
+            (void)y;                                                            \
+            o[i] = (SEXPR);                                                     \
+        }                                                                       \
+    } while (0)
+#endif
+
+/* o[i] = op(a[i], b[i]) over contiguous f32 (o may alias a or b; b is
+ * NULL for unary ops). */
+static void compute_f32(const ew_ctx *c, float *o, const float *a, const float *b, int64_t n) {
+#if K_AVX2
+    const __m256 zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
+    const __m256 vlo = _mm256_set1_ps(c->lo), vhi = _mm256_set1_ps(c->hi);
+    (void)zero, (void)sign, (void)vlo, (void)vhi;
+#endif
+    const float lo = c->lo, hi = c->hi;
+    switch (c->op) {
+    case E_ADD: EW_LOOP(_mm256_add_ps(va, vb), x + y); break;
+    case E_SUB: EW_LOOP(_mm256_sub_ps(va, vb), x - y); break;
+    case E_MUL: EW_LOOP(_mm256_mul_ps(va, vb), x * y); break;
+    case E_DIV: EW_LOOP(_mm256_div_ps(va, vb), x / y); break;
+    case E_MAX: EW_LOOP(nan_max8(vb, va), nan_max(x, y)); break;
+    case E_MIN: EW_LOOP(nan_min8(vb, va), nan_min(x, y)); break;
+    case E_SILU_MUL: EW_LOOP(_mm256_mul_ps(silu8(va), vb), silu1(x) * y); break;
+    case E_NEG: EW_LOOP(_mm256_xor_ps(va, sign), -x); break;
+    case E_ABS: EW_LOOP(_mm256_andnot_ps(sign, va), fabsf(x)); break;
+    case E_RELU: EW_LOOP(_mm256_max_ps(zero, va), x > 0.0f || x != x ? x : 0.0f); break;
+    case E_SQRT: EW_LOOP(_mm256_sqrt_ps(va), sqrtf(x)); break;
+    case E_RSQRT: EW_LOOP(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_sqrt_ps(va)), 1.0f / sqrtf(x)); break;
+    case E_SIGMOID: EW_LOOP(sigmoid8(va), 1.0f / (1.0f + expf(-x))); break;
+    case E_SILU: EW_LOOP(silu8(va), silu1(x)); break;
+    case E_SCALE: EW_LOOP(_mm256_fmadd_ps(va, vlo, vhi), fmaf(x, lo, hi)); break;
+    case E_CLAMP: EW_LOOP(_mm256_min_ps(vhi, _mm256_max_ps(vlo, va)), x != x ? x : fminf(fmaxf(x, lo), hi)); break;
+    /* libm only: no vector form of these yet */
+    case E_POW: for (int64_t i = 0; i < n; i++) o[i] = powf(a[i], b[i]); break;
+    case E_GELU_MUL: for (int64_t i = 0; i < n; i++) o[i] = gelu1(a[i]) * b[i]; break;
+    case E_GELU_TANH_MUL: for (int64_t i = 0; i < n; i++) o[i] = gelu_tanh1(a[i]) * b[i]; break;
+    case E_EXP: for (int64_t i = 0; i < n; i++) o[i] = expf(a[i]); break;
+    case E_LOG: for (int64_t i = 0; i < n; i++) o[i] = logf(a[i]); break;
+    case E_TANH: for (int64_t i = 0; i < n; i++) o[i] = tanhf(a[i]); break;
+    case E_GELU: for (int64_t i = 0; i < n; i++) o[i] = gelu1(a[i]); break;
+    case E_GELU_TANH: for (int64_t i = 0; i < n; i++) o[i] = gelu_tanh1(a[i]); break;
+    }
+}
+
+/* Integer math wraps around like torch's (unsigned arithmetic avoids the
+ * signed-overflow UB). Only the ops inference lets through for ints. */
+static void compute_i64(const ew_ctx *c, int64_t *o, const int64_t *a, const int64_t *b, int64_t n) {
+    switch (c->op) {
+    case E_ADD: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)((uint64_t)a[i] + (uint64_t)b[i]); break;
+    case E_SUB: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)((uint64_t)a[i] - (uint64_t)b[i]); break;
+    case E_MUL: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)((uint64_t)a[i] * (uint64_t)b[i]); break;
+    case E_MAX: for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i] ? a[i] : b[i]; break;
+    case E_MIN: for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i] ? a[i] : b[i]; break;
+    case E_NEG: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)(0u - (uint64_t)a[i]); break;
+    case E_ABS: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? (int64_t)(0u - (uint64_t)a[i]) : a[i]; break;
+    case E_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : 0; break;
+    case E_CLAMP:
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = a[i] < c->ilo ? c->ilo : a[i];
+            o[i] = v > c->ihi ? c->ihi : v;
+        }
+        break;
+    default: break;
+    }
+}
+
+/* ---- rows ------------------------------------------------------------------ */
+
+static void row_int(const ew_ctx *c, char *const *p, const int64_t *s, int64_t n) {
+    int64_t a[HR_ROW_CHUNK], b[HR_ROW_CHUNK];
+    size_t sz[3] = {hr_dtype_size(c->dt[0]), hr_dtype_size(c->dt[1]), hr_dtype_size(c->dt[2])};
+    for (int64_t off = 0; off < n; off += HR_ROW_CHUNK) {
+        int64_t m = n - off < HR_ROW_CHUNK ? n - off : HR_ROW_CHUNK;
+        hr_load_i64(a, p[1] + off * s[1] * (int64_t)sz[1], c->dt[1], m, s[1]);
+        if (c->n_in == 2) hr_load_i64(b, p[2] + off * s[2] * (int64_t)sz[2], c->dt[2], m, s[2]);
+        compute_i64(c, a, a, b, m);
+        hr_store_i64(p[0] + off * s[0] * (int64_t)sz[0], c->dt[0], a, m, s[0]);
+    }
+}
+
+static void row_ew(void *vctx, char *const *p, const int64_t *s, int64_t n) {
+    const ew_ctx *c = vctx;
+    if (c->int_math) return row_int(c, p, s, n);
+    bool two = c->n_in == 2;
+    if (c->all_f32 && s[0] == 1 && s[1] == 1 && (!two || s[2] == 1)) {
+        compute_f32(c, (float *)p[0], (const float *)p[1], two ? (const float *)p[2] : NULL, n);
+        return;
+    }
+    float a[HR_ROW_CHUNK], b[HR_ROW_CHUNK];
+    size_t sz[3] = {hr_dtype_size(c->dt[0]), hr_dtype_size(c->dt[1]), two ? hr_dtype_size(c->dt[2]) : 0};
+    for (int64_t off = 0; off < n; off += HR_ROW_CHUNK) {
+        int64_t m = n - off < HR_ROW_CHUNK ? n - off : HR_ROW_CHUNK;
+        hr_k_load_f32(a, p[1] + off * s[1] * (int64_t)sz[1], c->dt[1], m, s[1], c->simd);
+        if (two) hr_k_load_f32(b, p[2] + off * s[2] * (int64_t)sz[2], c->dt[2], m, s[2], c->simd);
+        compute_f32(c, a, a, two ? b : NULL, m);
+        hr_k_store_f32(p[0] + off * s[0] * (int64_t)sz[0], c->dt[0], a, m, s[0], c->simd);
+    }
+}
+
+static hr_status run_ew(ew_ctx *c, const hr_tensor *const *in, hr_tensor *const *out) {
+    const hr_tensor *ops[3] = {out[0], in[0], c->n_in == 2 ? in[1] : NULL};
+    c->dt[0] = out[0]->dtype;
+    c->all_f32 = c->dt[0] == HR_F32;
+    for (int k = 1; k <= c->n_in; k++) {
+        c->dt[k] = ops[k]->dtype;
+        c->all_f32 &= c->dt[k] == HR_F32;
+    }
+    c->int_math = !hr_dtype_is_float(c->dt[0]);
+    c->simd = hr_k_simd() && K_AVX2;
+    hr_iter it;
+    hr_iter_init(&it, 1 + c->n_in, ops);
+    hr_iter_parallel(&it, row_ew, c);
+    return HR_OK;
+}
+
+/* ---- kernels ----------------------------------------------------------------- */
+
+#define K_SIMPLE(name, OP, N)                                                                    \
+    static hr_status k_##name(const void *attrs, const hr_tensor *const *in, int n_in,           \
+                              hr_tensor *const *out, int n_out) {                                \
+        ew_ctx c = {.op = OP, .n_in = N};                                                        \
+        return run_ew(&c, in, out);                                                              \
+    }
+K_SIMPLE(add, E_ADD, 2)
+K_SIMPLE(sub, E_SUB, 2)
+K_SIMPLE(mul, E_MUL, 2)
+K_SIMPLE(div, E_DIV, 2)
+K_SIMPLE(pow, E_POW, 2)
+K_SIMPLE(maximum, E_MAX, 2)
+K_SIMPLE(minimum, E_MIN, 2)
+K_SIMPLE(silu_mul, E_SILU_MUL, 2)
+K_SIMPLE(neg, E_NEG, 1)
+K_SIMPLE(exp, E_EXP, 1)
+K_SIMPLE(log, E_LOG, 1)
+K_SIMPLE(sqrt, E_SQRT, 1)
+K_SIMPLE(rsqrt, E_RSQRT, 1)
+K_SIMPLE(abs, E_ABS, 1)
+K_SIMPLE(relu, E_RELU, 1)
+K_SIMPLE(sigmoid, E_SIGMOID, 1)
+K_SIMPLE(tanh, E_TANH, 1)
+K_SIMPLE(silu, E_SILU, 1)
+
+static hr_status k_gelu(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
+                        int n_out) {
+    const hr_attrs_gelu *a = attrs;
+    ew_ctx c = {.op = a->approximate == HR_GELU_TANH ? E_GELU_TANH : E_GELU, .n_in = 1};
+    return run_ew(&c, in, out);
+}
+
+static hr_status k_gelu_mul(const void *attrs, const hr_tensor *const *in, int n_in,
+                            hr_tensor *const *out, int n_out) {
+    const hr_attrs_gelu *a = attrs;
+    ew_ctx c = {.op = a->approximate == HR_GELU_TANH ? E_GELU_TANH_MUL : E_GELU_MUL, .n_in = 2};
+    return run_ew(&c, in, out);
+}
+
+static hr_status k_scale(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
+                         int n_out) {
+    const hr_attrs_scale *a = attrs;
+    ew_ctx c = {.op = E_SCALE, .n_in = 1, .lo = (float)a->mul, .hi = (float)a->add};
+    return run_ew(&c, in, out);
+}
+
+/* Integer bounds truncate toward zero, as torch converts a float scalar
+ * to an integer tensor's dtype; bounds beyond int64 saturate. */
+static int64_t bound_i64(double v, bool has, int64_t none) {
+    if (!has) return none;
+    if (v >= 9.2e18) return INT64_MAX;
+    if (v <= -9.2e18) return INT64_MIN;
+    return (int64_t)v;
+}
+
+static hr_status k_clamp(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
+                         int n_out) {
+    const hr_attrs_clamp *a = attrs;
+    ew_ctx c = {.op = E_CLAMP, .n_in = 1};
+    c.lo = a->has_min ? (float)a->min : -INFINITY;
+    c.hi = a->has_max ? (float)a->max : INFINITY;
+    c.ilo = bound_i64(a->min, a->has_min, INT64_MIN);
+    c.ihi = bound_i64(a->max, a->has_max, INT64_MAX);
+    return run_ew(&c, in, out);
+}
+
+void hr_cpu_register_eltwise(hr_cpu_kernel_fn *table) {
+    table[HR_OP_add] = k_add;
+    table[HR_OP_sub] = k_sub;
+    table[HR_OP_mul] = k_mul;
+    table[HR_OP_div] = k_div;
+    table[HR_OP_pow] = k_pow;
+    table[HR_OP_maximum] = k_maximum;
+    table[HR_OP_minimum] = k_minimum;
+    table[HR_OP_silu_mul] = k_silu_mul;
+    table[HR_OP_gelu_mul] = k_gelu_mul;
+    table[HR_OP_neg] = k_neg;
+    table[HR_OP_exp] = k_exp;
+    table[HR_OP_log] = k_log;
+    table[HR_OP_sqrt] = k_sqrt;
+    table[HR_OP_rsqrt] = k_rsqrt;
+    table[HR_OP_abs] = k_abs;
+    table[HR_OP_relu] = k_relu;
+    table[HR_OP_sigmoid] = k_sigmoid;
+    table[HR_OP_tanh] = k_tanh;
+    table[HR_OP_silu] = k_silu;
+    table[HR_OP_gelu] = k_gelu;
+    table[HR_OP_clamp] = k_clamp;
+    table[HR_OP_scale] = k_scale;
+    hr_cpu_register_eltwise_move(table);
+}
