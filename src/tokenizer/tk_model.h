@@ -19,7 +19,7 @@ hr_status tk_vocab_from_pairs(const cJSON *arr, const char *what, tk_vocab *v, d
 void tk_vocab_free(tk_vocab *v);
 static inline int32_t tk_vocab_get(const tk_vocab *v, const char *s, size_t n) { return tk_strmap_get(&v->map, s, n); }
 
-typedef enum { TK_MODEL_BPE, TK_MODEL_WORDPIECE, TK_MODEL_UNIGRAM } tk_model_type;
+typedef enum { TK_MODEL_BPE, TK_MODEL_WORDPIECE, TK_MODEL_UNIGRAM, TK_MODEL_WORDLEVEL } tk_model_type;
 
 struct tk_model {
     tk_model_type type;
@@ -44,6 +44,8 @@ void tk_bpe_scratch_free(void *scratch);
 
 hr_status tk_wordpiece_parse(const cJSON *j, tk_model *m);
 hr_status tk_wordpiece_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out);
+
+hr_status tk_wordlevel_parse(const cJSON *j, tk_model *m);
 
 hr_status tk_unigram_parse(const cJSON *j, tk_model *m);
 hr_status tk_unigram_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out, tk_ws *ws);

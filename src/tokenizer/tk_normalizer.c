@@ -216,9 +216,10 @@ static hr_status bert_clean(const tk_normalizer *nz, const char *s, size_t n, tk
         size_t k = tk_utf8_decode(s + i, n - i, &cp);
         i += k;
         if (nz->clean_text) {
-            bool ws = cp == '\t' || cp == '\n' || cp == '\r' || tk_cp_is_whitespace(cp);
-            if (cp == 0 || cp == 0xFFFD || (!ws && tk_cp_category(cp) == 'C')) continue;
-            if (ws) {
+            /* Controls go first (U+0085 too, though Rust calls it whitespace). */
+            bool control = cp != '\t' && cp != '\n' && cp != '\r' && tk_cp_category(cp) == 'C';
+            if (cp == 0 || cp == 0xFFFD || control) continue;
+            if (tk_cp_is_whitespace(cp)) {
                 HR_TRY(tk_buf_append(out, " ", 1));
                 continue;
             }

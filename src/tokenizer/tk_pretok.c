@@ -48,7 +48,9 @@ static const struct {
 
 /* GPT-2's pattern, as tokenizers' ByteLevel spells it. */
 static const char BYTE_LEVEL_RE[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-static const char WHITESPACE_RE[] = "\\w+|[^\\w\\s]+";
+/* Whitespace uses Rust's regex crate, whose \\w also takes Join_Control. */
+#define RUST_WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
+static const char WHITESPACE_RE[] = "[" RUST_WORD "]+|[^" RUST_WORD "\\p{White_Space}]+";
 
 void tk_pretok_free(tk_pretok *p) {
     if (!p) return;

@@ -16,8 +16,10 @@ struct tk_regex {
     size_t literal_len;
 };
 
-#define ONIG_SPACE "\\t\\n\\x0B\\f\\r\\x{85}\\p{Z}"
-#define ONIG_WORD "\\p{L}\\p{M}\\p{Nd}\\p{Pc}"
+/* Oniguruma's Unicode \\s is White_Space; its \\w is Alphabetic, marks,
+ * decimal digits and connectors (checked against tokenizers). */
+#define ONIG_SPACE "\\p{White_Space}"
+#define ONIG_WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}"
 #define ONIG_HEX "0-9a-fA-F"
 
 /* Rewrites Oniguruma class escapes into PCRE2 syntax. */

@@ -93,6 +93,9 @@ hr_status tk_model_parse(const cJSON *j, tk_model **out) {
     } else if (!strcmp(type, "WordPiece")) {
         m->type = TK_MODEL_WORDPIECE;
         st = tk_wordpiece_parse(j, m);
+    } else if (!strcmp(type, "WordLevel")) {
+        m->type = TK_MODEL_WORDLEVEL;
+        st = tk_wordlevel_parse(j, m);
     } else if (!strcmp(type, "Unigram")) {
         m->type = TK_MODEL_UNIGRAM;
         st = tk_unigram_parse(j, m);
@@ -131,6 +134,13 @@ hr_status tk_model_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *
     case TK_MODEL_BPE: return tk_bpe_tokenize(m, s, n, out, ws);
     case TK_MODEL_WORDPIECE: return tk_wordpiece_tokenize(m, s, n, out);
     case TK_MODEL_UNIGRAM: return tk_unigram_tokenize(m, s, n, out, ws);
+    case TK_MODEL_WORDLEVEL: {
+        int32_t id = tk_vocab_get(&m->vocab, s, n);
+        if (id < 0 && m->unk_id < 0)
+            return hr_error(HR_ERR_UNSUPPORTED, "model 'WordLevel': '%.*s' is not in the vocab and there is no unk_token",
+                            (int)(n > 80 ? 80 : n), s);
+        return tk_ids_push(out, id >= 0 ? id : m->unk_id);
+    }
     }
     return hr_error(HR_ERR_INTERNAL, "model: bad type");
 }

@@ -1,4 +1,5 @@
-/* WordPiece: greedy longest-match-first with a continuing-subword prefix. */
+/* WordPiece (greedy longest-match-first with a continuing-subword prefix)
+ * and WordLevel (whole pieces looked up as they are). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,4 +54,12 @@ hr_status tk_wordpiece_tokenize(const tk_model *m, const char *s, size_t n, tk_i
     }
     tk_buf_free(&sub);
     return st;
+}
+
+hr_status tk_wordlevel_parse(const cJSON *j, tk_model *m) {
+    HR_TRY(tk_vocab_from_object(tk_json_get(j, "vocab"), "model 'WordLevel'", &m->vocab));
+    const char *unk;
+    HR_TRY(tk_json_opt_string(j, "unk_token", "model 'WordLevel'", &unk));
+    m->unk_id = unk ? tk_vocab_get(&m->vocab, unk, strlen(unk)) : -1;
+    return HR_OK;
 }
