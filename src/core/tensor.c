@@ -5,6 +5,11 @@
 
 #include "core/error.h"
 #include "device/device_impl.h"
+#include "graph/capture.h"
+
+static atomic_uint_fast64_t g_buffer_seq;
+
+uint64_t hr_buffer_next_seq(void) { return atomic_fetch_add(&g_buffer_seq, 1) + 1; }
 
 hr_buffer *hr_buffer_retain(hr_buffer *buf) {
     atomic_fetch_add_explicit(&buf->refcount, 1, memory_order_relaxed);
@@ -106,6 +111,7 @@ hr_status hr_tensor_empty(hr_device *dev, hr_dtype dt, int ndim, const int64_t *
     size_t nbytes = (size_t)hr_shape_numel(ndim, shape) * hr_dtype_size(dt);
     hr_buffer *buf;
     HR_TRY(dev->vt->buffer_alloc(dev, nbytes, &buf));
+    buf->seq = hr_buffer_next_seq();
     hr_status s = hr_tensor_over_buffer(buf, dt, ndim, shape, 0, out);
     hr_buffer_release(buf); /* the tensor holds the only reference */
     return s;
@@ -119,7 +125,7 @@ hr_status hr_tensor_zeros(hr_device *dev, hr_dtype dt, int ndim, const int64_t *
                           hr_tensor **out) {
     HR_TRY(hr_tensor_empty(dev, dt, ndim, shape, out));
     hr_device *d = (*out)->buf->device;
-    if (d->host_visible) {
+    if (d->host_visible && !hr_capture_active()) {
         memset((*out)->buf->data, 0, (*out)->buf->nbytes);
         return HR_OK;
     }
@@ -143,6 +149,7 @@ hr_status hr_tensor_from_host(hr_device *dev, hr_dtype dt, int ndim, const int64
     if (want && !data) return hr_error(HR_ERR_INVALID_ARG, "hr_tensor_from_host: data is NULL");
     HR_TRY(hr_tensor_empty(dev, dt, ndim, shape, out));
     hr_device *d = (*out)->buf->device;
+    hr_capture_note_host_write((*out)->buf);
     hr_status s = want ? d->vt->copy_from_host(d, (*out)->buf, 0, data, want) : HR_OK;
     if (s != HR_OK) {
         hr_tensor_free(*out);
@@ -200,6 +207,8 @@ hr_status hr_tensor_wrap_host(hr_dtype dt, int ndim, const int64_t *shape,
     buf->nbytes = nbytes;
     buf->release = wrap_release;
     buf->release_ctx = w;
+    buf->seq = hr_buffer_next_seq();
+    hr_capture_note_host_write(buf);
     t->dtype = dt;
     t->ndim = ndim;
     if (ndim) {
@@ -269,6 +278,7 @@ hr_status hr_tensor_to(const hr_tensor *t, hr_device *dev, hr_tensor **out) {
 
 hr_status hr_tensor_read(const hr_tensor *t, void *dst, size_t nbytes) {
     if (!t || (!dst && nbytes)) return hr_error(HR_ERR_INVALID_ARG, "hr_tensor_read: NULL argument");
+    HR_TRY(hr_capture_check_host_read(t));
     size_t n = hr_tensor_nbytes(t);
     if (nbytes != n)
         return hr_error(HR_ERR_INVALID_ARG, "hr_tensor_read: buffer has %zu bytes, tensor %zu",

@@ -16,6 +16,9 @@ struct hr_buffer {
      * (mmap views) set their own. */
     void (*release)(hr_buffer *buf);
     void *release_ctx;
+    /* Unique creation number: identifies the buffer in a captured graph and
+     * tells whether it existed before a capture started. */
+    uint64_t seq;
 };
 
 #define HR_TENSOR_NAME_CAP 128
@@ -38,6 +41,7 @@ typedef struct hr_tensor_meta {
 } hr_tensor_meta;
 
 hr_buffer *hr_buffer_retain(hr_buffer *buf);
+uint64_t hr_buffer_next_seq(void);
 void hr_buffer_release(hr_buffer *buf);
 /* A tensor struct over `buf` (retained) with contiguous strides. */
 hr_status hr_tensor_over_buffer(hr_buffer *buf, hr_dtype dt, int ndim, const int64_t *shape,

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "device/device_impl.h"
+#include "graph/capture.h"
 #include "ops/op_impl.h"
 
 static const hr_infer_fn *g_infer;
@@ -113,12 +114,16 @@ hr_status hr_op_run_on(hr_device *dev, hr_op op, const void *attrs, const hr_ten
         if (any) {
             bool supported = dev->vt->run_op &&
                              (!dev->vt->supports_op || dev->vt->supports_op(dev, op, attrs, in, n_in));
+            /* Ops that kernels run internally are not part of a capture. */
+            hr_capture_enter_op();
             if (supported)
                 s = dev->vt->run_op(dev, op, attrs, in, n_in, outs, n_out);
             else
                 s = run_fallback(dev, op, attrs, in, n_in, outs, n_out);
+            hr_capture_leave_op();
             if (s != HR_OK) s = hr_error_context(s, "op '%s'", name);
         }
+        if (s == HR_OK) hr_capture_record(op, attrs, in, n_in, outs, n_out);
     }
     if (s != HR_OK)
         for (int i = 0; i < n_out; i++)

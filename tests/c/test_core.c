@@ -125,6 +125,7 @@ static void test_views(void **state) {
     assert_int_equal(hr_tensor_unsqueeze(t, -1, &v), HR_OK);
     assert_int_equal(hr_tensor_ndim(v), 4);
     assert_int_equal(hr_tensor_squeeze(v, 3, &w), HR_OK);
+    hr_tensor_free(v);
     assert_int_equal(hr_tensor_ndim(w), 3);
     assert_int_equal(hr_tensor_squeeze(w, 0, &v), HR_ERR_SHAPE);
     hr_tensor_free(w);

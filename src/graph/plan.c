@@ -1,0 +1,270 @@
+/* Plans: build from a capture, plan the arena by liveness, replay. */
+#include "graph/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "device/device_impl.h"
+#include "hubrt/graph.h"
+
+#define ARENA_ALIGN 64
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Plan tensors point at their value's `bound` buffer header. */
+static int value_index(const hr_plan *p, const hr_tensor *t) {
+    return (int)((const hr_plan_value *)((const char *)t->buf - offsetof(hr_plan_value, bound)) - p->values);
+}
+
+static uint64_t structure_hash(const hr_plan *p) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < p->n_nodes; i++) {
+        const hr_plan_node *n = &p->nodes[i];
+        int head[3] = {(int)n->op, n->n_in, n->n_out};
+        h = fnv(h, head, sizeof head);
+        h = fnv(h, n->attrs, n->attrs_size);
+    }
+    for (int i = 0; i < p->n_tensors; i++) {
+        const hr_tensor *t = &p->tensors[i];
+        int64_t meta[2 + 2 * HR_MAX_DIMS + 1] = {t->dtype, t->ndim};
+        memcpy(meta + 2, t->shape, sizeof t->shape);
+        memcpy(meta + 2 + HR_MAX_DIMS, t->strides, sizeof t->strides);
+        meta[2 + 2 * HR_MAX_DIMS] = t->offset;
+        h = fnv(h, meta, sizeof meta);
+        int v = value_index(p, t);
+        h = fnv(h, &v, sizeof v);
+    }
+    for (int i = 0; i < p->n_values; i++) {
+        const hr_plan_value *v = &p->values[i];
+        /* An input's buffer size is the caller's business, not the plan's. */
+        int64_t meta[3] = {v->kind, v->index, v->kind == HR_VALUE_INPUT ? 0 : (int64_t)v->nbytes};
+        h = fnv(h, meta, sizeof meta);
+        h = fnv(h, v->name, strlen(v->name));
+    }
+    return h;
+}
+
+size_t hr_plan_assign_arena(hr_plan *plan) {
+    int nv = plan->n_values;
+    int *first = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
+    int *last = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
+    int *order = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
+    if (!first || !last || !order) {
+        free(first), free(last), free(order);
+        return (size_t)-1;
+    }
+    for (int v = 0; v < nv; v++) first[v] = -1, last[v] = -1;
+    for (int i = 0; i < plan->n_nodes; i++) {
+        const hr_plan_node *n = &plan->nodes[i];
+        for (int k = 0; k < n->n_in + n->n_out; k++) {
+            int v = value_index(plan, &plan->tensors[n->first_tensor + k]);
+            if (first[v] < 0) first[v] = i;
+            last[v] = i;
+        }
+    }
+    /* Largest first; each value goes at the lowest offset that does not
+     * overlap a placed value alive at the same time. */
+    int m = 0;
+    for (int v = 0; v < nv; v++)
+        if (plan->values[v].kind == HR_VALUE_TEMP && first[v] >= 0) order[m++] = v;
+    for (int i = 1; i < m; i++)
+        for (int j = i; j > 0 && plan->values[order[j]].nbytes > plan->values[order[j - 1]].nbytes; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    size_t total = 0;
+    for (int i = 0; i < m; i++) {
+        hr_plan_value *a = &plan->values[order[i]];
+        size_t size = (a->nbytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+        size_t off = 0;
+        bool moved = true;
+        while (moved) {
+            moved = false;
+            for (int j = 0; j < i; j++) {
+                int b = order[j];
+                const hr_plan_value *pb = &plan->values[b];
+                bool alive = first[b] <= last[order[i]] && first[order[i]] <= last[b];
+                size_t bsize = (pb->nbytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+                if (alive && off < pb->arena_offset + bsize && pb->arena_offset < off + size) {
+                    off = pb->arena_offset + bsize;
+                    moved = true;
+                }
+            }
+        }
+        a->arena_offset = off;
+        if (off + size > total) total = off + size;
+    }
+    free(first), free(last), free(order);
+    return total;
+}
+
+hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_in, int n_out,
+                        hr_plan **out) {
+    *out = NULL;
+    hr_plan *p = calloc(1, sizeof *p);
+    if (!p) return hr_error(HR_ERR_OOM, "plan: out of memory");
+    p->device = cap->device ? cap->device : hr_device_cpu();
+    p->n_in = n_in;
+    p->n_out = n_out;
+    p->n_nodes = cap->n_nodes;
+    p->n_tensors = cap->n_tensors;
+    p->n_values = cap->n_values;
+    p->nodes = calloc((size_t)(p->n_nodes ? p->n_nodes : 1), sizeof *p->nodes);
+    p->tensors = calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof *p->tensors);
+    p->in_ptrs = calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof *p->in_ptrs);
+    p->values = calloc((size_t)(p->n_values ? p->n_values : 1), sizeof *p->values);
+    p->outputs = calloc((size_t)(n_out ? n_out : 1), sizeof *p->outputs);
+    p->output_value = calloc((size_t)(n_out ? n_out : 1), sizeof *p->output_value);
+    if (!p->nodes || !p->tensors || !p->in_ptrs || !p->values || !p->outputs || !p->output_value) {
+        hr_plan_free(p);
+        return hr_error(HR_ERR_OOM, "plan: out of memory");
+    }
+    for (int v = 0; v < cap->n_values; v++) {
+        const hr_cap_value *cv = &cap->values[v];
+        hr_plan_value *pv = &p->values[v];
+        pv->kind = cv->kind;
+        pv->index = cv->index;
+        pv->nbytes = cv->nbytes;
+        pv->base_offset = cv->base_offset;
+        pv->base_dtype = cv->base_dtype;
+        memcpy(pv->name, cv->name, sizeof pv->name);
+        atomic_init(&pv->bound.refcount, 1);
+        pv->bound.device = p->device;
+        pv->bound.nbytes = cv->nbytes;
+        if (cv->kind == HR_VALUE_CONST) {
+            pv->constant = hr_buffer_retain(cv->buf);
+            pv->bound.data = cv->buf->data;
+            pv->bound.device = cv->buf->device;
+        }
+    }
+    for (int i = 0; i < cap->n_tensors; i++) {
+        const hr_cap_tensor *ct = &cap->tensors[i];
+        hr_tensor *t = &p->tensors[i];
+        t->dtype = ct->dtype;
+        t->ndim = ct->ndim;
+        memcpy(t->shape, ct->shape, sizeof t->shape);
+        memcpy(t->strides, ct->strides, sizeof t->strides);
+        t->offset = ct->offset;
+        t->buf = &p->values[ct->value].bound;
+        p->in_ptrs[i] = t;
+    }
+    for (int i = 0; i < cap->n_nodes; i++) {
+        const hr_cap_node *cn = &cap->nodes[i];
+        hr_plan_node *pn = &p->nodes[i];
+        pn->op = cn->op;
+        pn->n_in = cn->n_in;
+        pn->n_out = cn->n_out;
+        pn->first_tensor = cn->first_tensor;
+        pn->attrs_size = cn->attrs_size;
+        memcpy(pn->attrs, cn->attrs, cn->attrs_size);
+        pn->empty = true;
+        for (int k = 0; k < pn->n_out; k++)
+            if (hr_shape_numel(p->tensors[pn->first_tensor + pn->n_in + k].ndim,
+                               p->tensors[pn->first_tensor + pn->n_in + k].shape) > 0)
+                pn->empty = false;
+    }
+    for (int i = 0; i < n_out; i++) {
+        hr_tensor *o = &p->outputs[i];
+        *o = *outputs[i];
+        o->buf = NULL;
+        o->name[0] = '\0';
+        int v = 0;
+        while (v < cap->n_values && cap->values[v].seq != outputs[i]->buf->seq) v++;
+        p->output_value[i] = v;
+    }
+    hr_status s = HR_OK;
+    if (p->device->host_visible) {
+        p->arena_size = hr_plan_assign_arena(p);
+        if (p->arena_size == (size_t)-1) s = hr_error(HR_ERR_OOM, "plan: out of memory planning the arena");
+        else if (p->arena_size && !(p->arena = aligned_alloc(ARENA_ALIGN, p->arena_size)))
+            s = hr_error(HR_ERR_OOM, "plan: cannot allocate a %zu-byte arena", p->arena_size);
+        for (int v = 0; v < p->n_values && s == HR_OK; v++)
+            if (p->values[v].kind == HR_VALUE_TEMP) p->values[v].bound.data = (char *)p->arena + p->values[v].arena_offset;
+    } else {
+        for (int v = 0; v < p->n_values && s == HR_OK; v++) {
+            hr_plan_value *pv = &p->values[v];
+            if (pv->kind != HR_VALUE_TEMP) continue;
+            s = p->device->vt->buffer_alloc(p->device, pv->nbytes, &pv->owned);
+            if (s == HR_OK) pv->bound.data = pv->owned->data;
+        }
+    }
+    if (s != HR_OK) {
+        hr_plan_free(p);
+        return s;
+    }
+    p->structure_hash = structure_hash(p);
+    *out = p;
+    return HR_OK;
+}
+
+hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **outputs) {
+    for (int v = 0; v < p->n_values; v++) {
+        hr_plan_value *pv = &p->values[v];
+        if (pv->kind != HR_VALUE_INPUT) continue;
+        const hr_tensor *in = inputs[pv->index];
+        if (p->device->host_visible) {
+            pv->bound.data = (char *)in->buf->data +
+                             (in->offset - pv->base_offset) * (int64_t)hr_dtype_size(pv->base_dtype);
+        } else if (in->offset != pv->base_offset) {
+            return hr_error(HR_ERR_UNSUPPORTED, "compiled call: input %d has another storage offset than at "
+                            "capture; pass a contiguous copy", pv->index);
+        } else {
+            pv->bound.data = in->buf->data;
+        }
+    }
+    hr_buffer *outbufs[HR_JIT_MAX_IO] = {0};
+    hr_status s = HR_OK;
+    for (int i = 0; i < p->n_out && s == HR_OK; i++) {
+        hr_plan_value *pv = &p->values[p->output_value[i]];
+        s = p->device->vt->buffer_alloc(p->device, pv->nbytes, &outbufs[i]);
+        if (s == HR_OK) {
+            outbufs[i]->seq = hr_buffer_next_seq();
+            pv->bound.data = outbufs[i]->data;
+        }
+    }
+    for (int i = 0; i < p->n_nodes && s == HR_OK; i++) {
+        const hr_plan_node *n = &p->nodes[i];
+        if (n->empty) continue;
+        const hr_tensor *const *ins = &p->in_ptrs[n->first_tensor];
+        hr_tensor *const *outs = (hr_tensor *const *)&p->in_ptrs[n->first_tensor + n->n_in];
+        s = p->device->vt->run_op(p->device, n->op, n->attrs_size ? n->attrs : NULL, ins, n->n_in, outs,
+                                  n->n_out);
+        if (s != HR_OK) s = hr_error_context(s, "compiled call: op %d '%s'", i, hr_op_name(n->op));
+    }
+    for (int i = 0; i < p->n_out; i++) {
+        if (s == HR_OK) {
+            const hr_tensor *o = &p->outputs[i];
+            s = hr_tensor_over_buffer(outbufs[i], o->dtype, o->ndim, o->shape, o->offset, &outputs[i]);
+            if (s == HR_OK) memcpy(outputs[i]->strides, o->strides, sizeof o->strides);
+        }
+        if (outbufs[i]) hr_buffer_release(outbufs[i]);
+    }
+    if (s != HR_OK)
+        for (int i = 0; i < p->n_out; i++) {
+            hr_tensor_free(outputs[i]);
+            outputs[i] = NULL;
+        }
+    return s;
+}
+
+void hr_plan_free(hr_plan *p) {
+    if (!p) return;
+    for (int v = 0; v < p->n_values; v++) {
+        if (p->values[v].constant) hr_buffer_release(p->values[v].constant);
+        if (p->values[v].owned) hr_buffer_release(p->values[v].owned);
+    }
+    free(p->arena);
+    free(p->nodes);
+    free(p->tensors);
+    free(p->in_ptrs);
+    free(p->values);
+    free(p->outputs);
+    free(p->output_value);
+    free(p);
+}

@@ -1,0 +1,61 @@
+/* A compiled plan: the captured ops as a flat list of kernel calls over
+ * prebuilt tensor structs whose buffers are bound once (constants, the
+ * arena) or per call (inputs, outputs). */
+#ifndef HR_GRAPH_PLAN_H
+#define HR_GRAPH_PLAN_H
+
+#include "graph/capture.h"
+
+typedef struct hr_plan_value {
+    hr_value_kind kind;
+    int index;
+    size_t nbytes;
+    size_t arena_offset;  /* TEMP on host devices */
+    hr_buffer *owned;     /* TEMP on other devices: a device buffer of its own */
+    hr_buffer *constant;  /* CONST: retained */
+    int64_t base_offset;  /* INPUT: element offset at capture */
+    hr_dtype base_dtype;
+    char name[HR_TENSOR_NAME_CAP];
+    int64_t name_offset;  /* CONST: element offset of the named tensor at capture */
+    hr_buffer bound;      /* what the plan's tensors point at */
+} hr_plan_value;
+
+typedef struct hr_plan_node {
+    hr_op op;
+    int n_in, n_out;
+    int first_tensor;
+    bool empty; /* every output has no elements: the kernel is skipped */
+    size_t attrs_size;
+    unsigned char attrs[HR_CAPTURE_ATTRS_MAX];
+} hr_plan_node;
+
+typedef struct hr_plan {
+    hr_device *device;
+    int n_nodes;
+    hr_plan_node *nodes;
+    int n_tensors;
+    hr_tensor *tensors;       /* node inputs then outputs; buf -> values[].bound */
+    const hr_tensor **in_ptrs; /* per tensor, for kernel calls */
+    int n_values;
+    hr_plan_value *values;
+    size_t arena_size;
+    void *arena;
+    int n_in, n_out;
+    hr_tensor *outputs;       /* layout of each returned tensor (buf = value index) */
+    int *output_value;
+    uint64_t structure_hash;  /* ops, attrs and layouts: part of the disk key */
+    bool portable;            /* every constant has a name: may go to disk */
+} hr_plan;
+
+/* Builds a plan from a finished capture and the function's outputs. */
+hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_in, int n_out,
+                        hr_plan **out);
+/* Replays the plan with new inputs (same layouts as at capture); each
+ * outputs[i] receives a new tensor. */
+hr_status hr_plan_run(hr_plan *plan, const hr_tensor *const *inputs, hr_tensor **outputs);
+void hr_plan_free(hr_plan *plan);
+
+/* Assigns arena offsets to TEMP values by liveness (exposed for tests). */
+size_t hr_plan_assign_arena(hr_plan *plan);
+
+#endif

@@ -1,0 +1,310 @@
+/* Compile path: capture, arena planning, replay, stats, disk cache
+ * (including corrupt entries), and loud failures. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "graph/disk_cache.h"
+#include "hubrt.h"
+#include "hubrt/graph.h"
+
+typedef struct {
+    hr_tensor *w;     /* [16, 8] constant weight */
+    hr_tensor *cache; /* [8, 16] state updated in place */
+    int calls;
+} model;
+
+static hr_tensor *filled(int ndim, const int64_t *shape, float seed) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    float *buf = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) buf[i] = sinf(seed + 0.37f * (float)i);
+    hr_tensor *t = NULL;
+    assert_int_equal(hr_tensor_from_host(NULL, HR_F32, ndim, shape, buf, sizeof(float) * (size_t)n, &t), HR_OK);
+    free(buf);
+    return t;
+}
+
+/* out = silu_mul(x W^T, x W^T) @ (x W^T)^T; also cache[pos] = x W^T */
+static hr_status fn_mlp(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
+    model *m = ctx;
+    m->calls++;
+    hr_tensor *y = NULL, *g = NULL, *yt = NULL;
+    hr_status s = hr_linear(in[0], m->w, NULL, &y);
+    if (s == HR_OK) s = hr_silu_mul(y, y, &g);
+    if (s == HR_OK) s = hr_tensor_transpose(y, 0, 1, &yt);
+    if (s == HR_OK) s = hr_matmul(g, yt, &out[0]);
+    if (s == HR_OK && n_in > 1) s = hr_index_copy_(m->cache, 0, in[1], y);
+    hr_tensor_free(y);
+    hr_tensor_free(g);
+    hr_tensor_free(yt);
+    return s;
+}
+
+static const hr_tensor *resolve(void *ctx, const char *name) {
+    model *m = ctx;
+    if (!strcmp(name, "w")) return m->w;
+    if (!strcmp(name, "cache")) return m->cache;
+    return NULL;
+}
+
+static void setup_model(model *m) {
+    memset(m, 0, sizeof *m);
+    int64_t ws[2] = {16, 8}, cs[2] = {8, 16};
+    m->w = filled(2, ws, 0.5f);
+    hr_tensor_set_name(m->w, "w");
+    assert_int_equal(hr_tensor_zeros(NULL, HR_F32, 2, cs, &m->cache), HR_OK);
+    hr_tensor_set_name(m->cache, "cache");
+}
+
+static void free_model(model *m) {
+    hr_tensor_free(m->w);
+    hr_tensor_free(m->cache);
+}
+
+static void assert_same(const hr_tensor *a, const hr_tensor *b) {
+    size_t n = hr_tensor_nbytes(a);
+    assert_int_equal(n, hr_tensor_nbytes(b));
+    float *x = malloc(n), *y = malloc(n);
+    assert_int_equal(hr_tensor_read(a, x, n), HR_OK);
+    assert_int_equal(hr_tensor_read(b, y, n), HR_OK);
+    for (size_t i = 0; i < n / 4; i++) assert_true(x[i] == y[i]);
+    free(x);
+    free(y);
+}
+
+static hr_tensor *positions(int64_t a, int64_t b) {
+    int64_t p[2] = {a, b}, shape[1] = {2};
+    hr_tensor *t = NULL;
+    assert_int_equal(hr_tensor_from_host(NULL, HR_I64, 1, shape, p, sizeof p, &t), HR_OK);
+    return t;
+}
+
+static void test_replay_matches_eager(void **state) {
+    model m;
+    setup_model(&m);
+    hr_compile_stats_reset();
+    setenv("HUBRT_CACHE", "0", 1);
+    hr_jit *jit = NULL;
+    hr_jit_options o = {.name = "mlp", .fn = fn_mlp, .ctx = &m};
+    assert_int_equal(hr_jit_create(&o, &jit), HR_OK);
+    int64_t xs[2] = {2, 8};
+    for (int step = 0; step < 4; step++) {
+        hr_tensor *x = filled(2, xs, (float)step), *pos = positions(step, step + 3);
+        const hr_tensor *in[2] = {x, pos};
+        hr_tensor *got = NULL, *want = NULL;
+        hr_status s0 = hr_jit_call(jit, in, 2, &got, 1);
+        if (s0) print_error("step %d: %s\n", step, hr_last_error());
+        assert_int_equal(s0, HR_OK);
+        int64_t cs[2] = {8, 16};
+        hr_tensor *cache_after = NULL;
+        assert_int_equal(hr_tensor_zeros(NULL, HR_F32, 2, cs, &cache_after), HR_OK);
+        assert_int_equal(hr_copy_(cache_after, m.cache), HR_OK);
+        /* the eager reference, run again on the same inputs */
+        assert_int_equal(fn_mlp(&m, in, 2, &want, 1), HR_OK);
+        assert_same(got, want);
+        assert_same(cache_after, m.cache); /* the replay updated the cache in place */
+        hr_tensor_free(got);
+        hr_tensor_free(want);
+        hr_tensor_free(cache_after);
+        hr_tensor_free(x);
+        hr_tensor_free(pos);
+    }
+    /* the function ran eagerly once for the capture and once per reference */
+    assert_int_equal(m.calls, 1 + 4);
+    assert_int_equal(hr_jit_num_plans(jit), 1);
+    hr_compile_stats st;
+    hr_compile_stats_get(&st);
+    assert_int_equal(st.compiles, 1);
+    assert_int_equal(st.hits, 3);
+    assert_int_equal(st.requests, 4);
+    /* a new shape compiles a second plan */
+    int64_t xs2[2] = {3, 8};
+    hr_tensor *x = filled(2, xs2, 9.0f), *out = NULL;
+    const hr_tensor *in1[1] = {x};
+    hr_status s1 = hr_jit_call(jit, in1, 1, &out, 1);
+    if (s1) print_error("%s\n", hr_last_error());
+    assert_int_equal(s1, HR_OK);
+    assert_int_equal(hr_tensor_shape(out)[0], 3);
+    assert_int_equal(hr_jit_num_plans(jit), 2);
+    hr_tensor_free(out);
+    hr_tensor_free(x);
+    hr_jit_free(jit);
+    free_model(&m);
+}
+
+static hr_status fn_reads_host(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
+    float v[16];
+    hr_status s = hr_tensor_read(in[0], v, sizeof v);
+    return s != HR_OK ? s : hr_scale(in[0], v[0], 0, &out[0]);
+}
+
+static hr_status fn_returns_input(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
+    return hr_tensor_alias(in[0], &out[0]);
+}
+
+static void test_capture_fails_loudly(void **state) {
+    setenv("HUBRT_CACHE", "0", 1);
+    int64_t xs[2] = {2, 8};
+    hr_tensor *x = filled(2, xs, 1.0f), *out = NULL;
+    const hr_tensor *in[1] = {x};
+    hr_jit *jit = NULL;
+    hr_jit_options o = {.name = "reads_host", .fn = fn_reads_host};
+    assert_int_equal(hr_jit_create(&o, &jit), HR_OK);
+    assert_int_equal(hr_jit_call(jit, in, 1, &out, 1), HR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(hr_last_error(), "reads tensor values on the host"));
+    assert_null(out);
+    hr_jit_free(jit);
+    hr_jit_options o2 = {.name = "returns_input", .fn = fn_returns_input};
+    assert_int_equal(hr_jit_create(&o2, &jit), HR_OK);
+    assert_int_equal(hr_jit_call(jit, in, 1, &out, 1), HR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(hr_last_error(), "return a copy"));
+    hr_jit_free(jit);
+    hr_tensor_free(x);
+}
+
+static void test_disk_cache_round_trip_and_corruption(void **state) {
+    char dir[] = "/tmp/hubrt-graph-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    setenv("HUBRT_CACHE_DIR", dir, 1);
+    setenv("HUBRT_CACHE", "1", 1);
+    model m;
+    setup_model(&m);
+    int64_t xs[2] = {2, 8};
+    hr_tensor *x = filled(2, xs, 2.0f), *pos = positions(1, 4);
+    const hr_tensor *in[2] = {x, pos};
+    hr_tensor *first = NULL, *again = NULL;
+    hr_jit_options o = {.name = "mlp-disk", .fn = fn_mlp, .ctx = &m, .resolve = resolve, .resolve_ctx = &m,
+                        .fingerprint = 42};
+    hr_jit *jit = NULL;
+    hr_compile_stats_reset();
+    assert_int_equal(hr_jit_create(&o, &jit), HR_OK);
+    assert_int_equal(hr_jit_call(jit, in, 2, &first, 1), HR_OK);
+    hr_jit_free(jit);
+    /* A new jit (as in a new process) finds the plan on disk. */
+    assert_int_equal(hr_jit_create(&o, &jit), HR_OK);
+    int calls = m.calls;
+    assert_int_equal(hr_jit_call(jit, in, 2, &again, 1), HR_OK);
+    assert_int_equal(m.calls, calls); /* replayed, not captured */
+    assert_same(first, again);
+    hr_compile_stats st;
+    hr_compile_stats_get(&st);
+    assert_int_equal(st.compiles, 1);
+    assert_int_equal(st.disk_hits, 1);
+    hr_jit_free(jit);
+    hr_tensor_free(again);
+
+    /* Corrupt the entry three ways; each is rejected and rebuilt. */
+    char cmd[512], path[512];
+    snprintf(cmd, sizeof cmd, "ls %s/*.hrplan", dir);
+    FILE *ls = popen(cmd, "r");
+    assert_non_null(fgets(path, sizeof path, ls));
+    pclose(ls);
+    path[strcspn(path, "\n")] = '\0';
+    FILE *f = fopen(path, "rb");
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *orig = malloc((size_t)len);
+    assert_int_equal(fread(orig, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    for (int kind = 0; kind < 3; kind++) {
+        unsigned char *bad = malloc((size_t)len);
+        memcpy(bad, orig, (size_t)len);
+        long blen = len;
+        if (kind == 0) blen = len / 2;                 /* truncated */
+        if (kind == 1) bad[len - 20] ^= 0x10;          /* bit flip */
+        if (kind == 2) bad[8] = 99;                    /* another format version */
+        f = fopen(path, "wb");
+        fwrite(bad, 1, (size_t)blen, f);
+        fclose(f);
+        free(bad);
+        hr_compile_stats_reset();
+        assert_int_equal(hr_jit_create(&o, &jit), HR_OK);
+        assert_int_equal(hr_jit_call(jit, in, 2, &again, 1), HR_OK);
+        assert_same(first, again);
+        hr_compile_stats_get(&st);
+        assert_int_equal(st.disk_rejects, 1);
+        assert_int_equal(st.compiles, 1);
+        hr_jit_free(jit);
+        hr_tensor_free(again);
+    }
+    /* A constant that changed shape invalidates the entry too. */
+    int64_t ws[2] = {16, 8};
+    hr_tensor_free(m.w);
+    m.w = filled(2, ws, 3.0f);
+    hr_tensor_set_name(m.w, "w");
+    unsigned char *data = NULL;
+    size_t dlen = 0;
+    hr_plan *plan = NULL;
+    f = fopen(path, "rb");
+    data = malloc((size_t)len);
+    dlen = fread(data, 1, (size_t)len, f);
+    fclose(f);
+    uint64_t key;
+    memcpy(&key, data + 16, 8);
+    model other = m;
+    int64_t ws2[2] = {4, 8};
+    other.w = filled(2, ws2, 1.0f);
+    assert_int_equal(hr_plan_deserialize(data, dlen, key, resolve, &other, in, 2, 1, &plan), HR_ERR_FORMAT);
+    assert_non_null(strstr(hr_last_error(), "constant"));
+    assert_int_equal(hr_plan_deserialize(data, dlen, key + 1, resolve, &m, in, 2, 1, &plan), HR_ERR_FORMAT);
+    hr_tensor_free(other.w);
+    free(data);
+    free(orig);
+    hr_tensor_free(first);
+    hr_tensor_free(x);
+    hr_tensor_free(pos);
+    free_model(&m);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static hr_status fn_chain(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
+    hr_tensor *a = NULL, *b = NULL, *c = NULL;
+    hr_status s = hr_matmul(in[0], in[0], &a);
+    if (s == HR_OK) s = hr_matmul(a, in[0], &b);
+    if (s == HR_OK) s = hr_matmul(b, in[0], &c);
+    if (s == HR_OK) s = hr_matmul(c, in[0], &out[0]);
+    hr_tensor_free(a);
+    hr_tensor_free(b);
+    hr_tensor_free(c);
+    return s;
+}
+
+static void test_arena_reuses_dead_values(void **state) {
+    setenv("HUBRT_CACHE", "0", 1);
+    int64_t xs[2] = {32, 32};
+    hr_tensor *x = filled(2, xs, 0.1f), *out = NULL;
+    const hr_tensor *in[1] = {x};
+    hr_capture cap;
+    assert_int_equal(hr_capture_begin(&cap, in, 1), HR_OK);
+    assert_int_equal(fn_chain(NULL, in, 1, &out, 1), HR_OK);
+    assert_int_equal(hr_capture_end(&cap, &out, 1), HR_OK);
+    hr_plan *plan = NULL;
+    assert_int_equal(hr_plan_build(&cap, &out, 1, 1, &plan), HR_OK);
+    /* three 4 KiB temporaries, at most two alive at once */
+    assert_int_equal(plan->n_nodes, 4);
+    assert_int_equal(plan->arena_size, 2 * 32 * 32 * 4);
+    hr_plan_free(plan);
+    hr_capture_free(&cap);
+    hr_tensor_free(out);
+    hr_tensor_free(x);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_replay_matches_eager),
+        cmocka_unit_test(test_capture_fails_loudly),
+        cmocka_unit_test(test_disk_cache_round_trip_and_corruption),
+        cmocka_unit_test(test_arena_reuses_dead_values),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
