@@ -1,0 +1,202 @@
+"""sdpa against F.scaled_dot_product_attention (enable_gqa, explicit masks)
+and, for what torch's op lacks (bottom-right causal with s < t, sliding
+window, softcap, zeros for fully masked rows), an explicit torch reference."""
+import ctypes
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import hubrt
+from hubrt._lib import lib
+from oracle import TORCH_DTYPE, assert_close, to_hr
+
+DTYPES = ["f32", "bf16", "f16"]
+ISA = {"scalar": 0, "avx2": 1, "avx512": 2}
+lib.hr_cpu_isa_get.restype = ctypes.c_int
+lib.hr_cpu_isa_set.argtypes = [ctypes.c_int]
+
+
+@pytest.fixture(params=["avx512", "avx2", "scalar"])
+def isa(request):
+    before = lib.hr_cpu_isa_get()
+    if lib.hr_cpu_isa_set(ISA[request.param]) != 0:
+        pytest.skip(f"this CPU has no {request.param} path")
+    yield request.param
+    lib.hr_cpu_isa_set(before)
+
+
+def rand(*shape, dtype="f32", seed=0):
+    g = torch.Generator().manual_seed(seed * 1000 + sum(shape))
+    return torch.randn(*shape, generator=g).to(TORCH_DTYPE[dtype])
+
+
+def qkv(b, hq, hkv, s, t, d, dv=None, dtype="f32"):
+    return (rand(b, hq, s, d, dtype=dtype, seed=1), rand(b, hkv, t, d, dtype=dtype, seed=2),
+            rand(b, hkv, t, dv or d, dtype=dtype, seed=3))
+
+
+def reference(q, k, v, mask=None, scale=None, causal=False, window=0, softcap=0.0):
+    """Attention in f32 with hubrt's conventions: query i at position
+    t - s + i, window keeps pos_q - pos_k < window, softcap before masks,
+    fully masked rows give zeros."""
+    q, k, v = q.float(), k.float(), v.float()
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    s, t = q.shape[2], k.shape[2]
+    scores = q @ k.transpose(-1, -2) * (scale or q.shape[-1] ** -0.5)
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
+    keep = torch.ones(s, t, dtype=torch.bool)
+    pq = torch.arange(s)[:, None] + t - s
+    pk = torch.arange(t)[None, :]
+    if causal:
+        keep &= pk <= pq
+    if window:
+        keep &= pq - pk < window
+    if mask is not None and mask.dtype == torch.bool:
+        keep = keep & mask
+    elif mask is not None:
+        scores = scores + mask.float()
+    scores = scores.masked_fill(~keep, float("-inf"))
+    p = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return p @ v
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2), (7, 1)])
+@pytest.mark.parametrize("d", [64, 80, 128])
+def test_sdpa_gqa(dtype, hq, hkv, d):
+    q, k, v = qkv(2, hq, hkv, 5, 9, d, dtype=dtype)
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+    assert_close(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v)), want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sdpa_decode_over_cache(isa, dtype):
+    """s = 1 over t = 37: causal alignment lets the one query see every key."""
+    q, k, v = qkv(1, 8, 2, 1, 37, 64, dtype=dtype)
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+    assert_close(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True), want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sdpa_causal_prefill(isa, dtype):
+    """s = t spanning several query and key blocks: torch's own is_causal."""
+    q, k, v = qkv(1, 4, 2, 70, 70, 80, dtype=dtype)
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True)
+    assert_close(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True), want)
+
+
+@pytest.mark.parametrize("s,t", [(5, 37), (3, 4097), (66, 130)])
+def test_sdpa_causal_shorter_queries(s, t):
+    """s < t: bottom-right causal, checked against torch with an explicit mask."""
+    q, k, v = qkv(1, 2, 1, s, t, 64)
+    keep = torch.arange(t)[None, :] <= torch.arange(s)[:, None] + t - s
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
+    assert_close(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True), want, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("s,t,window", [(100, 100, 16), (1, 37, 5), (10, 90, 33)])
+def test_sdpa_sliding_window(isa, dtype, s, t, window):
+    q, k, v = qkv(1, 2, 2, s, t, 64, dtype=dtype)
+    want = reference(q, k, v, causal=True, window=window)
+    keep = torch.arange(t)[None, :] <= torch.arange(s)[:, None] + t - s
+    keep &= torch.arange(s)[:, None] + t - s - torch.arange(t)[None, :] < window
+    torch.testing.assert_close(want, F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=keep))
+    assert_close(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True, window=window), want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["bool", "additive_same", "additive_f32"])
+def test_sdpa_masks(dtype, kind):
+    """Padding-style [b, 1, 1, t] and full [b, hq, s, t] masks."""
+    b, hq, s, t = 2, 4, 6, 11
+    q, k, v = qkv(b, hq, 2, s, t, 64, dtype=dtype)
+    pad = torch.ones(b, 1, 1, t, dtype=torch.bool)
+    pad[0, ..., :3] = False  # left padding in batch 0
+    full = torch.rand(b, hq, s, t, generator=torch.Generator().manual_seed(5)) > 0.3
+    full[..., -1] = True  # keep each row attending somewhere for torch
+    for keep in (pad, full):
+        if kind == "bool":
+            mask, hr_mask = keep, to_hr(keep)
+        else:
+            add = torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
+            add = add + rand(*keep.shape, seed=6) * keep
+            add = add.to(TORCH_DTYPE[dtype] if kind == "additive_same" else torch.float32)
+            mask, hr_mask = add.float(), to_hr(add)
+        want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, enable_gqa=True)
+        assert_close(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), hr_mask), want)
+
+
+def test_sdpa_mask_2d_with_causal_and_scale():
+    q, k, v = qkv(1, 2, 2, 4, 9, 64)
+    add = rand(4, 9, seed=9)
+    want = reference(q, k, v, mask=add, scale=0.3, causal=True)
+    assert_close(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(add), scale=0.3, is_causal=True), want)
+
+
+def test_sdpa_fully_masked_rows_are_zero():
+    q, k, v = qkv(1, 2, 1, 3, 5, 64)
+    keep = torch.ones(1, 1, 3, 5, dtype=torch.bool)
+    keep[..., 1, :] = False
+    got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(keep))
+    want = reference(q, k, v, mask=keep)
+    assert torch.all(want[:, :, 1] == 0)
+    assert_close(got, want)
+    # queries before the first key (s > t, causal) see nothing either
+    q2 = rand(1, 2, 7, 64, seed=4)
+    assert_close(hubrt.ops.sdpa(to_hr(q2), to_hr(k), to_hr(v), is_causal=True),
+                 reference(q2, k, v, causal=True))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_sdpa_softcap(isa, dtype):
+    q, k, v = qkv(1, 4, 2, 8, 8, 64, dtype=dtype)
+    q = q * 4  # large scores, so the cap matters
+    want = reference(q, k, v, causal=True, softcap=5.0, scale=0.25)
+    assert_close(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True, softcap=5.0, scale=0.25), want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sdpa_strided_views(dtype):
+    """q in the HF [b, s, h, d] layout transposed; k/v narrowed out of a static
+    cache [b, hkv, max_len, d]; the output written into a transposed view."""
+    b, hq, hkv, s, t, d, max_len = 2, 4, 2, 3, 37, 64, 50
+    q_bshd = rand(b, s, hq, d, dtype=dtype, seed=1)
+    cache_k, cache_v = rand(b, hkv, max_len, d, dtype=dtype, seed=2), rand(b, hkv, max_len, d, dtype=dtype, seed=3)
+    q = q_bshd.transpose(1, 2)
+    k, v = cache_k[:, :, :t], cache_v[:, :, :t]
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+    hq_ = to_hr(q_bshd).transpose(1, 2)
+    hk, hv = to_hr(cache_k).narrow(2, 0, t), to_hr(cache_v).narrow(2, 0, t)
+    assert not hq_.is_contiguous() and not hk.is_contiguous()
+    assert_close(hubrt.ops.sdpa(hq_, hk, hv), want)
+    out_bshd = to_hr(torch.zeros(b, s, hq, d, dtype=TORCH_DTYPE[dtype]))
+    hubrt.ops.call("sdpa", hq_, hk, hv, out=out_bshd.transpose(1, 2))
+    assert_close(out_bshd, want.transpose(1, 2))
+
+
+def test_sdpa_value_dim_differs():
+    q, k, v = qkv(1, 2, 1, 4, 6, 64, dv=40)
+    want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert_close(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v)), want)
+
+
+def test_sdpa_errors():
+    q, k, v = (to_hr(x) for x in qkv(1, 4, 2, 3, 5, 8))
+    with pytest.raises(hubrt.HubrtError, match=r"sdpa.*q.*4-d"):
+        hubrt.ops.sdpa(to_hr(rand(4, 3, 8)), k, v)
+    with pytest.raises(hubrt.HubrtError, match=r"sdpa.*multiple"):
+        hubrt.ops.sdpa(to_hr(rand(1, 3, 3, 8)), k, v)
+    with pytest.raises(hubrt.HubrtError, match=r"sdpa.*head_dim"):
+        hubrt.ops.sdpa(to_hr(rand(1, 4, 3, 9)), k, v)
+    with pytest.raises(hubrt.HubrtError, match=r"sdpa.*v.*bf16"):
+        hubrt.ops.sdpa(q, k, to_hr(rand(1, 2, 5, 8, dtype="bf16")))
+    with pytest.raises(hubrt.HubrtError, match=r"sdpa.*mask.*broadcast"):
+        hubrt.ops.sdpa(q, k, v, to_hr(rand(3, 4)))
+    with pytest.raises(hubrt.HubrtError, match=r"sdpa.*mask.*i64"):
+        hubrt.ops.sdpa(q, k, v, to_hr(torch.ones(3, 5, dtype=torch.int64)))
+    with pytest.raises(hubrt.HubrtError, match=r"sdpa.*window"):
+        hubrt.ops.sdpa(q, k, v, window=-1)
