@@ -6,7 +6,9 @@
 #include "hubrt/tensor.h"
 #include "hubrt/ops.h"
 #include "hubrt/runtime.h"
+#include "hubrt/graph.h"
 #include "hubrt/io.h"
 #include "hubrt/tokenizer.h"
+#include "hubrt/model.h"
 
 #endif

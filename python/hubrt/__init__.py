@@ -2,6 +2,10 @@
 from ._lib import HubrtError, lib
 from .tensor import Tensor, tensor, from_numpy
 from . import ops
+from .compile import compile_stats, reset_compile_stats
+from .io import load_safetensors, save_safetensors, safetensors_metadata
+from .dlpack import from_dlpack
+from .models import AutoModelForCausalLM, HubrtModelForCausalLM, KVCache
 
 __version__ = lib.hr_version().decode()
 
