@@ -10,6 +10,7 @@
 #ifndef HUBRT_MODEL_H
 #define HUBRT_MODEL_H
 
+#include "io.h"
 #include "tensor.h"
 
 #ifdef __cplusplus
@@ -40,6 +41,9 @@ HR_API int64_t hr_model_max_positions(const hr_model *m);
 HR_API int hr_model_eos_ids(const hr_model *m, const int64_t **ids);
 /* pad_token_id from generation_config.json / config.json, -1 when absent. */
 HR_API int64_t hr_model_pad_id(const hr_model *m);
+/* generation_config.json (transformers' defaults when absent) with
+ * config.json's eos/pad/bos ids merged in: the defaults of generation. */
+HR_API const hr_generation_config *hr_model_generation_config(const hr_model *m);
 
 /* ---- static KV cache ------------------------------------------------- */
 
@@ -82,14 +86,16 @@ typedef struct hr_generate_config {
     int n_eos;
     int64_t pad_id;           /* filler after eos; < 0: the model's, else eos */
     int64_t prefill_chunk;    /* tokens per prefill step; 0: 512 */
-    /* Stop strings: generation of a row ends once its decoded text ends
-     * with one of them. Needs token_bytes. */
+    /* Stop strings: a row ends once its decoded text holds one of them,
+     * ending inside its newest token's text. Needs token_text. */
     const char *const *stop_strings;
     int n_stop_strings;
-    /* Bytes of one token as it appears in decoded text (for stop strings). */
-    const char *(*token_bytes)(void *ctx, int64_t id, size_t *len);
-    /* Called for each new token of each live row; return false to stop. */
-    bool (*on_token)(void *ctx, int64_t row, int64_t token);
+    /* The text a row's new token adds (an incremental detokenizer per row),
+     * valid until the next call; NULL: no text. */
+    const char *(*token_text)(void *ctx, int64_t row, int64_t token, size_t *len);
+    /* Called for each new token of each live row with its text (NULL
+     * without token_text); return false to stop that row. */
+    bool (*on_token)(void *ctx, int64_t row, int64_t token, const char *text, size_t len);
     void *ctx;
 } hr_generate_config;
 

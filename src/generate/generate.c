@@ -88,13 +88,11 @@ static hr_status forward_span(hr_model *m, gen_state *g, hr_kv_cache *kv, int64_
     return hr_model_forward_host(m, g->ids, g->mask_stage, pos, b, n, kv, true, logits);
 }
 
-/* Does row r's decoded text now contain a stop string ending inside the
- * newest token's bytes? */
-static bool hit_stop_string(const hr_generate_config *cfg, gen_state *g, int64_t r, int64_t token) {
-    if (!cfg->n_stop_strings || !cfg->token_bytes) return false;
-    size_t len = 0;
-    const char *bytes = cfg->token_bytes(cfg->ctx, token, &len);
-    if (!bytes) return false;
+/* Appends the new text of row r to its tail; true when a stop string now
+ * ends inside the new bytes. */
+static bool hit_stop_string(const hr_generate_config *cfg, gen_state *g, int64_t r, const char *bytes,
+                            size_t len) {
+    if (!cfg->n_stop_strings || !bytes || !len) return false;
     char *tail = g->tail + r * STOP_TAIL;
     size_t *tl = &g->tail_len[r];
     if (len >= STOP_TAIL) {
@@ -138,9 +136,11 @@ static hr_status pick_tokens(hr_model *m, const hr_generate_config *cfg, hr_samp
         g->tokens[r * g->cap + t] = tok;
         g->mask[r * g->cap + t] = 1;
         if (g->done[r]) continue;
-        bool stop = cfg->on_token && !cfg->on_token(cfg->ctx, r, tok);
+        size_t len = 0;
+        const char *text = cfg->token_text ? cfg->token_text(cfg->ctx, r, tok, &len) : NULL;
+        bool stop = cfg->on_token && !cfg->on_token(cfg->ctx, r, tok, text, len);
         for (int i = 0; i < n_eos; i++) stop |= tok == eos[i];
-        stop |= hit_stop_string(cfg, g, r, tok);
+        stop |= hit_stop_string(cfg, g, r, text, len);
         g->done[r] = stop;
         *live |= !stop;
     }

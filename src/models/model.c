@@ -106,6 +106,7 @@ hr_dtype hr_model_dtype(const hr_model *m) { return m->dtype; }
 int64_t hr_model_vocab_size(const hr_model *m) { return m->cfg.vocab_size; }
 int64_t hr_model_max_positions(const hr_model *m) { return m->cfg.max_position_embeddings; }
 int64_t hr_model_pad_id(const hr_model *m) { return m->cfg.gen.pad_token_id; }
+const hr_generation_config *hr_model_generation_config(const hr_model *m) { return &m->cfg.gen; }
 int hr_model_eos_ids(const hr_model *m, const int64_t **ids) {
     *ids = m->cfg.gen.eos_token_ids;
     return m->cfg.gen.n_eos;

@@ -1,0 +1,157 @@
+"""Random-weight checkpoints in the Hub layout, made with transformers
+(`from_config` + `save_pretrained`) under the git-ignored fixtures/ folder.
+
+    python scripts/make_fixtures.py tiny            # small test models (seconds)
+    python scripts/make_fixtures.py bench           # Qwen3-0.6B / Llama-3.2-1B shaped, bf16
+    python scripts/make_fixtures.py tiny --only tiny-qwen3
+
+Tiny models use a small vocabulary except the `-tok` ones, which carry a
+real tokenizer from ../shared/data/tokenizers/ and its full vocabulary.
+Weights are redrawn with a larger spread than transformers' init so that
+logits are peaked and greedy choices are not near-ties. Existing folders
+are kept unless --force.
+"""
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKENIZERS = ROOT.parent / "shared" / "data" / "tokenizers"
+
+BASE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
+            rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+            pad_token_id=0)
+
+# name -> (model_type, config overrides, tokenizer folder or None)
+TINY = {
+    "tiny-llama": ("llama", {}, None),
+    "tiny-llama-tied": ("llama", dict(tie_word_embeddings=True, num_key_value_heads=4), None),
+    "tiny-llama-gqa7": ("llama", dict(hidden_size=112, num_attention_heads=7, num_key_value_heads=1,
+                                      head_dim=24), None),
+    "tiny-llama-bias": ("llama", dict(attention_bias=True, mlp_bias=True), None),
+    "tiny-llama-linear": ("llama", dict(rope_parameters=dict(rope_type="linear", factor=2.0,
+                                                             rope_theta=10000.0)), None),
+    "tiny-llama-dynamic": ("llama", dict(max_position_embeddings=32,
+                                         rope_parameters=dict(rope_type="dynamic", factor=2.0,
+                                                              rope_theta=10000.0)), None),
+    "tiny-llama-yarn": ("llama", dict(rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0,
+                                                           original_max_position_embeddings=64)), None),
+    "tiny-llama-llama3": ("llama", dict(rope_parameters=dict(rope_type="llama3", factor=8.0, rope_theta=500000.0,
+                                                             low_freq_factor=1.0, high_freq_factor=4.0,
+                                                             original_max_position_embeddings=32)), None),
+    "tiny-llama-longrope": ("llama", dict(max_position_embeddings=128, rope_parameters=dict(
+        rope_type="longrope", rope_theta=10000.0, original_max_position_embeddings=32,
+        short_factor=[1.0 + 0.1 * i for i in range(8)], long_factor=[1.0 + 0.5 * i for i in range(8)])), None),
+    "tiny-qwen2": ("qwen2", dict(num_key_value_heads=1), None),
+    "tiny-qwen3": ("qwen3", dict(head_dim=32), None),
+    "tiny-qwen3-bf16": ("qwen3", dict(head_dim=32, tie_word_embeddings=True), None),
+    "tiny-qwen3-tok": ("qwen3", dict(vocab_size=151936, hidden_size=32, intermediate_size=64,
+                                     num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                     tie_word_embeddings=True, bos_token_id=None,
+                                     eos_token_id=[151645, 151643], pad_token_id=151643), "qwen3"),
+}
+
+BENCH = {
+    "qwen3-0.6b-shaped": ("qwen3", dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                                        num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                                        vocab_size=151936, max_position_embeddings=40960,
+                                        tie_word_embeddings=True, rope_parameters=dict(rope_type="default",
+                                                                                       rope_theta=1000000.0),
+                                        bos_token_id=151643, eos_token_id=151645, pad_token_id=None), "qwen3"),
+    "llama-3.2-1b-shaped": ("llama", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                          num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                                          vocab_size=128256, max_position_embeddings=131072,
+                                          rms_norm_eps=1e-5, tie_word_embeddings=True,
+                                          rope_parameters=dict(rope_type="llama3", factor=32.0, rope_theta=500000.0,
+                                                               low_freq_factor=1.0, high_freq_factor=4.0,
+                                                               original_max_position_embeddings=8192),
+                                          bos_token_id=128000, eos_token_id=[128001, 128008, 128009],
+                                          pad_token_id=None), "llama3"),
+}
+
+
+def spread_weights(model, seed):
+    """Redraws every weight: matrices N(0, 1/sqrt(fan_in)), norms 1 +- 0.2,
+    biases N(0, 0.1), so that random models make confident predictions."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                std = 1.0 / p.shape[-1] ** 0.5 if "embed" not in name else 1.0
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+            elif "norm" in name:
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+
+
+def make(out, name, spec, dtype, seed, spread):
+    model_type, overrides, tok = spec
+    kw = dict(BASE) if spread else {}
+    kw.update(overrides)
+    cfg = AutoConfig.for_model(model_type, **kw)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32 if spread else dtype)
+    if spread:
+        spread_weights(model, seed)
+    model = model.to(dtype)
+    model.config.dtype = dtype
+    path = out / name
+    model.save_pretrained(path)
+    if tok:
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(TOKENIZERS / tok / f, path / f)
+    return path
+
+
+def to_v4_config(src, dst):
+    """A copy of checkpoint `src` whose config.json is written the way
+    transformers 4.x wrote it (rope_theta + rope_scaling, torch_dtype)."""
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    rp = cfg.pop("rope_parameters", None) or {}
+    cfg["rope_theta"] = rp.pop("rope_theta", 10000.0)
+    rtype = rp.pop("rope_type", "default")
+    cfg["rope_scaling"] = None if rtype == "default" else {"type": rtype, **rp}
+    cfg["torch_dtype"] = cfg.pop("dtype", "float32")
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("set", choices=["tiny", "bench"])
+    ap.add_argument("--out", type=Path, default=ROOT / "fixtures")
+    ap.add_argument("--only", nargs="*", help="names to make (default: the whole set)")
+    ap.add_argument("--force", action="store_true", help="remake existing folders")
+    args = ap.parse_args()
+    specs = TINY if args.set == "tiny" else BENCH
+    args.out.mkdir(parents=True, exist_ok=True)
+    for i, (name, spec) in enumerate(specs.items()):
+        if args.only and name not in args.only:
+            continue
+        path = args.out / name
+        if path.exists() and not args.force:
+            continue
+        if path.exists():
+            shutil.rmtree(path)
+        tiny = args.set == "tiny"
+        dtype = torch.bfloat16 if (not tiny or name.endswith("-bf16")) else torch.float32
+        make(args.out, name, spec, dtype, seed=1234 + i, spread=tiny)
+        print(f"made {path}", file=sys.stderr)
+    if args.set == "tiny" and (not args.only or "tiny-llama-v4" in args.only):
+        v4 = args.out / "tiny-llama-v4"
+        if args.force and v4.exists():
+            shutil.rmtree(v4)
+        if not v4.exists():
+            to_v4_config(args.out / "tiny-llama-llama3", v4)
+            print(f"made {v4}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
