@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "backends/pjrt/pjrt.h"
 #include "device/device_impl.h"
 
 #define MAX_BACKENDS 8
@@ -26,7 +27,10 @@ static hr_status register_locked(const hr_device_backend *b) {
     return HR_OK;
 }
 
-static void register_builtins(void) { register_locked(&hr_cpu_backend); }
+static void register_builtins(void) {
+    register_locked(&hr_cpu_backend);
+    register_locked(&hr_xla_cpu_backend), register_locked(&hr_tpu_backend);
+}
 
 hr_status hr_device_register_backend(const hr_device_backend *backend) {
     pthread_once(&g_once, register_builtins);

@@ -1,0 +1,41 @@
+/* The PJRT device backends ("xla_cpu", "tpu"): what the rest of hubrt and
+ * the tools may call. Builds without the PJRT header too, in which case
+ * every backend reports "built without PJRT headers". */
+#ifndef HR_PJRT_PJRT_H
+#define HR_PJRT_PJRT_H
+
+#include "device/device_impl.h"
+
+extern const hr_device_backend hr_xla_cpu_backend;
+extern const hr_device_backend hr_tpu_backend;
+
+/* What `hubrt info` prints about a PJRT backend. */
+typedef struct hr_pjrt_info {
+    char path[512];     /* the plugin library loaded */
+    char platform[64];  /* "cpu", "tpu" */
+    char version[128];  /* platform version string */
+    int api_major, api_minor; /* the plugin's PJRT C API version */
+    int num_devices;
+} hr_pjrt_info;
+
+/* Loads the backend's plugin (once) and describes it; HR_ERR_NOT_FOUND with
+ * the paths searched when there is none. */
+HR_API hr_status hr_pjrt_backend_info(const char *backend, hr_pjrt_info *out);
+
+/* Executable cache counters of one backend, all devices together. */
+typedef struct hr_pjrt_cache_stats {
+    int64_t requests, hits, misses;
+    double compile_seconds;
+} hr_pjrt_cache_stats;
+
+HR_API hr_status hr_pjrt_cache_stats_get(const char *backend, hr_pjrt_cache_stats *out);
+
+/* Sums the tensors (one per device of the same backend, same shape and
+ * dtype) with a cross-replica all_reduce; each receives the sum in place. */
+HR_API hr_status hr_pjrt_all_reduce_sum(hr_tensor *const *ts, int n);
+
+/* The checks applied to a plugin's reported PJRT C API version: the major
+ * version must equal the one hubrt was built against. */
+hr_status hr_pjrt_version_check(const char *path, int major, int minor);
+
+#endif

@@ -1,0 +1,136 @@
+/* StableHLO module builder: ops are appended as MLIR text to one function.
+ *
+ * The eager path builds one small module per op (load views, lower the
+ * op, store views); a compiled graph will append every node's lowering to
+ * the same builder and become one module. Values are SSA names with a
+ * logical shape and dtype; bool values are i1. Nothing here needs the PJRT
+ * header. */
+#ifndef HR_PJRT_SHLO_H
+#define HR_PJRT_SHLO_H
+
+#include "core/tensor_impl.h"
+
+typedef struct hr_shlo_value {
+    int id; /* %v<id>; negative marks an invalid value after an error */
+    hr_dtype dt;
+    int ndim;
+    int64_t shape[HR_MAX_DIMS];
+} hr_shlo_value;
+
+typedef struct hr_shlo_builder {
+    char *body; /* the function body */
+    size_t len, cap;
+    char *sig; /* "%v0: tensor<...>, ..." */
+    size_t sig_len, sig_cap;
+    int n_args;
+    int next_id;
+    int num_replicas; /* > 1 for collectives */
+    hr_status status; /* first failure (OOM, unsupported lowering) */
+} hr_shlo_builder;
+
+void hr_shlo_init(hr_shlo_builder *b);
+void hr_shlo_free(hr_shlo_builder *b);
+/* Records the first failure with its message; later emits become no-ops. */
+hr_status hr_shlo_fail(hr_shlo_builder *b, hr_status code, const char *fmt, ...) HR_PRINTF(3, 4);
+/* Appends the function's result list and returns the module text (malloc'd)
+ * or NULL with the builder's error. */
+char *hr_shlo_finish(hr_shlo_builder *b, const char *name, const hr_shlo_value *results, int n);
+
+/* "tensor<2x3xf32>" into buf. */
+const char *hr_shlo_type(char *buf, size_t n, hr_dtype dt, int ndim, const int64_t *shape);
+const char *hr_shlo_vtype(char *buf, size_t n, const hr_shlo_value *v);
+
+/* ---- building blocks ---- */
+
+hr_shlo_value hr_shlo_arg(hr_shlo_builder *b, hr_dtype dt, int ndim, const int64_t *shape);
+/* Generic op "stablehlo.<name>"(ins) {attrs} -> result of (dt, ndim, shape). */
+hr_shlo_value hr_shlo_op(hr_shlo_builder *b, const char *name, const hr_shlo_value *ins, int n,
+                         const char *attrs, hr_dtype dt, int ndim, const int64_t *shape);
+/* 0-dim constant (floats: value rounded to dt; ints: truncated). */
+hr_shlo_value hr_shlo_const(hr_shlo_builder *b, hr_dtype dt, double value);
+hr_shlo_value hr_shlo_const_i64(hr_shlo_builder *b, int64_t value);
+/* Constant broadcast to a shape. */
+hr_shlo_value hr_shlo_splat(hr_shlo_builder *b, hr_dtype dt, double value, int ndim, const int64_t *shape);
+/* NumPy broadcast of v (trailing-aligned) to shape. */
+hr_shlo_value hr_shlo_bcast(hr_shlo_builder *b, hr_shlo_value v, int ndim, const int64_t *shape);
+/* broadcast_in_dim with an explicit dims map (dims[i] = result dim of v's dim i). */
+hr_shlo_value hr_shlo_bcast_dims(hr_shlo_builder *b, hr_shlo_value v, const int *dims, int ndim,
+                                 const int64_t *shape);
+hr_shlo_value hr_shlo_convert(hr_shlo_builder *b, hr_shlo_value v, hr_dtype dt);
+hr_shlo_value hr_shlo_reshape(hr_shlo_builder *b, hr_shlo_value v, int ndim, const int64_t *shape);
+hr_shlo_value hr_shlo_transpose(hr_shlo_builder *b, hr_shlo_value v, const int *perm);
+hr_shlo_value hr_shlo_unary(hr_shlo_builder *b, const char *name, hr_shlo_value x);
+/* Same-shape binary op (broadcast first). */
+hr_shlo_value hr_shlo_binary(hr_shlo_builder *b, const char *name, hr_shlo_value x, hr_shlo_value y);
+/* Same-shape compare: dir is "EQ", "NE", "LT", "LE", "GT", "GE"; result i1. */
+hr_shlo_value hr_shlo_compare(hr_shlo_builder *b, const char *dir, hr_shlo_value x, hr_shlo_value y);
+hr_shlo_value hr_shlo_select(hr_shlo_builder *b, hr_shlo_value pred, hr_shlo_value t, hr_shlo_value f);
+hr_shlo_value hr_shlo_iota(hr_shlo_builder *b, hr_dtype dt, int dim, int ndim, const int64_t *shape);
+hr_shlo_value hr_shlo_slice(hr_shlo_builder *b, hr_shlo_value v, const int64_t *start,
+                            const int64_t *limit, const int64_t *stride);
+/* Reduces dims (a mask over v's dims) with a binary op ("add", "maximum",
+ * "minimum") from init (0-dim, v's dtype). */
+hr_shlo_value hr_shlo_reduce(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value init, const char *fn,
+                             const bool *dims);
+/* Flat gather: out[i] = v[idx[i]] for 1-D v and an i64 index tensor. */
+hr_shlo_value hr_shlo_gather_flat(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value idx);
+/* Flat scatter (overwrite): v[idx[i]] = upd[i] for 1-D v. */
+hr_shlo_value hr_shlo_scatter_flat(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value idx,
+                                   hr_shlo_value upd);
+/* Emits raw text into the body (regions, ops the helpers don't cover). */
+void hr_shlo_text(hr_shlo_builder *b, const char *fmt, ...) HR_PRINTF(2, 3);
+int hr_shlo_new_id(hr_shlo_builder *b);
+/* The value %v<id> with the given type, after hand-written text defined it. */
+hr_shlo_value hr_shlo_named(int id, hr_dtype dt, int ndim, const int64_t *shape);
+
+/* bf16/f16 compute in f32; other dtypes in themselves. */
+hr_dtype hr_shlo_compute_dtype(hr_dtype dt);
+static inline hr_shlo_value hr_shlo_up(hr_shlo_builder *b, hr_shlo_value v) {
+    return hr_shlo_convert(b, v, hr_shlo_compute_dtype(v.dt));
+}
+
+/* ---- op lowering (one function per op of the catalog) ---- */
+
+/* Lowers `op` on input values (logical shapes) into output values of the
+ * inferred metas. Returns HR_ERR_UNSUPPORTED for calls it cannot lower. */
+typedef hr_status (*hr_shlo_lower_fn)(hr_shlo_builder *b, const void *attrs, const hr_shlo_value *in,
+                                      int n_in, const hr_tensor_meta *meta, hr_shlo_value *out,
+                                      int n_out);
+/* Whether `op` with these input metas lowers (no emission). */
+typedef bool (*hr_shlo_check_fn)(const void *attrs, const hr_tensor *const *in, int n_in);
+
+typedef struct hr_shlo_lowering {
+    hr_shlo_lower_fn lower;
+    hr_shlo_check_fn check; /* NULL: every call lowers */
+} hr_shlo_lowering;
+
+const hr_shlo_lowering *hr_shlo_lowering_get(hr_op op);
+void hr_shlo_register_eltwise(hr_shlo_lowering *table);
+void hr_shlo_register_reduce(hr_shlo_lowering *table);
+void hr_shlo_register_linalg(hr_shlo_lowering *table);
+void hr_shlo_register_index(hr_shlo_lowering *table);
+
+/* ---- views over flat byte buffers ---- */
+
+/* Describes how a tensor sits in its device buffer. */
+typedef struct hr_shlo_view {
+    hr_dtype dt;
+    int ndim;
+    int64_t shape[HR_MAX_DIMS];
+    int64_t strides[HR_MAX_DIMS];
+    bool contiguous;
+    bool has_offset; /* the offset is passed at run time as an i64 scalar */
+    int64_t buf_bytes;
+} hr_shlo_view;
+
+void hr_shlo_view_of(const hr_tensor *t, hr_shlo_view *v);
+/* Declares the buffer argument (and offset argument) and returns the
+ * tensor's logical value. */
+hr_shlo_value hr_shlo_view_load(hr_shlo_builder *b, const hr_shlo_view *v);
+/* Returns the new bytes of the output's buffer holding `val`: declares the
+ * old buffer (and offset) as arguments unless the view covers it all. */
+hr_shlo_value hr_shlo_view_store(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value val);
+/* Whether the output view covers its whole buffer contiguously. */
+bool hr_shlo_view_is_full(const hr_shlo_view *v);
+
+#endif

@@ -1,0 +1,123 @@
+/* Tensors as views over flat device buffers.
+ *
+ * A PJRT buffer behind an hr_buffer is a flat ui8 array of the buffer's
+ * bytes (copy_from_host does not know a dtype). A module reinterprets it as
+ * the tensor's dtype, then reads the view (shape, strides, offset):
+ * contiguous views are a slice, any other strides a gather. Outputs that do
+ * not cover their buffer (a KV-cache slice) are written with
+ * dynamic_update_slice or a scatter into the old bytes, giving the buffer's
+ * new bytes. Offsets travel as run-time scalars so that a decode loop
+ * writing at a moving position compiles once. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/pjrt/shlo.h"
+
+void hr_shlo_view_of(const hr_tensor *t, hr_shlo_view *v) {
+    memset(v, 0, sizeof *v);
+    v->dt = t->dtype;
+    v->ndim = t->ndim;
+    for (int i = 0; i < t->ndim; i++) {
+        v->shape[i] = t->shape[i];
+        v->strides[i] = t->shape[i] == 1 ? 0 : t->strides[i];
+    }
+    v->contiguous = hr_tensor_is_contiguous(t);
+    v->has_offset = t->offset != 0;
+    v->buf_bytes = (int64_t)t->buf->nbytes;
+}
+
+bool hr_shlo_view_is_full(const hr_shlo_view *v) {
+    int64_t n = hr_shape_numel(v->ndim, v->shape) * (int64_t)hr_dtype_size(v->dt);
+    return v->contiguous && !v->has_offset && n == v->buf_bytes;
+}
+
+/* The storage dtype a buffer is reinterpreted as (bool bytes stay ui8). */
+static hr_dtype storage_dtype(hr_dtype dt) { return dt == HR_BOOL ? HR_U8 : dt; }
+
+/* The buffer bytes as a flat array of the view's storage dtype. */
+static hr_shlo_value bytes_to_flat(hr_shlo_builder *b, hr_shlo_value bytes, hr_dtype dt) {
+    int64_t s = (int64_t)hr_dtype_size(dt), n = bytes.shape[0] / s;
+    hr_dtype st = storage_dtype(dt);
+    if (s == 1) return st == HR_U8 ? bytes : hr_shlo_op(b, "bitcast_convert", &bytes, 1, NULL, st, 1, &n);
+    if (n * s != bytes.shape[0]) {
+        int64_t start = 0, limit = n * s;
+        bytes = hr_shlo_slice(b, bytes, &start, &limit, NULL);
+    }
+    int64_t shape2[2] = {n, s};
+    hr_shlo_value r = hr_shlo_reshape(b, bytes, 2, shape2);
+    return hr_shlo_op(b, "bitcast_convert", &r, 1, NULL, st, 1, &n);
+}
+
+static hr_shlo_value flat_to_bytes(hr_shlo_builder *b, hr_shlo_value flat) {
+    int64_t s = (int64_t)hr_dtype_size(flat.dt), n = flat.shape[0];
+    if (s == 1) return flat.dt == HR_U8 ? flat : hr_shlo_op(b, "bitcast_convert", &flat, 1, NULL, HR_U8, 1, &n);
+    int64_t shape2[2] = {n, s}, total = n * s;
+    hr_shlo_value r = hr_shlo_op(b, "bitcast_convert", &flat, 1, NULL, HR_U8, 2, shape2);
+    return hr_shlo_reshape(b, r, 1, &total);
+}
+
+/* Element indices of the view in the flat array: offset + sum(i_d * stride_d). */
+static hr_shlo_value view_indices(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value off) {
+    hr_shlo_value idx = hr_shlo_splat(b, HR_I64, 0, v->ndim, v->shape);
+    for (int d = 0; d < v->ndim; d++) {
+        if (v->strides[d] == 0) continue;
+        hr_shlo_value io = hr_shlo_iota(b, HR_I64, d, v->ndim, v->shape);
+        if (v->strides[d] != 1)
+            io = hr_shlo_binary(b, "multiply", io, hr_shlo_splat(b, HR_I64, (double)v->strides[d], v->ndim, v->shape));
+        idx = hr_shlo_binary(b, "add", idx, io);
+    }
+    if (off.id >= 0) idx = hr_shlo_binary(b, "add", idx, hr_shlo_bcast(b, off, v->ndim, v->shape));
+    return idx;
+}
+
+static hr_shlo_value offset_arg(hr_shlo_builder *b, const hr_shlo_view *v) {
+    if (v->has_offset) return hr_shlo_arg(b, HR_I64, 0, NULL);
+    hr_shlo_value none = {.id = -1};
+    return none;
+}
+
+hr_shlo_value hr_shlo_view_load(hr_shlo_builder *b, const hr_shlo_view *v) {
+    hr_shlo_value bytes = hr_shlo_arg(b, HR_U8, 1, &v->buf_bytes);
+    hr_shlo_value off = offset_arg(b, v);
+    hr_shlo_value flat = bytes_to_flat(b, bytes, v->dt);
+    int64_t numel = hr_shape_numel(v->ndim, v->shape);
+    hr_shlo_value r;
+    if (v->contiguous) {
+        if (off.id >= 0) {
+            char attr[64];
+            snprintf(attr, sizeof attr, "slice_sizes = array<i64: %lld>", (long long)numel);
+            hr_shlo_value in[2] = {flat, off};
+            flat = hr_shlo_op(b, "dynamic_slice", in, 2, attr, flat.dt, 1, &numel);
+        } else {
+            int64_t start = 0;
+            flat = hr_shlo_slice(b, flat, &start, &numel, NULL);
+        }
+        r = hr_shlo_reshape(b, flat, v->ndim, v->shape);
+    } else {
+        r = hr_shlo_gather_flat(b, flat, view_indices(b, v, off));
+    }
+    return v->dt == HR_BOOL ? hr_shlo_convert(b, r, HR_BOOL) : r;
+}
+
+hr_shlo_value hr_shlo_view_store(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value val) {
+    val = hr_shlo_convert(b, val, storage_dtype(v->dt));
+    int64_t numel = hr_shape_numel(v->ndim, v->shape);
+    if (hr_shlo_view_is_full(v)) return flat_to_bytes(b, hr_shlo_reshape(b, val, 1, &numel));
+    int64_t s = (int64_t)hr_dtype_size(v->dt);
+    if (v->buf_bytes % s) {
+        hr_shlo_fail(b, HR_ERR_UNSUPPORTED, "a %lld-byte buffer is not a whole number of %s elements",
+                     (long long)v->buf_bytes, hr_dtype_name(v->dt));
+        return val;
+    }
+    hr_shlo_value bytes = hr_shlo_arg(b, HR_U8, 1, &v->buf_bytes);
+    hr_shlo_value off = offset_arg(b, v);
+    hr_shlo_value flat = bytes_to_flat(b, bytes, v->dt);
+    if (v->contiguous) {
+        if (off.id < 0) off = hr_shlo_const_i64(b, 0);
+        hr_shlo_value in[3] = {flat, hr_shlo_reshape(b, val, 1, &numel), off};
+        flat = hr_shlo_op(b, "dynamic_update_slice", in, 3, NULL, flat.dt, 1, flat.shape);
+    } else {
+        flat = hr_shlo_scatter_flat(b, flat, view_indices(b, v, off), val);
+    }
+    return flat_to_bytes(b, flat);
+}
