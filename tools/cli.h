@@ -15,5 +15,11 @@ int hr_cli_fail(const char *cmd, hr_status s);
 
 int hr_cmd_info(int argc, char **argv);
 int hr_cmd_inspect(int argc, char **argv);
+int hr_cmd_run(int argc, char **argv);
+int hr_cmd_bench(int argc, char **argv);
+
+/* Parses `text` as a number for option `flag`; prints the error and returns
+ * false on junk. */
+bool hr_cli_number(const char *cmd, const char *flag, const char *text, double *out);
 
 #endif

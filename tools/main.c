@@ -13,6 +13,8 @@ typedef struct {
 static const command commands[] = {
     {"info", hr_cmd_info, "devices and CPU features (--json for one JSON object)"},
     {"inspect", hr_cmd_inspect, "tensors of a safetensors file or model folder"},
+    {"run", hr_cmd_run, "generate text from a model folder (streams to stdout)"},
+    {"bench", hr_cmd_bench, "time load, prefill and decode (last line: JSON)"},
 };
 
 int hr_cli_fail(const char *cmd, hr_status s) {

@@ -1,0 +1,119 @@
+/* hubrt bench MODEL_DIR: load time, then one timed greedy generation over a
+ * fixed pseudo-random prompt; the last stdout line is one JSON object. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "cli.h"
+
+static const char *usage_text =
+    "usage: hubrt bench MODEL_DIR [--prompt-len P] [--gen G] [--batch B] [--dtype D] [--device D]\n"
+    "  defaults: --prompt-len 128 --gen 64 --batch 1, dtype from config.json, device cpu\n";
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0; /* Linux reports KiB */
+}
+
+/* Greedy generation of `gen` tokens for `batch` prompts of `plen` ids,
+ * eos ignored so every run does the same work. */
+static hr_status timed_generate(hr_model *m, int64_t batch, int64_t plen, int64_t gen,
+                                hr_generate_stats *stats) {
+    int64_t vocab = hr_model_vocab_size(m);
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)(batch * plen));
+    int64_t *out = malloc(sizeof(int64_t) * (size_t)(batch * (plen + gen)));
+    if (!ids || !out) {
+        free(ids);
+        free(out);
+        fprintf(stderr, "hubrt bench: out of memory\n");
+        return HR_ERR_OOM;
+    }
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int64_t i = 0; i < batch * plen; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ids[i] = (int64_t)(x % (uint64_t)vocab);
+    }
+    hr_generate_config cfg;
+    hr_generate_config_init(&cfg);
+    static const int64_t no_eos[1] = {-1};
+    cfg.max_new_tokens = gen;
+    cfg.eos_ids = no_eos;
+    cfg.n_eos = 0;
+    int64_t out_len = 0;
+    hr_status s = hr_generate(m, ids, NULL, batch, plen, &cfg, out, &out_len, stats);
+    free(ids);
+    free(out);
+    return s;
+}
+
+int hr_cmd_bench(int argc, char **argv) {
+    const char *dir = NULL;
+    hr_model_options opts = {0};
+    int64_t plen = 128, gen = 64, batch = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        double num = 0;
+        if (f[0] != '-' && !dir) {
+            dir = f;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "hubrt bench: %s needs a value\n%s", f, usage_text);
+            return HR_EXIT_USAGE;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(f, "--dtype")) {
+            opts.dtype = v;
+        } else if (!strcmp(f, "--device")) {
+            opts.device = v;
+        } else if (!strcmp(f, "--prompt-len") || !strcmp(f, "--gen") || !strcmp(f, "--batch")) {
+            if (!hr_cli_number("bench", f, v, &num)) return HR_EXIT_USAGE;
+            if (num < 1 || num > 1e7) {
+                fprintf(stderr, "hubrt bench: %s must be >= 1\n", f);
+                return HR_EXIT_USAGE;
+            }
+            *(!strcmp(f, "--gen") ? &gen : !strcmp(f, "--batch") ? &batch : &plen) = (int64_t)num;
+        } else {
+            fprintf(stderr, "hubrt bench: unknown argument '%s'\n%s", f, usage_text);
+            return HR_EXIT_USAGE;
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "%s", usage_text);
+        return HR_EXIT_USAGE;
+    }
+    hr_model *m = NULL;
+    double t0 = now_s();
+    hr_status s = hr_model_load(dir, &opts, &m);
+    double load_s = now_s() - t0;
+    hr_generate_stats warm = {0}, st = {0};
+    /* a short warm-up run starts the thread pool and faults in the weights */
+    if (s == HR_OK) s = timed_generate(m, 1, 4, 2, &warm);
+    if (s == HR_OK) s = timed_generate(m, batch, plen, gen, &st);
+    if (s != HR_OK) {
+        int rc = hr_cli_fail("bench", s);
+        hr_model_free(m);
+        return rc;
+    }
+    double prefill = st.prefill_s > 0 ? (double)(batch * plen) / st.prefill_s : 0;
+    double decode = st.new_tokens > 1 && st.decode_s > 0 ? (double)(batch * (st.new_tokens - 1)) / st.decode_s : 0;
+    fprintf(stderr, "%s (%s, %s): load %.2f s, prefill %.1f tok/s, decode %.1f tok/s, batch %lld, threads %d\n",
+            dir, hr_model_arch(m), hr_dtype_name(hr_model_dtype(m)), load_s, prefill, decode, (long long)batch,
+            hr_num_threads());
+    printf("{\"arch\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"batch\":%lld,\"prompt_len\":%lld,"
+           "\"gen\":%lld,\"load_s\":%.4f,\"prefill_s\":%.4f,\"decode_s\":%.4f,\"prefill_tok_s\":%.2f,"
+           "\"decode_tok_s\":%.2f,\"peak_rss_mb\":%.1f}\n",
+           hr_model_arch(m), hr_dtype_name(hr_model_dtype(m)), hr_num_threads(), (long long)batch,
+           (long long)plen, (long long)gen, load_s, st.prefill_s, st.decode_s, prefill, decode, peak_rss_mb());
+    hr_model_free(m);
+    return HR_EXIT_OK;
+}
