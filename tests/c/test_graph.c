@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "graph/disk_cache.h"
@@ -299,12 +300,88 @@ static void test_arena_reuses_dead_values(void **state) {
     hr_tensor_free(x);
 }
 
+/* Two processes share one cache folder: one keeps rewriting an entry while
+ * the other keeps loading it; the reader never sees a partial file. */
+static void test_two_processes_share_the_cache(void **state) {
+    char dir[] = "/tmp/hubrt-graph-mp-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    setenv("HUBRT_CACHE_DIR", dir, 1);
+    setenv("HUBRT_CACHE", "1", 1);
+    model m;
+    setup_model(&m);
+    int64_t xs[2] = {2, 8};
+    hr_tensor *x = filled(2, xs, 4.0f), *pos = positions(0, 1), *ref = NULL;
+    const hr_tensor *in[2] = {x, pos};
+    hr_jit_options o = {.name = "mlp-mp", .fn = fn_mlp, .ctx = &m, .resolve = resolve, .resolve_ctx = &m,
+                        .fingerprint = 7};
+    hr_jit *jit = NULL;
+    assert_int_equal(hr_jit_create(&o, &jit), HR_OK);
+    assert_int_equal(hr_jit_call(jit, in, 2, &ref, 1), HR_OK); /* writes the entry */
+    hr_jit_free(jit);
+    /* the key of the entry, from its file name */
+    uint64_t key = 0;
+    {
+        char lscmd[600], path[600];
+        snprintf(lscmd, sizeof lscmd, "ls %s/*.hrplan", dir);
+        FILE *p = popen(lscmd, "r");
+        assert_non_null(p);
+        assert_non_null(fgets(path, sizeof path, p));
+        pclose(p);
+        key = strtoull(strrchr(path, '-') + 1, NULL, 16);
+    }
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        /* writer: capture afresh and rewrite the same entry again and again */
+        for (int i = 0; i < 60; i++) {
+            hr_tensor *o2 = NULL;
+            hr_capture cap;
+            if (hr_capture_begin(&cap, in, 2) != HR_OK) _exit(3);
+            if (fn_mlp(&m, in, 2, &o2, 1) != HR_OK) _exit(4);
+            if (hr_capture_end(&cap, &o2, 1) != HR_OK) _exit(5);
+            hr_plan *plan = NULL;
+            if (hr_plan_build(&cap, &o2, 2, 1, &plan) != HR_OK) _exit(6);
+            hr_disk_cache_store(key, "mlp-mp", plan, resolve, &m);
+            hr_plan_free(plan);
+            hr_capture_free(&cap);
+            hr_tensor_free(o2);
+        }
+        _exit(0);
+    }
+    /* reader: load the entry again and again while the child rewrites it */
+    hr_compile_stats_reset();
+    for (int i = 0; i < 60; i++) {
+        hr_tensor *got = NULL;
+        assert_int_equal(hr_jit_create(&o, &jit), HR_OK);
+        assert_int_equal(hr_jit_call(jit, in, 2, &got, 1), HR_OK);
+        assert_same(ref, got);
+        hr_tensor_free(got);
+        hr_jit_free(jit);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    hr_compile_stats st;
+    hr_compile_stats_get(&st);
+    assert_int_equal(st.disk_rejects, 0);
+    assert_int_equal(st.disk_hits, 60);
+    hr_tensor_free(ref);
+    hr_tensor_free(x);
+    hr_tensor_free(pos);
+    free_model(&m);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replay_matches_eager),
         cmocka_unit_test(test_capture_fails_loudly),
         cmocka_unit_test(test_disk_cache_round_trip_and_corruption),
         cmocka_unit_test(test_arena_reuses_dead_values),
+        cmocka_unit_test(test_two_processes_share_the_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
