@@ -40,6 +40,10 @@ typedef struct hr_jit_options {
     /* Identifies the constants (e.g. a hash of the model's config and
      * tensor names) so disk entries of another model never match. */
     uint64_t fingerprint;
+    /* Constants that no op of the function writes are never changed by
+     * the caller either (weights): ops reading only them run once at
+     * compile time and their results are kept. */
+    bool fold_constants;
 } hr_jit_options;
 
 HR_API hr_status hr_jit_create(const hr_jit_options *opts, hr_jit **out);

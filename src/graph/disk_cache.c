@@ -210,7 +210,8 @@ static bool tensor_fits(const hr_cap_tensor *t, size_t nbytes) {
 }
 
 hr_status hr_plan_deserialize(const unsigned char *data, size_t len, uint64_t key, hr_jit_resolve_fn resolve,
-                              void *ctx, const hr_tensor *const *inputs, int n_in, int n_out, hr_plan **out) {
+                              void *ctx, bool fold_constants, const hr_tensor *const *inputs, int n_in, int n_out,
+                              hr_plan **out) {
     *out = NULL;
     if (len < HEADER_SIZE || memcmp(data, MAGIC, 8)) return bad("not a hubrt plan (bad magic or truncated)");
     uint32_t format;
@@ -359,7 +360,7 @@ hr_status hr_plan_deserialize(const unsigned char *data, size_t len, uint64_t ke
         goto done;
     }
     hr_plan *plan = NULL;
-    s = hr_plan_build(&cap, out_ptrs, n_in, n_out, &plan);
+    s = hr_plan_build(&cap, out_ptrs, n_in, n_out, fold_constants, &plan);
     if (s == HR_OK && plan->structure_hash != shash) {
         hr_plan_free(plan);
         s = bad("structure hash mismatch");
@@ -400,7 +401,8 @@ static int mkdirs(const char *path) {
 }
 
 hr_status hr_disk_cache_load(uint64_t key, const char *name, hr_jit_resolve_fn resolve, void *ctx,
-                             const hr_tensor *const *inputs, int n_in, int n_out, hr_plan **out) {
+                             bool fold_constants, const hr_tensor *const *inputs, int n_in, int n_out,
+                             hr_plan **out) {
     char dir[900], path[1024];
     if (!hr_disk_cache_dir(dir, sizeof dir)) return HR_ERR_NOT_FOUND;
     entry_path(path, sizeof path, dir, name, key);
@@ -411,7 +413,8 @@ hr_status hr_disk_cache_load(uint64_t key, const char *name, hr_jit_resolve_fn r
     struct stat st;
     if (fstat(fileno(f), &st) == 0 && st.st_size > 0 && st.st_size < (off_t)1 << 32 &&
         (data = malloc((size_t)st.st_size)) && fread(data, 1, (size_t)st.st_size, f) == (size_t)st.st_size)
-        s = hr_plan_deserialize(data, (size_t)st.st_size, key, resolve, ctx, inputs, n_in, n_out, out);
+        s = hr_plan_deserialize(data, (size_t)st.st_size, key, resolve, ctx, fold_constants, inputs, n_in, n_out,
+                                out);
     else
         s = hr_error(HR_ERR_IO, "cannot read %s", path);
     fclose(f);

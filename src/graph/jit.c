@@ -186,7 +186,7 @@ static hr_status capture_and_plan(hr_jit *j, const hr_tensor *const *in, int n_i
     hr_status s = j->opts.fn(j->opts.ctx, in, n_in, outs, n_out);
     hr_status e = hr_capture_end(&cap, outs, s == HR_OK ? n_out : 0);
     if (s == HR_OK && e != HR_OK) s = hr_error_context(e, "compiled function '%s'", j->name);
-    if (s == HR_OK) s = hr_plan_build(&cap, outs, n_in, n_out, plan);
+    if (s == HR_OK) s = hr_plan_build(&cap, outs, n_in, n_out, j->opts.fold_constants, plan);
     hr_capture_free(&cap);
     if (s != HR_OK)
         for (int i = 0; i < n_out; i++) {
@@ -225,7 +225,8 @@ hr_status hr_jit_call(hr_jit *j, const hr_tensor *const *in, int n_in, hr_tensor
     hr_plan *plan = NULL;
     double t0 = now_ms();
     if (j->opts.resolve && hr_disk_cache_enabled() &&
-        hr_disk_cache_load(key, j->name, j->opts.resolve, j->opts.resolve_ctx, in, n_in, n_out, &plan) == HR_OK) {
+        hr_disk_cache_load(key, j->name, j->opts.resolve, j->opts.resolve_ctx, j->opts.fold_constants, in, n_in,
+                           n_out, &plan) == HR_OK) {
         s = add_entry(j, key, sig, sig_len, plan);
         if (s == HR_OK) {
             stats_add(0, 1, 0, 0, 0);

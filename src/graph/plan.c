@@ -61,6 +61,7 @@ size_t hr_plan_assign_arena(hr_plan *plan) {
     for (int v = 0; v < nv; v++) first[v] = -1, last[v] = -1;
     for (int i = 0; i < plan->n_nodes; i++) {
         const hr_plan_node *n = &plan->nodes[i];
+        if (n->dead || n->folded) continue;
         for (int k = 0; k < n->n_in + n->n_out; k++) {
             int v = value_index(plan, &plan->tensors[n->first_tensor + k]);
             if (first[v] < 0) first[v] = i;
@@ -71,7 +72,7 @@ size_t hr_plan_assign_arena(hr_plan *plan) {
      * overlap a placed value alive at the same time. */
     int m = 0;
     for (int v = 0; v < nv; v++)
-        if (plan->values[v].kind == HR_VALUE_TEMP && first[v] >= 0) order[m++] = v;
+        if (plan->values[v].kind == HR_VALUE_TEMP && !plan->values[v].owned && first[v] >= 0) order[m++] = v;
     for (int i = 1; i < m; i++)
         for (int j = i; j > 0 && plan->values[order[j]].nbytes > plan->values[order[j - 1]].nbytes; j--) {
             int t = order[j];
@@ -104,8 +105,72 @@ size_t hr_plan_assign_arena(hr_plan *plan) {
     return total;
 }
 
+/* Dead-code elimination. Walking backwards, a node lives when it writes a
+ * value that is returned, persistent (constants and inputs are state the
+ * caller sees) or read by a later live node. Writes never kill a value:
+ * several nodes may fill slices of one buffer. */
+static hr_status eliminate_dead_nodes(hr_plan *p) {
+    bool *live = calloc((size_t)(p->n_values ? p->n_values : 1), sizeof *live);
+    if (!live) return hr_error(HR_ERR_OOM, "plan: out of memory");
+    for (int v = 0; v < p->n_values; v++) live[v] = p->values[v].kind != HR_VALUE_TEMP;
+    for (int i = p->n_nodes - 1; i >= 0; i--) {
+        hr_plan_node *n = &p->nodes[i];
+        bool needed = false;
+        for (int k = 0; k < n->n_out && !needed; k++) needed = live[value_index(p, &p->tensors[n->first_tensor + n->n_in + k])];
+        n->dead = !needed;
+        p->n_dead += n->dead;
+        if (needed)
+            for (int k = 0; k < n->n_in; k++) live[value_index(p, &p->tensors[n->first_tensor + k])] = true;
+    }
+    free(live);
+    return HR_OK;
+}
+
+/* Folding of weight-only subgraphs: a node whose inputs are all constants
+ * that no node writes (weights), or results of such nodes, and whose
+ * outputs are temporaries written by nothing else, runs once here; its
+ * results are kept as constants of the plan. */
+static hr_status fold_weight_only_nodes(hr_plan *p) {
+    int nv = p->n_values;
+    int *writers = calloc((size_t)(nv ? nv : 1), sizeof *writers);
+    bool *frozen = calloc((size_t)(nv ? nv : 1), sizeof *frozen);
+    hr_status s = writers && frozen ? HR_OK : hr_error(HR_ERR_OOM, "plan: out of memory");
+    for (int i = 0; i < p->n_nodes && s == HR_OK; i++) {
+        const hr_plan_node *n = &p->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_out; k++) writers[value_index(p, &p->tensors[n->first_tensor + n->n_in + k])]++;
+    }
+    for (int v = 0; v < nv && s == HR_OK; v++) frozen[v] = p->values[v].kind == HR_VALUE_CONST && writers[v] == 0;
+    for (int i = 0; i < p->n_nodes && s == HR_OK; i++) {
+        hr_plan_node *n = &p->nodes[i];
+        if (n->dead || n->empty || n->n_in == 0) continue;
+        bool foldable = true;
+        for (int k = 0; k < n->n_in && foldable; k++) foldable = frozen[value_index(p, &p->tensors[n->first_tensor + k])];
+        for (int k = 0; k < n->n_out && foldable; k++) {
+            int v = value_index(p, &p->tensors[n->first_tensor + n->n_in + k]);
+            foldable = p->values[v].kind == HR_VALUE_TEMP && writers[v] == 1;
+        }
+        if (!foldable) continue;
+        for (int k = 0; k < n->n_out && s == HR_OK; k++) {
+            hr_plan_value *pv = &p->values[value_index(p, &p->tensors[n->first_tensor + n->n_in + k])];
+            s = p->device->vt->buffer_alloc(p->device, pv->nbytes, &pv->owned);
+            if (s == HR_OK) pv->bound.data = pv->owned->data;
+        }
+        if (s == HR_OK)
+            s = p->device->vt->run_op(p->device, n->op, n->attrs_size ? n->attrs : NULL, &p->in_ptrs[n->first_tensor],
+                                      n->n_in, (hr_tensor *const *)&p->in_ptrs[n->first_tensor + n->n_in], n->n_out);
+        if (s != HR_OK) break;
+        n->folded = true;
+        p->n_folded++;
+        for (int k = 0; k < n->n_out; k++) frozen[value_index(p, &p->tensors[n->first_tensor + n->n_in + k])] = true;
+    }
+    free(writers);
+    free(frozen);
+    return s;
+}
+
 hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_in, int n_out,
-                        hr_plan **out) {
+                        bool fold_constants, hr_plan **out) {
     *out = NULL;
     hr_plan *p = calloc(1, sizeof *p);
     if (!p) return hr_error(HR_ERR_OOM, "plan: out of memory");
@@ -178,18 +243,20 @@ hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_
         while (v < cap->n_values && cap->values[v].seq != outputs[i]->buf->seq) v++;
         p->output_value[i] = v;
     }
-    hr_status s = HR_OK;
-    if (p->device->host_visible) {
+    hr_status s = eliminate_dead_nodes(p);
+    if (s == HR_OK && fold_constants) s = fold_weight_only_nodes(p);
+    if (s == HR_OK && p->device->host_visible) {
         p->arena_size = hr_plan_assign_arena(p);
         if (p->arena_size == (size_t)-1) s = hr_error(HR_ERR_OOM, "plan: out of memory planning the arena");
         else if (p->arena_size && !(p->arena = aligned_alloc(ARENA_ALIGN, p->arena_size)))
             s = hr_error(HR_ERR_OOM, "plan: cannot allocate a %zu-byte arena", p->arena_size);
         for (int v = 0; v < p->n_values && s == HR_OK; v++)
-            if (p->values[v].kind == HR_VALUE_TEMP) p->values[v].bound.data = (char *)p->arena + p->values[v].arena_offset;
-    } else {
+            if (p->values[v].kind == HR_VALUE_TEMP && !p->values[v].owned)
+                p->values[v].bound.data = (char *)p->arena + p->values[v].arena_offset;
+    } else if (s == HR_OK) {
         for (int v = 0; v < p->n_values && s == HR_OK; v++) {
             hr_plan_value *pv = &p->values[v];
-            if (pv->kind != HR_VALUE_TEMP) continue;
+            if (pv->kind != HR_VALUE_TEMP || pv->owned) continue;
             s = p->device->vt->buffer_alloc(p->device, pv->nbytes, &pv->owned);
             if (s == HR_OK) pv->bound.data = pv->owned->data;
         }
@@ -230,7 +297,7 @@ hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **ou
     }
     for (int i = 0; i < p->n_nodes && s == HR_OK; i++) {
         const hr_plan_node *n = &p->nodes[i];
-        if (n->empty) continue;
+        if (n->empty || n->dead || n->folded) continue;
         const hr_tensor *const *ins = &p->in_ptrs[n->first_tensor];
         hr_tensor *const *outs = (hr_tensor *const *)&p->in_ptrs[n->first_tensor + n->n_in];
         s = p->device->vt->run_op(p->device, n->op, n->attrs_size ? n->attrs : NULL, ins, n->n_in, outs,

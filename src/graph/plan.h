@@ -24,7 +24,9 @@ typedef struct hr_plan_node {
     hr_op op;
     int n_in, n_out;
     int first_tensor;
-    bool empty; /* every output has no elements: the kernel is skipped */
+    bool empty;  /* every output has no elements: the kernel is skipped */
+    bool dead;   /* no live value depends on it (dead-code elimination) */
+    bool folded; /* reads only weights: ran once at build, result kept */
     size_t attrs_size;
     unsigned char attrs[HR_CAPTURE_ATTRS_MAX];
 } hr_plan_node;
@@ -44,12 +46,13 @@ typedef struct hr_plan {
     hr_tensor *outputs;       /* layout of each returned tensor (buf = value index) */
     int *output_value;
     uint64_t structure_hash;  /* ops, attrs and layouts: part of the disk key */
+    int n_dead, n_folded;     /* what the passes removed */
     bool portable;            /* every constant has a name: may go to disk */
 } hr_plan;
 
 /* Builds a plan from a finished capture and the function's outputs. */
 hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_in, int n_out,
-                        hr_plan **out);
+                        bool fold_constants, hr_plan **out);
 /* Replays the plan with new inputs (same layouts as at capture); each
  * outputs[i] receives a new tensor. */
 hr_status hr_plan_run(hr_plan *plan, const hr_tensor *const *inputs, hr_tensor **outputs);

@@ -254,9 +254,9 @@ static void test_disk_cache_round_trip_and_corruption(void **state) {
     model other = m;
     int64_t ws2[2] = {4, 8};
     other.w = filled(2, ws2, 1.0f);
-    assert_int_equal(hr_plan_deserialize(data, dlen, key, resolve, &other, in, 2, 1, &plan), HR_ERR_FORMAT);
+    assert_int_equal(hr_plan_deserialize(data, dlen, key, resolve, &other, false, in, 2, 1, &plan), HR_ERR_FORMAT);
     assert_non_null(strstr(hr_last_error(), "constant"));
-    assert_int_equal(hr_plan_deserialize(data, dlen, key + 1, resolve, &m, in, 2, 1, &plan), HR_ERR_FORMAT);
+    assert_int_equal(hr_plan_deserialize(data, dlen, key + 1, resolve, &m, false, in, 2, 1, &plan), HR_ERR_FORMAT);
     hr_tensor_free(other.w);
     free(data);
     free(orig);
@@ -290,7 +290,7 @@ static void test_arena_reuses_dead_values(void **state) {
     assert_int_equal(fn_chain(NULL, in, 1, &out, 1), HR_OK);
     assert_int_equal(hr_capture_end(&cap, &out, 1), HR_OK);
     hr_plan *plan = NULL;
-    assert_int_equal(hr_plan_build(&cap, &out, 1, 1, &plan), HR_OK);
+    assert_int_equal(hr_plan_build(&cap, &out, 1, 1, false, &plan), HR_OK);
     /* three 4 KiB temporaries, at most two alive at once */
     assert_int_equal(plan->n_nodes, 4);
     assert_int_equal(plan->arena_size, 2 * 32 * 32 * 4);
@@ -298,6 +298,51 @@ static void test_arena_reuses_dead_values(void **state) {
     hr_capture_free(&cap);
     hr_tensor_free(out);
     hr_tensor_free(x);
+}
+
+/* x @ contiguous(W^T) with a dead branch: DCE drops the branch, folding
+ * runs the weight transpose once at compile time. */
+static hr_status fn_passes(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
+    model *m = ctx;
+    hr_tensor *wt = NULL, *wtc = NULL, *unused = NULL;
+    hr_status s = hr_tensor_transpose(m->w, 0, 1, &wt);   /* [8, 16] view */
+    if (s == HR_OK) s = hr_contiguous(wt, &wtc);          /* weight-only */
+    if (s == HR_OK) s = hr_exp(in[0], &unused);           /* dead */
+    if (s == HR_OK) s = hr_matmul(in[0], wtc, &out[0]);
+    hr_tensor_free(wt);
+    hr_tensor_free(wtc);
+    hr_tensor_free(unused);
+    return s;
+}
+
+static void test_dce_and_constant_folding(void **state) {
+    setenv("HUBRT_CACHE", "0", 1);
+    model m;
+    setup_model(&m);
+    int64_t xs[2] = {3, 8};
+    hr_tensor *x = filled(2, xs, 0.3f), *out = NULL;
+    const hr_tensor *in[1] = {x};
+    hr_capture cap;
+    assert_int_equal(hr_capture_begin(&cap, in, 1), HR_OK);
+    assert_int_equal(fn_passes(&m, in, 1, &out, 1), HR_OK);
+    assert_int_equal(hr_capture_end(&cap, &out, 1), HR_OK);
+    hr_plan *plan = NULL;
+    assert_int_equal(hr_plan_build(&cap, &out, 1, 1, true, &plan), HR_OK);
+    assert_int_equal(plan->n_nodes, 3);
+    assert_int_equal(plan->n_dead, 1);
+    assert_int_equal(plan->n_folded, 1);
+    /* only the matmul runs; its result matches the eager one */
+    hr_tensor *again = NULL;
+    for (int rep = 0; rep < 2; rep++) {
+        assert_int_equal(hr_plan_run(plan, in, &again), HR_OK);
+        assert_same(out, again);
+        hr_tensor_free(again);
+    }
+    hr_plan_free(plan);
+    hr_capture_free(&cap);
+    hr_tensor_free(out);
+    hr_tensor_free(x);
+    free_model(&m);
 }
 
 /* Two processes share one cache folder: one keeps rewriting an entry while
@@ -340,7 +385,7 @@ static void test_two_processes_share_the_cache(void **state) {
             if (fn_mlp(&m, in, 2, &o2, 1) != HR_OK) _exit(4);
             if (hr_capture_end(&cap, &o2, 1) != HR_OK) _exit(5);
             hr_plan *plan = NULL;
-            if (hr_plan_build(&cap, &o2, 2, 1, &plan) != HR_OK) _exit(6);
+            if (hr_plan_build(&cap, &o2, 2, 1, false, &plan) != HR_OK) _exit(6);
             hr_disk_cache_store(key, "mlp-mp", plan, resolve, &m);
             hr_plan_free(plan);
             hr_capture_free(&cap);
@@ -381,6 +426,7 @@ int main(void) {
         cmocka_unit_test(test_capture_fails_loudly),
         cmocka_unit_test(test_disk_cache_round_trip_and_corruption),
         cmocka_unit_test(test_arena_reuses_dead_values),
+        cmocka_unit_test(test_dce_and_constant_folding),
         cmocka_unit_test(test_two_processes_share_the_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
