@@ -1,5 +1,331 @@
-/* CPU kernels for the nn ops. */
+/* CPU kernels for the nn ops: rms_norm, layer_norm, rope_cos_sin, rope.
+ *
+ * All compute in f32 and round where transformers rounds, so bf16 results
+ * agree bit for bit where the arithmetic allows:
+ *   - rms_norm (LlamaRMSNorm): x * rsqrt(mean(x^2) + eps) in f32, rounded
+ *     to x's dtype, THEN times weight, rounded again. With weight_offset
+ *     != 0 (Gemma, Qwen3-Next: x_f32 * (offset + weight_f32)) everything
+ *     stays f32 and rounds once.
+ *   - layer_norm: f32 throughout, rounded once (as F.layer_norm).
+ *   - rope_cos_sin: freqs = f32(position) * inv_freq in f32, cos/sin of
+ *     that f32 value (correctly rounded), times attention_scaling in f32.
+ *   - rope: q * cos + rotate_half(q) * sin, each product and the sum
+ *     rounded to the dtype torch computes them in (x's, when cos shares
+ *     it). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "core/error.h"
+#include "core/half.h"
+#include "core/iter.h"
+#include "core/threadpool.h"
 #include "ops/op_impl.h"
 
-void hr_cpu_register_nn(hr_cpu_kernel_fn *table) { (void)table; }
+#define CHUNK 256
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+
+/* Rounds f32 values to dt's precision, keeping them in f32 (round to
+ * nearest even, as torch's casts). */
+static void round_to(hr_dtype dt, float *x, int64_t n) {
+    int64_t i = 0;
+    if (dt == HR_BF16) {
+        for (; i + 8 <= n; i += 8) {
+            v8u u;
+            memcpy(&u, x + i, sizeof u);
+            v8u r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+            v8u nan = (u & 0x7fffffffu) > 0x7f800000u;
+            r = (nan & (u | 0x00400000u)) | (~nan & r);
+            memcpy(x + i, &r, sizeof r);
+        }
+        for (; i < n; i++) x[i] = hr_bf16_to_f32(hr_f32_to_bf16(x[i]));
+    } else if (dt == HR_F16) {
+        for (; i < n; i++) x[i] = hr_f16_to_f32(hr_f32_to_f16(x[i]));
+    }
+}
+
+/* Element offset of row r (the flat index over the first `nd` dims). */
+static int64_t row_offset(const hr_tensor *t, int nd, int64_t r) {
+    int64_t off = 0;
+    for (int i = nd - 1; i >= 0; i--) {
+        off += (r % t->shape[i]) * t->strides[i];
+        r /= t->shape[i];
+    }
+    return off;
+}
+
+/* ---- rms_norm, layer_norm -------------------------------------------------- */
+
+typedef struct {
+    const hr_tensor *x, *w, *b, *y;
+    hr_op op;
+    float eps, offset;
+    int64_t rows, h;
+} norm_ctx;
+
+static float sum_sq(const float *x, int64_t n, float shift) {
+    v8f a0 = {0}, a1 = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v8f u, v;
+        memcpy(&u, x + i, sizeof u);
+        memcpy(&v, x + i + 8, sizeof v);
+        u -= shift;
+        v -= shift;
+        a0 += u * u;
+        a1 += v * v;
+    }
+    a0 += a1;
+    float s = ((a0[0] + a0[4]) + (a0[1] + a0[5])) + ((a0[2] + a0[6]) + (a0[3] + a0[7]));
+    for (; i < n; i++) s += (x[i] - shift) * (x[i] - shift);
+    return s;
+}
+
+static float sum_plain(const float *x, int64_t n) {
+    v8f a = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f u;
+        memcpy(&u, x + i, sizeof u);
+        a += u;
+    }
+    float s = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+/* One row of h values: x at px (stride sx), y at py (stride sy). */
+static void norm_row(const norm_ctx *c, const char *px, char *py) {
+    const hr_tensor *x = c->x, *w = c->w, *b = c->b;
+    float buf[CHUNK], wb[CHUNK], bb[CHUNK];
+    int64_t h = c->h, sx = x->strides[x->ndim - 1], sy = c->y->strides[c->y->ndim - 1];
+    int64_t xsz = (int64_t)hr_dtype_size(x->dtype), ysz = (int64_t)hr_dtype_size(c->y->dtype);
+    bool rms = c->op == HR_OP_rms_norm;
+    float mean = 0, acc = 0;
+    if (!rms) {
+        for (int64_t k0 = 0; k0 < h; k0 += CHUNK) {
+            int64_t n = h - k0 < CHUNK ? h - k0 : CHUNK;
+            hr_load_f32(buf, px + k0 * sx * xsz, x->dtype, n, sx);
+            acc += sum_plain(buf, n);
+        }
+        mean = acc / (float)h;
+        acc = 0;
+    }
+    for (int64_t k0 = 0; k0 < h; k0 += CHUNK) {
+        int64_t n = h - k0 < CHUNK ? h - k0 : CHUNK;
+        hr_load_f32(buf, px + k0 * sx * xsz, x->dtype, n, sx);
+        acc += sum_sq(buf, n, mean);
+    }
+    float rstd = 1.0f / sqrtf(acc / (float)h + c->eps);
+    for (int64_t k0 = 0; k0 < h; k0 += CHUNK) {
+        int64_t n = h - k0 < CHUNK ? h - k0 : CHUNK;
+        hr_load_f32(buf, px + k0 * sx * xsz, x->dtype, n, sx);
+        for (int64_t i = 0; i < n; i++) buf[i] = (buf[i] - mean) * rstd;
+        if (w) {
+            hr_load_f32(wb, (const char *)hr_tensor_ptr(w) + k0 * w->strides[0] * (int64_t)hr_dtype_size(w->dtype),
+                        w->dtype, n, w->strides[0]);
+            if (rms && c->offset == 0) /* LlamaRMSNorm: back to x's dtype, then times weight */
+                round_to(x->dtype, buf, n);
+            else
+                for (int64_t i = 0; i < n; i++) wb[i] = c->offset + wb[i];
+            for (int64_t i = 0; i < n; i++) buf[i] *= wb[i];
+        }
+        if (b) {
+            hr_load_f32(bb, (const char *)hr_tensor_ptr(b) + k0 * b->strides[0] * (int64_t)hr_dtype_size(b->dtype),
+                        b->dtype, n, b->strides[0]);
+            for (int64_t i = 0; i < n; i++) buf[i] += bb[i];
+        }
+        hr_store_f32(py + k0 * sy * ysz, c->y->dtype, buf, n, sy);
+    }
+}
+
+static void norm_body(void *arg, int ith, int nth) {
+    const norm_ctx *c = arg;
+    int64_t b, e, xsz = (int64_t)hr_dtype_size(c->x->dtype), ysz = (int64_t)hr_dtype_size(c->y->dtype);
+    int nd = c->x->ndim - 1;
+    hr_split_range(c->rows, ith, nth, &b, &e);
+    for (int64_t r = b; r < e; r++)
+        norm_row(c, (const char *)hr_tensor_ptr(c->x) + row_offset(c->x, nd, r) * xsz,
+                 (char *)hr_tensor_ptr(c->y) + row_offset(c->y, nd, r) * ysz);
+}
+
+static hr_status k_norm(hr_op op, const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *out) {
+    const hr_attrs_norm *a = attrs;
+    norm_ctx c = {.x = in[0], .w = n_in > 1 ? in[1] : NULL, .b = n_in > 2 ? in[2] : NULL, .y = out, .op = op};
+    c.eps = a ? (float)a->eps : 0.0f;
+    c.offset = a ? (float)a->weight_offset : 0.0f;
+    c.h = in[0]->shape[in[0]->ndim - 1];
+    c.rows = c.h ? hr_tensor_numel(in[0]) / c.h : 0;
+    if (c.rows == 0) return HR_OK;
+    hr_parallel_run(norm_body, &c, hr_parallel_threads_for(c.rows * c.h, 16384));
+    return HR_OK;
+}
+
+static hr_status k_rms_norm(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
+                            int n_out) {
+    return k_norm(HR_OP_rms_norm, attrs, in, n_in, out[0]);
+}
+
+static hr_status k_layer_norm(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
+                              int n_out) {
+    return k_norm(HR_OP_layer_norm, attrs, in, n_in, out[0]);
+}
+
+/* ---- rope_cos_sin ---------------------------------------------------------- */
+
+typedef struct {
+    const hr_tensor *pos, *cos, *sin;
+    const float *inv; /* [half] */
+    float scale;
+    int64_t half, npos;
+} cos_sin_ctx;
+
+static void cos_sin_body(void *arg, int ith, int nth) {
+    const cos_sin_ctx *c = arg;
+    const hr_tensor *pos = c->pos;
+    hr_tensor *const outs[2] = {(hr_tensor *)c->cos, (hr_tensor *)c->sin};
+    float cb[CHUNK], sb[CHUNK];
+    int nd = pos->ndim;
+    int64_t b, e, psz = (int64_t)hr_dtype_size(pos->dtype), osz = (int64_t)hr_dtype_size(c->cos->dtype);
+    hr_split_range(c->npos, ith, nth, &b, &e);
+    for (int64_t r = b; r < e; r++) {
+        int64_t p;
+        hr_load_i64(&p, (const char *)hr_tensor_ptr(pos) + row_offset(pos, nd, r) * psz, pos->dtype, 1, 1);
+        float fp = (float)p;
+        for (int64_t i0 = 0; i0 < c->half; i0 += CHUNK) {
+            int64_t n = c->half - i0 < CHUNK ? c->half - i0 : CHUNK;
+            for (int64_t i = 0; i < n; i++) {
+                double sv, cv;
+                sincos((double)(fp * c->inv[i0 + i]), &sv, &cv);
+                cb[i] = (float)cv * c->scale;
+                sb[i] = (float)sv * c->scale;
+            }
+            for (int k = 0; k < 2; k++) {
+                const hr_tensor *o = outs[k];
+                int64_t so = o->strides[o->ndim - 1];
+                char *po = (char *)hr_tensor_ptr(o) + row_offset(o, nd, r) * osz;
+                hr_store_f32(po + i0 * so * osz, o->dtype, k ? sb : cb, n, so);
+                hr_store_f32(po + (i0 + c->half) * so * osz, o->dtype, k ? sb : cb, n, so);
+            }
+        }
+    }
+}
+
+static hr_status k_rope_cos_sin(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
+                                int n_out) {
+    const hr_attrs_rope_cos_sin *a = attrs;
+    const hr_tensor *inv = in[1];
+    cos_sin_ctx c = {.pos = in[0], .cos = out[0], .sin = out[1], .half = inv->shape[0]};
+    c.scale = a && a->attention_scaling != 0 ? (float)a->attention_scaling : 1.0f;
+    c.npos = hr_tensor_numel(in[0]);
+    float *buf = malloc(sizeof(float) * (size_t)c.half);
+    if (!buf) return hr_error(HR_ERR_OOM, "out of memory for %lld frequencies", (long long)c.half);
+    hr_load_f32(buf, hr_tensor_ptr(inv), inv->dtype, c.half, inv->strides[0]);
+    c.inv = buf;
+    hr_parallel_run(cos_sin_body, &c, hr_parallel_threads_for(c.npos * c.half, 2048));
+    free(buf);
+    return HR_OK;
+}
+
+/* ---- rope ------------------------------------------------------------------ */
+
+typedef struct {
+    const hr_tensor *x, *y;
+    hr_tensor cs[2]; /* cos, sin as views expanded to x's rank */
+    hr_dtype mid;    /* dtype of torch's intermediate products and sum */
+    int64_t rows, d, half;
+} rope_ctx;
+
+static void load_at(float *dst, const hr_tensor *t, const char *row, int64_t i, int64_t n) {
+    int64_t s = t->strides[t->ndim - 1];
+    hr_load_f32(dst, row + i * s * (int64_t)hr_dtype_size(t->dtype), t->dtype, n, s);
+}
+
+/* y1 = x1 * c1 - x2 * s1, y2 = x2 * c2 + x1 * s2 on n values. */
+static void rope_math(hr_dtype mid, float *x1, float *x2, float *c1, float *c2, float *s1, float *s2, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        c1[i] *= x1[i];
+        s1[i] *= -x2[i];
+        c2[i] *= x2[i];
+        s2[i] *= x1[i];
+    }
+    round_to(mid, c1, n);
+    round_to(mid, s1, n);
+    round_to(mid, c2, n);
+    round_to(mid, s2, n);
+    for (int64_t i = 0; i < n; i++) {
+        x1[i] = c1[i] + s1[i];
+        x2[i] = c2[i] + s2[i];
+    }
+}
+
+static void rope_body(void *arg, int ith, int nth) {
+    const rope_ctx *c = arg;
+    const hr_tensor *x = c->x, *y = c->y;
+    float x1[CHUNK], x2[CHUNK], c1[CHUNK], c2[CHUNK], s1[CHUNK], s2[CHUNK];
+    int nd = x->ndim - 1;
+    int64_t b, e, sy = y->strides[nd], ysz = (int64_t)hr_dtype_size(y->dtype);
+    int64_t csz = (int64_t)hr_dtype_size(c->cs[0].dtype), xsz = (int64_t)hr_dtype_size(x->dtype);
+    hr_split_range(c->rows, ith, nth, &b, &e);
+    for (int64_t r = b; r < e; r++) {
+        const char *px = (const char *)hr_tensor_ptr(x) + row_offset(x, nd, r) * xsz;
+        const char *pc = (const char *)hr_tensor_ptr(&c->cs[0]) + row_offset(&c->cs[0], nd, r) * csz;
+        const char *ps = (const char *)hr_tensor_ptr(&c->cs[1]) + row_offset(&c->cs[1], nd, r) * csz;
+        char *py = (char *)hr_tensor_ptr(y) + row_offset(y, nd, r) * ysz;
+        for (int64_t i0 = 0; i0 < c->half; i0 += CHUNK) {
+            int64_t n = c->half - i0 < CHUNK ? c->half - i0 : CHUNK;
+            load_at(x1, x, px, i0, n);
+            load_at(x2, x, px, i0 + c->half, n);
+            load_at(c1, &c->cs[0], pc, i0, n);
+            load_at(c2, &c->cs[0], pc, i0 + c->half, n);
+            load_at(s1, &c->cs[1], ps, i0, n);
+            load_at(s2, &c->cs[1], ps, i0 + c->half, n);
+            rope_math(c->mid, x1, x2, c1, c2, s1, s2, n);
+            hr_store_f32(py + i0 * sy * ysz, y->dtype, x1, n, sy);
+            hr_store_f32(py + (i0 + c->half) * sy * ysz, y->dtype, x2, n, sy);
+        }
+        /* partial rotary: features past the rotary dim pass through */
+        for (int64_t i0 = 2 * c->half; i0 < c->d; i0 += CHUNK) {
+            int64_t n = c->d - i0 < CHUNK ? c->d - i0 : CHUNK;
+            load_at(x1, x, px, i0, n);
+            hr_store_f32(py + i0 * sy * ysz, y->dtype, x1, n, sy);
+        }
+    }
+}
+
+/* cos/sin as views of x's rank: leading dims added, size-1 dims stride 0. */
+static void expand_to(const hr_tensor *t, const hr_tensor *x, hr_tensor *v) {
+    memcpy(v, t, sizeof *v);
+    int lead = x->ndim - t->ndim;
+    v->ndim = x->ndim;
+    for (int i = x->ndim - 1; i >= 0; i--) {
+        int j = i - lead;
+        bool bcast = j < 0 || t->shape[j] == 1;
+        v->shape[i] = i == x->ndim - 1 ? t->shape[j] : x->shape[i];
+        v->strides[i] = bcast && i != x->ndim - 1 ? 0 : t->strides[j];
+    }
+}
+
+static hr_status k_rope(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
+                        int n_out) {
+    const hr_tensor *x = in[0];
+    rope_ctx c = {.x = x, .y = out[0]};
+    expand_to(in[1], x, &c.cs[0]);
+    expand_to(in[2], x, &c.cs[1]);
+    c.mid = in[1]->dtype == x->dtype ? x->dtype : HR_F32;
+    c.d = x->shape[x->ndim - 1];
+    c.half = in[1]->shape[in[1]->ndim - 1] / 2;
+    c.rows = c.d ? hr_tensor_numel(x) / c.d : 0;
+    if (c.rows == 0) return HR_OK;
+    hr_parallel_run(rope_body, &c, hr_parallel_threads_for(c.rows * c.d, 16384));
+    return HR_OK;
+}
+
+void hr_cpu_register_nn(hr_cpu_kernel_fn *table) {
+    table[HR_OP_rms_norm] = k_rms_norm;
+    table[HR_OP_layer_norm] = k_layer_norm;
+    table[HR_OP_rope_cos_sin] = k_rope_cos_sin;
+    table[HR_OP_rope] = k_rope;
+}
