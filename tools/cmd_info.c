@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/pjrt/pjrt.h"
 #include "cli.h"
 
 #define FEATURES(X)                                                          \
@@ -19,6 +20,41 @@ static void json_string(const char *s) {
         else putchar(c);
     }
     putchar('"');
+}
+
+/* The PJRT backends: the plugin each would load and its C API version, or
+ * why it cannot (the paths searched). */
+static void print_pjrt(bool json) {
+    static const char *const names[] = {"xla_cpu", "tpu"};
+    if (!json) printf("\npjrt:\n");
+    for (int i = 0; i < 2; i++) {
+        hr_pjrt_info info;
+        hr_status s = hr_pjrt_backend_info(names[i], &info);
+        if (json) {
+            printf("%s{\"backend\":", i ? "," : "");
+            json_string(names[i]);
+            if (s == HR_OK) {
+                printf(",\"available\":true,\"path\":");
+                json_string(info.path);
+                printf(",\"platform\":");
+                json_string(info.platform);
+                printf(",\"platform_version\":");
+                json_string(info.version);
+                printf(",\"api_version\":\"%d.%d\",\"devices\":%d}", info.api_major, info.api_minor,
+                       info.num_devices);
+            } else {
+                printf(",\"available\":false,\"error\":");
+                json_string(hr_last_error());
+                printf("}");
+            }
+        } else if (s == HR_OK) {
+            printf("  %s: %d device%s, platform %s %s, PJRT C API %d.%d\n    plugin %s\n", names[i], info.num_devices,
+                   info.num_devices == 1 ? "" : "s", info.platform, info.version, info.api_major, info.api_minor,
+                   info.path);
+        } else {
+            printf("  %s: unavailable: %s\n", names[i], hr_last_error());
+        }
+    }
 }
 
 int hr_cmd_info(int argc, char **argv) {
@@ -54,11 +90,14 @@ int hr_cmd_info(int argc, char **argv) {
 #define X(name, field) printf("%s\"%s\":%s", sep, name, f->field ? "true" : "false"), sep = ",";
         FEATURES(X)
 #undef X
-        printf("}}}\n");
+        printf("}},\"pjrt\":[");
+        print_pjrt(true);
+        printf("]}\n");
         return HR_EXIT_OK;
     }
     printf("hubrt %s\n\ndevices:\n", hr_version());
     for (int i = 0; backends[i]; i++) printf("  %s\n", backends[i]);
+    print_pjrt(false);
     printf("\ncpu: %s (%s)\n", f->brand[0] ? f->brand : "unknown", f->vendor[0] ? f->vendor : "?");
     printf("  logical cpus: %d, pool threads: %d, kernel isa: %s\n", f->logical_cpus, threads, hr_cpu_isa_name(isa));
     printf("  features:");

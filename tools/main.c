@@ -15,6 +15,7 @@ static const command commands[] = {
     {"inspect", hr_cmd_inspect, "tensors of a safetensors file or model folder"},
     {"run", hr_cmd_run, "generate text from a model folder (streams to stdout)"},
     {"bench", hr_cmd_bench, "time load, prefill and decode (last line: JSON)"},
+    {"launch", hr_cmd_launch, "run a command once per TPU chip with libtpu's per-process environment"},
 };
 
 int hr_cli_fail(const char *cmd, hr_status s) {

@@ -108,6 +108,8 @@ static hr_status open_library(hr_pjrt_plugin *p, const char *backend) {
         size_t used = strlen(tried);
         snprintf(tried + used, sizeof tried - used, "\n  %s", path);
         if (access(path, R_OK) != 0) continue;
+        /* XLA's INFO lines (one per client) drown hubrt's own log unless asked for. */
+        if (hr_log_get_level() > HR_LOG_INFO) setenv("TF_CPP_MIN_LOG_LEVEL", "1", 0);
         void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
         if (!dl) {
             used = strlen(tried);
