@@ -1,0 +1,133 @@
+"""PJRT backend from the outside: a missing plugin, HUBRT_DUMP_DIR and
+HUBRT_LAUNCH_BLOCKING, the CPU fallback warning, `hubrt info` and the
+per-chip environment `hubrt launch` gives each child. Each case runs in a
+fresh process because plugins, warnings and settings are per process."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import hubrt
+from hubrt._lib import HubrtError
+
+LIB = os.environ.get("HUBRT_LIBRARY", "")
+CLI = os.path.join(os.path.dirname(LIB), "hubrt") if LIB else ""
+
+
+def plugin_available():
+    try:
+        hubrt.from_numpy(np.zeros(1, np.float32)).to("xla_cpu")
+        return True, ""
+    except HubrtError as e:
+        return False, str(e)
+
+
+def need_plugin():
+    ok, why = plugin_available()
+    if not ok:
+        pytest.skip(f"xla_cpu PJRT plugin unavailable (pip install xla-cpu-pjrt): {why}")
+
+
+def need_cli():
+    if not CLI or not os.path.exists(CLI):
+        pytest.skip(f"the hubrt command is not built next to HUBRT_LIBRARY ({CLI or 'unset'})")
+
+
+def run_python(code, **env):
+    full = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=300)
+
+
+def test_missing_plugin_lists_paths_searched():
+    need_cli()
+    env = dict(os.environ, HUBRT_PJRT_PLUGIN="/nonexistent/dir/xla_cpu_pjrt.so")
+    r = subprocess.run([CLI, "info"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    line = [l for l in r.stdout.splitlines() if l.strip().startswith("xla_cpu:")]
+    assert line and "unavailable" in line[0], r.stdout
+    assert "paths searched" in r.stdout and "/nonexistent/dir/xla_cpu_pjrt.so" in r.stdout
+    r = run_python("import hubrt, numpy as np\n"
+                   "try:\n    hubrt.from_numpy(np.zeros(2, np.float32)).to('xla_cpu')\n"
+                   "except hubrt._lib.HubrtError as e:\n    print('ERR', e)\n",
+                   HUBRT_PJRT_PLUGIN="/nonexistent/dir/xla_cpu_pjrt.so")
+    assert r.returncode == 0, r.stderr
+    assert "ERR" in r.stdout and "xla_cpu" in r.stdout
+
+
+def test_info_lists_pjrt_devices_with_api_version():
+    need_plugin()
+    need_cli()
+    r = subprocess.run([CLI, "info", "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    xla = [p for p in info["pjrt"] if p["backend"] == "xla_cpu"][0]
+    assert xla["available"] and xla["platform"] == "cpu" and xla["devices"] >= 1
+    major, minor = map(int, xla["api_version"].split("."))
+    assert major == 0 and minor >= 1
+    tpu = [p for p in info["pjrt"] if p["backend"] == "tpu"][0]
+    assert tpu["available"] or "paths searched" in tpu["error"]
+
+
+def test_dump_dir_and_launch_blocking(tmp_path):
+    need_plugin()
+    code = ("import hubrt, numpy as np\n"
+            "x = hubrt.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3)).to('xla_cpu')\n"
+            "y = hubrt.ops.add(x, x); y = hubrt.ops.add(x, x)\n"
+            "print(y.numpy().ravel().tolist())\n")
+    r = run_python(code, HUBRT_DUMP_DIR=str(tmp_path), HUBRT_LAUNCH_BLOCKING="1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[0] == str([0.0, 2.0, 4.0, 6.0, 8.0, 10.0])
+    dumps = sorted(p.name for p in tmp_path.iterdir())
+    adds = [d for d in dumps if d.startswith("add-")]
+    assert len(adds) == 1, dumps  # the second add hit the cache: no second dump
+    text = (tmp_path / adds[0]).read_text()
+    assert "stablehlo.add" in text and "func.func public @main" in text
+
+
+def test_unlowerable_op_falls_back_with_one_warning():
+    need_plugin()
+    # An integer clamp bound beyond int64 has no device lowering.
+    code = ("import hubrt, numpy as np\n"
+            "x = hubrt.from_numpy(np.array([-5, 0, 7], dtype=np.int64)).to('xla_cpu')\n"
+            "for _ in range(2):\n"
+            "    y = hubrt.ops.clamp(x, min=-1e19, max=3)\n"
+            "print(y.device, y.numpy().tolist())\n")
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "xla_cpu:0 [-5, 0, 3]"
+    warnings = [l for l in r.stderr.splitlines() if "not supported on device 'xla_cpu'" in l]
+    assert len(warnings) == 1 and "'clamp'" in warnings[0], r.stderr
+
+
+def test_launch_gives_each_child_its_chip(tmp_path):
+    need_cli()
+    dump = ("import json, os; keys = ('TPU_VISIBLE_CHIPS', 'TPU_PROCESS_BOUNDS', 'TPU_CHIPS_PER_PROCESS_BOUNDS', "
+            "'TPU_PROCESS_ADDRESSES', 'TPU_PROCESS_PORT', 'CLOUD_TPU_TASK_ID'); "
+            f"json.dump({{k: os.environ.get(k) for k in keys}}, open(os.path.join({str(tmp_path)!r}, "
+            "os.environ['CLOUD_TPU_TASK_ID'] + '.json'), 'w'))")
+    r = subprocess.run([CLI, "launch", "--nproc", "4", "--port", "9100", "--", sys.executable, "-c", dump],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    addresses = "localhost:9100,localhost:9101,localhost:9102,localhost:9103"
+    for rank in range(4):
+        env = json.loads((tmp_path / f"{rank}.json").read_text())
+        assert env == {"TPU_VISIBLE_CHIPS": str(rank), "TPU_PROCESS_BOUNDS": "2,2,1",
+                       "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1", "TPU_PROCESS_ADDRESSES": addresses,
+                       "TPU_PROCESS_PORT": str(9100 + rank), "CLOUD_TPU_TASK_ID": str(rank)}
+
+
+def test_launch_errors():
+    need_cli()
+    r = subprocess.run([CLI, "launch", "--nproc", "2", "--", "sh", "-c", 'exit $((3 * CLOUD_TPU_TASK_ID))'],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3 and "process 1 exited with status 3" in r.stderr
+    r = subprocess.run([CLI, "launch", "--nproc", "3", "--", "true"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "X*Y*Z = 3" in r.stderr
+    r = subprocess.run([CLI, "launch", "--nproc", "2"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "no command" in r.stderr
+    r = subprocess.run([CLI, "launch", "--nproc", "1", "--", "/nonexistent/cmd"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 127 and "cannot run '/nonexistent/cmd'" in r.stderr
