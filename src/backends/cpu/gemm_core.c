@@ -50,8 +50,17 @@ static int64_t batch_count(const hr_gemm *g) {
     return n;
 }
 
+/* Operands are f32, bf16 or f16 (inference checks). */
+static inline int64_t fsize(hr_dtype dt) { return dt == HR_F32 ? 4 : 2; }
+
 static inline const char *elem(const hr_gemm_mat *x, int64_t off, int64_t i, int64_t j) {
-    return x->base + (off + i * x->rs + j * x->cs) * (int64_t)hr_dtype_size(x->dt);
+    return x->base + (off + i * x->rs + j * x->cs) * fsize(x->dt);
+}
+
+static inline uint32_t load_u32(const char *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
 }
 
 static inline uint16_t elem_u16(const hr_gemm_mat *x, int64_t off, int64_t i, int64_t j) {
@@ -107,16 +116,25 @@ static void pack_b_f32(const hr_gemm *g, int64_t off, int64_t k0, int64_t kc, in
 }
 
 /* bf16 pair panels: A [mc/mr][kc/2][mr] u32, B [nc/nr][kc/2][nr][2] u16;
- * an odd kc is padded with a zero k. */
+ * an odd kc is padded with a zero k. A K-contiguous row gives each pair
+ * in one 4-byte load. */
 static void pack_a_pairs(const hr_gemm *g, int64_t off, int64_t i0, int64_t mc, int64_t k0, int64_t kc, int mr,
                          uint32_t *ap) {
-    int64_t mpad = (mc + mr - 1) / mr * mr, kp = (kc + 1) / 2;
+    int64_t mpad = (mc + mr - 1) / mr * mr, kp = (kc + 1) / 2, full = kc / 2;
     for (int64_t i = 0; i < mpad; i++) {
         uint32_t *panel = ap + (i / mr) * kp * mr + i % mr;
-        bool live = i < mc && i0 + i < g->m;
-        for (int64_t p = 0; p < kp; p++) {
-            uint32_t lo = live ? elem_u16(&g->a, off, i0 + i, k0 + 2 * p) : 0;
-            uint32_t hi = live && 2 * p + 1 < kc ? elem_u16(&g->a, off, i0 + i, k0 + 2 * p + 1) : 0;
+        if (i >= mc) {
+            for (int64_t p = 0; p < kp; p++) panel[p * mr] = 0;
+            continue;
+        }
+        int64_t p = 0;
+        if (g->a.cs == 1) {
+            const char *row = elem(&g->a, off, i0 + i, k0);
+            for (; p < full; p++) panel[p * mr] = load_u32(row + 4 * p);
+        }
+        for (; p < kp; p++) {
+            uint32_t lo = elem_u16(&g->a, off, i0 + i, k0 + 2 * p);
+            uint32_t hi = 2 * p + 1 < kc ? elem_u16(&g->a, off, i0 + i, k0 + 2 * p + 1) : 0;
             panel[p * mr] = lo | hi << 16;
         }
     }
@@ -124,13 +142,21 @@ static void pack_a_pairs(const hr_gemm *g, int64_t off, int64_t i0, int64_t mc, 
 
 static void pack_b_pairs(const hr_gemm *g, int64_t off, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int nr,
                          uint16_t *bp) {
-    int64_t npad = (nc + nr - 1) / nr * nr, kp = (kc + 1) / 2;
+    int64_t npad = (nc + nr - 1) / nr * nr, kp = (kc + 1) / 2, full = kc / 2;
     for (int64_t j = 0; j < npad; j++) {
         uint16_t *panel = bp + (j / nr) * kp * nr * 2 + (j % nr) * 2;
-        bool live = j < nc;
-        for (int64_t p = 0; p < kp; p++) {
-            panel[p * nr * 2] = live ? elem_u16(&g->b, off, k0 + 2 * p, j0 + j) : 0;
-            panel[p * nr * 2 + 1] = live && 2 * p + 1 < kc ? elem_u16(&g->b, off, k0 + 2 * p + 1, j0 + j) : 0;
+        if (j >= nc) {
+            for (int64_t p = 0; p < kp; p++) panel[p * nr * 2] = panel[p * nr * 2 + 1] = 0;
+            continue;
+        }
+        int64_t p = 0;
+        if (g->b.rs == 1) { /* linear's weight: each output column is a contiguous row */
+            const char *col = elem(&g->b, off, k0, j0 + j);
+            for (; p < full; p++) memcpy(panel + p * nr * 2, col + 4 * p, 4);
+        }
+        for (; p < kp; p++) {
+            panel[p * nr * 2] = elem_u16(&g->b, off, k0 + 2 * p, j0 + j);
+            panel[p * nr * 2 + 1] = 2 * p + 1 < kc ? elem_u16(&g->b, off, k0 + 2 * p + 1, j0 + j) : 0;
         }
     }
 }
@@ -145,23 +171,35 @@ typedef struct gemm_ctx {
 } gemm_ctx;
 
 typedef struct scratch {
-    void *ap, *bp;   /* packed panels */
+    void *ap;        /* packed A panels of one (M tile, K block) */
+    void *bp;        /* packed B panels of one N tile, all K blocks of KC * NC_MAX slots */
     float *ctile;    /* [MC][NC_MAX] f32 accumulators */
     float *rowbuf;   /* [max(KC, NC_MAX)] */
     float *biasbuf;  /* [NC_MAX] */
 } scratch;
 
-static float *scratch_alloc(scratch *s) {
-    size_t n_ap = MC * KC, n_bp = (size_t)KC * NC_MAX, n_c = (size_t)MC * NC_MAX, n_row = KC > NC_MAX ? KC : NC_MAX;
+/* Per-thread scratch kept across calls: fresh multi-megabyte buffers per
+ * call would pay page faults every time. Grows to the largest K seen. */
+static _Thread_local float *tl_mem;
+static _Thread_local size_t tl_bytes;
+
+static bool scratch_get(scratch *s, int64_t k) {
+    size_t nkb = (size_t)((k + KC - 1) / KC);
+    size_t n_ap = MC * KC, n_bp = nkb * KC * NC_MAX, n_c = (size_t)MC * NC_MAX, n_row = KC > NC_MAX ? KC : NC_MAX;
     size_t bytes = (n_ap + n_bp + n_c + n_row + NC_MAX) * sizeof(float);
-    float *mem = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!mem) return NULL;
+    if (bytes > tl_bytes) {
+        free(tl_mem);
+        tl_mem = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        tl_bytes = tl_mem ? bytes : 0;
+        if (!tl_mem) return false;
+    }
+    float *mem = tl_mem;
     s->ap = mem;
     s->bp = mem + n_ap;
     s->ctile = mem + n_ap + n_bp;
     s->rowbuf = s->ctile + n_c;
     s->biasbuf = s->rowbuf + n_row;
-    return mem;
+    return true;
 }
 
 /* Writes the finished tile: bias added, converted to C's dtype and strides. */
@@ -187,26 +225,31 @@ static void gemm_unit(gemm_ctx *ctx, scratch *s, int64_t u, int64_t *packed_b) {
     batch_offsets(g, bi, &oa, &ob, &oc);
     int64_t ldc = ctx->nc;
     if (g->k == 0) memset(s->ctile, 0, sizeof(float) * MC * NC_MAX);
-    /* With one K block the packed B panel serves every M tile of (bi, ni). */
-    bool single_k = g->k <= KC;
+    /* B's column panel is packed once for every M tile of (bi, ni) that
+     * this thread runs in a row (units go M-fastest). */
+    int64_t bkey = bi * ctx->nt + ni;
+    if (*packed_b != bkey) {
+        for (int64_t k0 = 0; k0 < g->k; k0 += KC) {
+            int64_t kc = g->k - k0 < KC ? g->k - k0 : KC;
+            float *slot = (float *)s->bp + (k0 / KC) * KC * NC_MAX;
+            if (f->pairs)
+                pack_b_pairs(g, ob, k0, kc, j0, nc, f->nr, (uint16_t *)slot);
+            else
+                pack_b_f32(g, ob, k0, kc, j0, nc, f->nr, slot, s->rowbuf);
+        }
+        *packed_b = bkey;
+    }
     for (int64_t k0 = 0; k0 < g->k; k0 += KC) {
         int64_t kc = g->k - k0 < KC ? g->k - k0 : KC;
         int64_t kdepth = f->pairs ? (kc + 1) / 2 : kc;
-        int64_t bkey = bi * ctx->nt + ni;
-        if (!single_k || *packed_b != bkey) {
-            if (f->pairs)
-                pack_b_pairs(g, ob, k0, kc, j0, nc, f->nr, s->bp);
-            else
-                pack_b_f32(g, ob, k0, kc, j0, nc, f->nr, s->bp, s->rowbuf);
-            *packed_b = single_k ? bkey : -1;
-        }
+        const char *bslot = (const char *)((float *)s->bp + (k0 / KC) * KC * NC_MAX);
         if (f->pairs)
             pack_a_pairs(g, oa, i0, mc, k0, kc, f->mr, s->ap);
         else
             pack_a_f32(g, oa, i0, mc, k0, kc, f->mr, s->ap, s->rowbuf);
         const size_t esz = 4; /* one f32, or one u32 bf16 pair, per panel (k, row) */
         for (int64_t jb = 0; jb < nc; jb += f->nr) {
-            const char *bpan = (const char *)s->bp + (size_t)(jb / f->nr) * kdepth * f->nr * esz;
+            const char *bpan = bslot + (size_t)(jb / f->nr) * kdepth * f->nr * esz;
             for (int64_t ib = 0; ib < mc; ib += f->mr) {
                 const char *apan = (const char *)s->ap + (size_t)(ib / f->mr) * kdepth * f->mr * esz;
                 f->ukr(kdepth, apan, bpan, s->ctile + ib * ldc + jb, ldc, k0 > 0);
@@ -222,14 +265,12 @@ static void gemm_worker(void *arg, int ith, int nth) {
     hr_split_range(ctx->units, ith, nth, &begin, &end);
     if (begin >= end) return;
     scratch s;
-    float *mem = scratch_alloc(&s);
-    if (!mem) {
+    if (!scratch_get(&s, ctx->g->k)) {
         atomic_store(&ctx->failed, 1);
         return;
     }
     int64_t packed_b = -1;
     for (int64_t u = begin; u < end; u++) gemm_unit(ctx, &s, u, &packed_b);
-    free(mem);
 }
 
 static hr_status gemm_tiled(const hr_gemm *g) {

@@ -136,11 +136,27 @@ static float exp_sum_scalar(float *p, int n, float m) {
     return s;
 }
 
-/* o[c] = o[c] * corr + sum_j p[j] * v[j][c]: each 8-lane slice of o stays
- * in a register across all keys of the block. */
+/* o[c] = o[c] * corr + sum_j p[j] * v[j][c]: 32 columns of o stay in four
+ * registers (four independent FMA chains) across all keys of the block. */
 static void accum_avx2(float *o, float corr, const float *p, const float *v, int64_t dv, int nk) {
     __m256 cv = _mm256_set1_ps(corr);
     int64_t c = 0;
+    for (; c + 32 <= dv; c += 32) {
+        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(o + c), cv), a1 = _mm256_mul_ps(_mm256_loadu_ps(o + c + 8), cv);
+        __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(o + c + 16), cv), a3 = _mm256_mul_ps(_mm256_loadu_ps(o + c + 24), cv);
+        for (int j = 0; j < nk; j++) {
+            __m256 pj = _mm256_set1_ps(p[j]);
+            const float *vj = v + j * dv + c;
+            a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj), a0);
+            a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8), a1);
+            a2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 16), a2);
+            a3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 24), a3);
+        }
+        _mm256_storeu_ps(o + c, a0);
+        _mm256_storeu_ps(o + c + 8, a1);
+        _mm256_storeu_ps(o + c + 16, a2);
+        _mm256_storeu_ps(o + c + 24, a3);
+    }
     for (; c + 8 <= dv; c += 8) {
         __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(o + c), cv);
         for (int j = 0; j < nk; j++) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * dv + c), acc);
