@@ -97,6 +97,17 @@ hr_status tk_bpe_parse(const cJSON *j, tk_model *m) {
         snprintf(name, sizeof name, "<0x%02X>", b);
         m->byte_ids[b] = tk_vocab_get(&m->vocab, name, 6);
     }
+    /* Filled from the vocabulary: one pass, no lookup per code point. */
+    for (int32_t cp = 0; cp < TK_CHAR_IDS; cp++) m->char_ids[cp] = -1;
+    for (size_t id = 0; id < m->vocab.n; id++) {
+        uint32_t len = m->vocab.len[id];
+        const char *s = m->vocab.arena + m->vocab.off[id];
+        int32_t cp;
+        if (len == UINT32_MAX || len == 0 || len > 3 || tk_utf8_valid_prefix(s, len) != len ||
+            tk_utf8_decode(s, len, &cp) != len || cp >= TK_CHAR_IDS)
+            continue;
+        if (tk_vocab_get(&m->vocab, s, len) == (int32_t)id) m->char_ids[cp] = (int32_t)id;
+    }
     return parse_merges(tk_json_get(j, "merges"), m);
 }
 
@@ -116,7 +127,8 @@ typedef struct {
 
 #define CACHE_KEY_BYTES (1u << 20)
 #define CACHE_IDS (1u << 18)
-#define CACHE_MAX_WORD 256
+#define CACHE_MAX_WORD 4096
+#define CACHE_ENTRIES (1u << 16)
 
 typedef struct {
     symbol *sym;
@@ -151,9 +163,9 @@ static hr_status scratch_get(tk_ws *ws, bpe_scratch **out) {
         if (!s) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
         s->keys = malloc(CACHE_KEY_BYTES);
         s->ids = malloc(CACHE_IDS * sizeof *s->ids);
-        s->entries_cap = 4096;
+        s->entries_cap = CACHE_ENTRIES;
         s->entries = malloc(s->entries_cap * sizeof *s->entries);
-        if (!s->keys || !s->ids || !s->entries || tk_strmap_init(&s->cache, 4096) != HR_OK) {
+        if (!s->keys || !s->ids || !s->entries || tk_strmap_init(&s->cache, CACHE_ENTRIES) != HR_OK) {
             tk_bpe_scratch_free(s);
             return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
         }
@@ -230,7 +242,14 @@ static hr_status word_symbols(const tk_model *m, bpe_scratch *s, const char *w, 
             c = s->str.p;
             cn = s->str.n;
         }
-        int32_t id = tk_vocab_get(&m->vocab, c, cn);
+        int32_t id;
+        if (c == w + i && k <= 3) { /* in the BMP */
+            int32_t cp;
+            tk_utf8_decode(c, k, &cp);
+            id = m->char_ids[cp];
+        } else {
+            id = tk_vocab_get(&m->vocab, c, cn);
+        }
         if (id >= 0) {
             if (unk_len >= 0) HR_TRY(sym_push(s, &ns, m->unk_id, (uint32_t)unk_len));
             unk_len = -1;

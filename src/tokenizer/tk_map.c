@@ -108,19 +108,14 @@ int32_t tk_strmap_get(const tk_strmap *m, const char *key, size_t len) {
 hr_status tk_u64map_init(tk_u64map *m, size_t expected) {
     m->cap = cap_for(expected);
     m->n = 0;
-    m->keys = malloc(m->cap * sizeof *m->keys);
-    m->vals = malloc(m->cap * sizeof *m->vals);
-    if (!m->keys || !m->vals) {
-        tk_u64map_free(m);
-        return hr_error(HR_ERR_OOM, "tokenizer: out of memory for a hash map of %zu entries", expected);
-    }
-    memset(m->keys, 0xff, m->cap * sizeof *m->keys);
+    m->slots = malloc(m->cap * sizeof *m->slots);
+    if (!m->slots) return hr_error(HR_ERR_OOM, "tokenizer: out of memory for a hash map of %zu entries", expected);
+    memset(m->slots, 0xff, m->cap * sizeof *m->slots);
     return HR_OK;
 }
 
 void tk_u64map_free(tk_u64map *m) {
-    free(m->keys);
-    free(m->vals);
+    free(m->slots);
     memset(m, 0, sizeof *m);
 }
 
@@ -128,7 +123,7 @@ static hr_status u64map_grow(tk_u64map *m) {
     tk_u64map g;
     HR_TRY(tk_u64map_init(&g, m->cap));
     for (size_t i = 0; i < m->cap; i++)
-        if (m->keys[i] != UINT64_MAX) tk_u64map_put(&g, m->keys[i], m->vals[i]);
+        if (m->slots[i].key != UINT64_MAX) tk_u64map_put(&g, m->slots[i].key, m->slots[i].val);
     tk_u64map_free(m);
     *m = g;
     return HR_OK;
@@ -137,15 +132,14 @@ static hr_status u64map_grow(tk_u64map *m) {
 hr_status tk_u64map_put(tk_u64map *m, uint64_t key, uint64_t val) {
     if ((m->n + 1) * 2 > m->cap) HR_TRY(u64map_grow(m));
     size_t i = mix64(key) & (m->cap - 1);
-    while (m->keys[i] != UINT64_MAX) {
-        if (m->keys[i] == key) {
-            m->vals[i] = val;
+    while (m->slots[i].key != UINT64_MAX) {
+        if (m->slots[i].key == key) {
+            m->slots[i].val = val;
             return HR_OK;
         }
         i = (i + 1) & (m->cap - 1);
     }
-    m->keys[i] = key;
-    m->vals[i] = val;
+    m->slots[i] = (tk_u64map_slot){key, val};
     m->n++;
     return HR_OK;
 }
@@ -153,9 +147,9 @@ hr_status tk_u64map_put(tk_u64map *m, uint64_t key, uint64_t val) {
 int tk_u64map_get(const tk_u64map *m, uint64_t key, uint64_t *val) {
     if (!m->cap) return 0;
     size_t i = mix64(key) & (m->cap - 1);
-    while (m->keys[i] != UINT64_MAX) {
-        if (m->keys[i] == key) {
-            *val = m->vals[i];
+    while (m->slots[i].key != UINT64_MAX) {
+        if (m->slots[i].key == key) {
+            *val = m->slots[i].val;
             return 1;
         }
         i = (i + 1) & (m->cap - 1);

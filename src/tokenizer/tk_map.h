@@ -33,8 +33,12 @@ hr_status tk_strmap_put(tk_strmap *m, const char *key, size_t len, int32_t val);
 int32_t tk_strmap_get(const tk_strmap *m, const char *key, size_t len);
 
 typedef struct {
-    uint64_t *keys; /* (cap), UINT64_MAX marks an empty slot */
-    uint64_t *vals; /* (cap) */
+    uint64_t key; /* UINT64_MAX marks an empty slot */
+    uint64_t val;
+} tk_u64map_slot;
+
+typedef struct {
+    tk_u64map_slot *slots; /* (cap): key and value side by side, one cache miss a probe */
     size_t cap, n;
 } tk_u64map;
 

@@ -19,6 +19,9 @@ hr_status tk_vocab_from_pairs(const cJSON *arr, const char *what, tk_vocab *v, d
 void tk_vocab_free(tk_vocab *v);
 static inline int32_t tk_vocab_get(const tk_vocab *v, const char *s, size_t n) { return tk_strmap_get(&v->map, s, n); }
 
+/* Characters of the Basic Multilingual Plane (the byte-level alphabet among them). */
+#define TK_CHAR_IDS 0x10000
+
 typedef enum { TK_MODEL_BPE, TK_MODEL_WORDPIECE, TK_MODEL_UNIGRAM, TK_MODEL_WORDLEVEL } tk_model_type;
 
 struct tk_model {
@@ -29,6 +32,7 @@ struct tk_model {
     size_t prefix_len, suffix_len;
     bool byte_fallback, fuse_unk, ignore_merges;
     int32_t byte_ids[256];      /* <0xXX> token ids for byte fallback, -1 when absent */
+    int32_t char_ids[TK_CHAR_IDS]; /* BPE: id of each one-character token in the BMP, or -1 */
     tk_u64map merges;           /* BPE: (left << 32 | right) -> (rank << 32 | merged id) */
     size_t max_input_chars;     /* WordPiece */
     double *scores;             /* Unigram (vocab.n) */

@@ -129,8 +129,54 @@ static bool is_ascii(const char *s, size_t n) {
     return true;
 }
 
+static hr_status utf8proc_form(nz_type t, const char *s, size_t n, tk_buf *out);
+
+/* NFC leaves most text as it is; only the runs that can change go through
+ * utf8proc. A cut is a position before a starter that has no canonical
+ * decomposition and composes with nothing before it: NFC of the whole is
+ * NFC of the pieces between cuts. A piece of one such starter is unchanged. */
+static bool nfc_inert(int32_t cp, const utf8proc_property_t *p) {
+    return cp < 0x80 || p->decomp_seqindex == UINT16_MAX || p->decomp_type != 0;
+}
+
+static bool nfc_cut_before(int32_t cp, const utf8proc_property_t *p) {
+    if (cp < 0x80) return true;
+    if (cp >= 0x1160 && cp <= 0x11FF) return false; /* Hangul vowels and trailing consonants compose */
+    return p->combining_class == 0 && (p->comb_index == UINT16_MAX || p->comb_index < 0x8000) && nfc_inert(cp, p);
+}
+
+static hr_status nfc(const char *s, size_t n, tk_buf *out) {
+    size_t run = 0;  /* start of the pending run */
+    bool dirty = false;
+    for (size_t i = 0; i < n;) {
+        int32_t cp;
+        size_t k = (unsigned char)s[i] < 0x80 ? (cp = s[i], 1) : tk_utf8_decode(s + i, n - i, &cp);
+        bool inert = cp < 0x80 || nfc_inert(cp, utf8proc_get_property(cp));
+        size_t j = i + k;
+        while (j < n) {
+            int32_t c2;
+            if ((unsigned char)s[j] < 0x80) break;
+            size_t k2 = tk_utf8_decode(s + j, n - j, &c2);
+            if (nfc_cut_before(c2, utf8proc_get_property(c2))) break;
+            j += k2;
+        }
+        bool seg_dirty = !(inert && j == i + k);
+        if (seg_dirty != dirty && i > run) {
+            HR_TRY(dirty ? utf8proc_form(NZ_NFC, s + run, i - run, out) : tk_buf_append(out, s + run, i - run));
+            run = i;
+        }
+        dirty = seg_dirty;
+        i = j;
+    }
+    return dirty ? utf8proc_form(NZ_NFC, s + run, n - run, out) : tk_buf_append(out, s + run, n - run);
+}
+
 static hr_status unicode_form(nz_type t, const char *s, size_t n, tk_buf *out) {
     if (is_ascii(s, n)) return tk_buf_append(out, s, n);
+    return t == NZ_NFC ? nfc(s, n, out) : utf8proc_form(t, s, n, out);
+}
+
+static hr_status utf8proc_form(nz_type t, const char *s, size_t n, tk_buf *out) {
     utf8proc_option_t opt = UTF8PROC_STABLE;
     if (t == NZ_NFC || t == NZ_NFKC) opt |= UTF8PROC_COMPOSE;
     else opt |= UTF8PROC_DECOMPOSE;

@@ -197,13 +197,15 @@ static hr_status byte_level(const tk_pretok *p, const char *s, size_t n, bool fi
     /* Map every new piece's bytes to the printable alphabet, in place in out. */
     size_t text_start = start < out->n ? out->v[start].off : out->text.n;
     mapped->n = 0;
+    /* Every byte maps to a code point below U+0800: at most two bytes each. */
+    HR_TRY(tk_buf_reserve(mapped, 2 * (out->text.n - text_start) + 1));
     for (size_t i = start; i < out->n; i++) {
         tk_piece *pc = &out->v[i];
         uint32_t off = (uint32_t)(text_start + mapped->n);
-        for (uint32_t k = 0; k < pc->len; k++) {
-            char u[4];
-            HR_TRY(tk_buf_append(mapped, u, tk_utf8_encode(tk_byte_to_cp[(unsigned char)out->text.p[pc->off + k]], u)));
-        }
+        const unsigned char *raw = (const unsigned char *)out->text.p + pc->off;
+        char *dst = mapped->p + mapped->n;
+        for (uint32_t k = 0; k < pc->len; k++) dst += tk_utf8_encode(tk_byte_to_cp[raw[k]], dst);
+        mapped->n = (size_t)(dst - mapped->p);
         pc->len = (uint32_t)(text_start + mapped->n) - off;
         pc->off = off;
     }
