@@ -387,6 +387,42 @@ static void test_truncated_and_missing(void **state) {
     hr_tensor_free(t);
 }
 
+/* The committed fuzz seeds: bad_* files fail naming themselves, the others
+ * (written by the safetensors package) open and yield every tensor. */
+static void test_seed_corpus(void **state) {
+    const char *src = getenv("HUBRT_SOURCE_DIR");
+    if (!src) skip();
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/fuzz/corpus/fuzz_safetensors", src);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int bad = 0, good = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[800];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        hr_safetensors *st;
+        hr_status s = hr_safetensors_open(path, &st);
+        if (!strncmp(e->d_name, "bad_", 4)) {
+            if (s == HR_OK) fail_msg("%s opened", e->d_name);
+            assert_error_has(e->d_name);
+            bad++;
+            continue;
+        }
+        if (s != HR_OK) fail_msg("%s: %s", e->d_name, hr_last_error());
+        for (size_t i = 0; i < hr_safetensors_count(st); i++) {
+            hr_tensor *t;
+            assert_int_equal(hr_safetensors_tensor(st, hr_safetensors_name(st, i), &t), HR_OK);
+            hr_tensor_free(t);
+        }
+        hr_safetensors_close(st);
+        good++;
+    }
+    closedir(d);
+    assert_true(bad >= 10 && good >= 3);
+}
+
 /* ---- checkpoints -------------------------------------------------------- */
 
 static void write_shard(const char *path, const char *const *names, size_t n, uint8_t seed) {
@@ -495,6 +531,7 @@ int main(void) {
         cmocka_unit_test(test_unaligned_tensor),
         cmocka_unit_test(test_malformed_files),
         cmocka_unit_test(test_truncated_and_missing),
+        cmocka_unit_test(test_seed_corpus),
         cmocka_unit_test(test_sharded_checkpoint),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
