@@ -18,6 +18,8 @@ int hr_cmd_inspect(int argc, char **argv);
 int hr_cmd_run(int argc, char **argv);
 int hr_cmd_bench(int argc, char **argv);
 int hr_cmd_launch(int argc, char **argv);
+int hr_cmd_tokenize(int argc, char **argv);
+int hr_cmd_detokenize(int argc, char **argv);
 
 /* Parses `text` as a number for option `flag`; prints the error and returns
  * false on junk. */

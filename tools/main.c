@@ -16,6 +16,8 @@ static const command commands[] = {
     {"run", hr_cmd_run, "generate text from a model folder (streams to stdout)"},
     {"bench", hr_cmd_bench, "time load, prefill and decode (last line: JSON)"},
     {"launch", hr_cmd_launch, "run a command once per TPU chip with libtpu's per-process environment"},
+    {"tokenize", hr_cmd_tokenize, "JSON strings per line on stdin -> JSON id arrays (--add-special-tokens)"},
+    {"detokenize", hr_cmd_detokenize, "JSON id arrays per line on stdin -> JSON strings (--skip-special-tokens)"},
 };
 
 int hr_cli_fail(const char *cmd, hr_status s) {
