@@ -57,7 +57,8 @@ static float dynamic_base(const hr_rope_config *c, int64_t seq_len) {
     float t = (float)factor * (float)seq_len;
     t = t / (float)maxp;
     t = t - (float)(factor - 1);
-    t = pow_f32(t, (float)((double)dim / (double)(dim - 2)));
+    /* pow(f32 tensor, Python float) keeps the exponent in double */
+    t = (float)pow((double)t, (double)dim / (double)(dim - 2));
     return (float)c->theta * t;
 }
 

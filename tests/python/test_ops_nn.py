@@ -1,0 +1,188 @@
+"""nn ops against torch / transformers: rms_norm (LlamaRMSNorm and Gemma's
+offset form), layer_norm, rope_cos_sin (LlamaRotaryEmbedding.forward) and
+rope (apply_rotary_pos_emb, partial rotary), over f32/bf16/f16, odd sizes,
+broadcasting and non-contiguous inputs and outputs."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import LlamaConfig
+from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+import hubrt
+from oracle import TOL, TORCH_DTYPE, assert_close, to_hr, to_torch
+
+FLOATS = ["f32", "bf16", "f16"]
+HIDDEN = [1, 3, 17, 4097]
+
+
+def rand(shape, dtype, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * scale).to(TORCH_DTYPE[dtype])
+
+
+def transposed(t):
+    """(torch, hubrt) views of t's values whose first and last dims are
+    swapped in memory: strided along the normalized dim."""
+    base = t.transpose(0, -1).contiguous()
+    return base.transpose(0, -1), to_hr(base).transpose(0, -1)
+
+
+def hr_out(shape, dtype):
+    """A destination view taking every other element of a wider buffer."""
+    base = hubrt.from_numpy(np.zeros(list(shape[:-1]) + [2 * shape[-1]], np.float32), dtype=dtype)
+    return base.slice(-1, 0, None, 2)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("h", HIDDEN)
+def test_rms_norm_matches_llama_rmsnorm(dtype, h):
+    x = rand((3, 5, h), dtype, scale=3.0)
+    m = LlamaRMSNorm(h, eps=1e-6).to(TORCH_DTYPE[dtype])
+    m.weight.data = rand((h,), dtype, seed=1)
+    got = hubrt.ops.rms_norm(to_hr(x), to_hr(m.weight.data), eps=1e-6)
+    want = m(x)
+    assert_close(got, want)
+    if dtype != "f32":
+        # x rounded to its dtype before the weight, as transformers does: bit
+        # for bit, but where the f32 sums of squares (summed in another order)
+        # put a product on the other side of a rounding boundary
+        assert (to_torch(got) != want).float().mean() < 0.01
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("h", [3, 4097])
+def test_rms_norm_gemma_offset_and_no_weight(dtype, h):
+    x = rand((4, h), dtype)
+    m = GemmaRMSNorm(h, eps=1e-6).to(TORCH_DTYPE[dtype])
+    m.weight.data = rand((h,), dtype, seed=2) * 0.1
+    got = hubrt.ops.rms_norm(to_hr(x), to_hr(m.weight.data), eps=1e-6, weight_offset=1.0)
+    assert_close(got, m(x))
+    plain = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)
+    assert_close(hubrt.ops.rms_norm(to_hr(x), eps=1e-5), plain.to(x.dtype))
+
+
+def test_rms_norm_strided_in_out_and_mixed_weight():
+    x = rand((17, 6, 64), "f32")
+    xt, xh = transposed(x)
+    w = rand((64,), "f32", seed=3)
+    wide = to_hr(torch.stack([w, w], -1)).select(-1, 0)  # weight with stride 2
+    out = hr_out((17, 6, 64), "f32")
+    hubrt.ops.call("rms_norm", xh, wide, out=out, eps=1e-6, weight_offset=0.0)
+    ref = LlamaRMSNorm(64, eps=1e-6)
+    ref.weight.data = w
+    assert_close(out, ref(xt))
+    # bf16 activations with an f32 weight: normalized in f32, rounded to bf16, times weight
+    xb = x.to(torch.bfloat16)
+    want = (w * (xb.float() * torch.rsqrt(xb.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16))
+    assert_close(hubrt.ops.rms_norm(to_hr(xb), to_hr(w), eps=1e-6), want.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("h", HIDDEN)
+@pytest.mark.parametrize("affine", ["none", "weight", "both"])
+def test_layer_norm(dtype, h, affine):
+    x = rand((2, 3, h), dtype, scale=2.0) + 0.5
+    w = rand((h,), dtype, seed=4) if affine != "none" else None
+    b = rand((h,), dtype, seed=5) if affine == "both" else None
+    got = hubrt.ops.layer_norm(to_hr(x), to_hr(w) if w is not None else None,
+                               to_hr(b) if b is not None else None, eps=1e-5)
+    want = F.layer_norm(x.float(), (h,), None if w is None else w.float(), None if b is None else b.float(), 1e-5)
+    assert_close(got, want.to(x.dtype))
+
+
+def test_layer_norm_strided():
+    x = rand((33, 4, 17), "f32")
+    xt, xh = transposed(x)
+    w, b = rand((17,), "f32", seed=6), rand((17,), "f32", seed=7)
+    out = hr_out((33, 4, 17), "f32")
+    hubrt.ops.call("layer_norm", xh, to_hr(w), to_hr(b), out=out, eps=1e-5, weight_offset=0.0)
+    assert_close(out, F.layer_norm(xt, (17,), w, b, 1e-5))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("scaling", [1.0, 0.75])
+def test_rope_cos_sin_matches_rotary_embedding(dtype, scaling):
+    cfg = LlamaConfig(hidden_size=256, num_attention_heads=4, head_dim=64, max_position_embeddings=4096)
+    emb = LlamaRotaryEmbedding(cfg)
+    emb.attention_scaling = scaling
+    pos = torch.tensor([[0, 1, 2, 17, 4096], [5, 6, 1000, 3000, 70000]])
+    cos, sin = emb(torch.zeros(1, dtype=TORCH_DTYPE[dtype]), pos)
+    hc, hs = hubrt.ops.rope_cos_sin(to_hr(pos), to_hr(emb.inv_freq), scaling, dtype=dtype)
+    assert hc.shape == (2, 5, 64) and hc.dtype == dtype
+    # the same f32 angles; torch's cos/sin are within 1 ulp of the correctly rounded ones
+    tol = dict(atol=1.2e-7, rtol=0) if dtype == "f32" else dict(atol=TOL[dtype][0], rtol=0)
+    torch.testing.assert_close(to_torch(hc).float(), cos.float(), **tol)
+    torch.testing.assert_close(to_torch(hs).float(), sin.float(), **tol)
+
+
+def test_rope_cos_sin_strided_positions_i32_and_outputs():
+    inv = 1.0 / (10000 ** (torch.arange(0, 16, 2).float() / 16))
+    base = torch.arange(40, dtype=torch.int32).reshape(4, 10)
+    pos_h = to_hr(base).slice(1, 0, None, 3)  # [4, 4], stride 3
+    pos_t = base[:, ::3].long()
+    co, so = hr_out((4, 4, 16), "bf16"), hr_out((4, 4, 16), "bf16")
+    hubrt.ops.call("rope_cos_sin", pos_h, to_hr(inv), out=(co, so), attention_scaling=0.0, dtype="bf16")
+    freqs = pos_t[..., None].float() * inv
+    emb = torch.cat([freqs, freqs], -1)
+    assert_close(co, emb.cos().to(torch.bfloat16))
+    assert_close(so, emb.sin().to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("head_dim,rot", [(64, 64), (64, 32), (80, 40), (6, 2)])
+def test_rope_matches_apply_rotary_pos_emb(dtype, head_dim, rot):
+    b, h, s = 2, 3, 17
+    q = rand((b, h, s, head_dim), dtype)
+    inv = 1.0 / (10000 ** (torch.arange(0, rot, 2).float() / rot))
+    freqs = torch.arange(s)[None, :, None].float() * inv
+    emb = torch.cat([freqs, freqs], -1).expand(b, s, rot)
+    cos, sin = emb.cos().to(q.dtype), emb.sin().to(q.dtype)
+    q_rot, q_pass = q[..., :rot], q[..., rot:]
+    want, _ = apply_rotary_pos_emb(q_rot, q_rot, cos, sin)
+    want = torch.cat([want, q_pass], -1)
+    got = hubrt.ops.rope(to_hr(q), to_hr(cos).unsqueeze(1), to_hr(sin).unsqueeze(1))
+    assert torch.equal(to_torch(got), want)  # same roundings as transformers
+
+
+def test_rope_strided_q_inplace_and_f32_tables_on_bf16():
+    b, s, h, d = 1, 4097, 2, 16
+    # q as the attention code makes it: [b, s, h, d] viewed as [b, h, s, d]
+    q = rand((b, s, h, d), "bf16")
+    qt = q.transpose(1, 2)
+    qh = to_hr(q).transpose(1, 2)
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    freqs = torch.arange(s)[None, :, None].float() * inv
+    emb = torch.cat([freqs, freqs], -1)
+    cos32, sin32 = emb.cos(), emb.sin()
+    # f32 tables on bf16 q: torch promotes the products to f32, then rounds
+    want = (qt * cos32[:, None] + torch.cat([-qt[..., d // 2:], qt[..., :d // 2]], -1) * sin32[:, None])
+    got = hubrt.ops.rope(qh, to_hr(cos32).unsqueeze(1), to_hr(sin32).unsqueeze(1))
+    assert_close(got, want.to(torch.bfloat16), atol=0, rtol=0)
+    # in place: the output is q's own (strided) storage
+    hubrt.ops.call("rope", qh, to_hr(cos32).unsqueeze(1), to_hr(sin32).unsqueeze(1), out=qh)
+    assert_close(qh, want.to(torch.bfloat16), atol=0, rtol=0)
+
+
+def test_nn_errors_name_op_and_input():
+    x = to_hr(torch.zeros(2, 8))
+    with pytest.raises(hubrt.HubrtError, match=r"op 'rms_norm': weight shape \[7\] != \[8\], the last dim of x"):
+        hubrt.ops.rms_norm(x, to_hr(torch.zeros(7)))
+    with pytest.raises(hubrt.HubrtError, match=r"op 'layer_norm': bias shape \[2, 8\] != \[8\]"):
+        hubrt.ops.layer_norm(x, to_hr(torch.zeros(8)), to_hr(torch.zeros(2, 8)))
+    with pytest.raises(hubrt.HubrtError, match=r"op 'rms_norm'.*x must be f32, bf16 or f16, got i64"):
+        hubrt.ops.rms_norm(to_hr(torch.zeros(2, 8, dtype=torch.int64)))
+    with pytest.raises(hubrt.HubrtError, match=r"op 'rope_cos_sin'.*positions must be i64 or i32, got f32"):
+        hubrt.ops.rope_cos_sin(to_hr(torch.zeros(3)), to_hr(torch.ones(4)))
+    with pytest.raises(hubrt.HubrtError, match=r"op 'rope_cos_sin'.*attrs.dtype must be f32, bf16 or f16, got i64"):
+        hubrt.ops.rope_cos_sin(to_hr(torch.zeros(3, dtype=torch.int64)), to_hr(torch.ones(4)), dtype="i64")
+    cs = to_hr(torch.zeros(2, 10))
+    with pytest.raises(hubrt.HubrtError, match=r"op 'rope': cos \[2, 10\]: the rotary dim 10 must be .* <= the last"):
+        hubrt.ops.rope(x, cs, cs)
+    with pytest.raises(hubrt.HubrtError, match=r"op 'rope': cos \[2, 4\] f32 and sin \[2, 6\] f32 must match"):
+        hubrt.ops.rope(x, to_hr(torch.zeros(2, 4)), to_hr(torch.zeros(2, 6)))
+    with pytest.raises(hubrt.HubrtError, match=r"op 'rope'.*do not broadcast"):
+        hubrt.ops.rope(x, to_hr(torch.zeros(3, 4)), to_hr(torch.zeros(3, 4)))
+    with pytest.raises(hubrt.HubrtError, match=r"op 'rope': cos \[4, 2, 4\] does not broadcast to x\[\.\.\., :4\]"):
+        hubrt.ops.rope(x, to_hr(torch.zeros(4, 2, 4)), to_hr(torch.zeros(4, 2, 4)))
