@@ -65,8 +65,8 @@ def load_safetensors(path):
 def safetensors_metadata(path):
     """The `__metadata__` of a file (of the first shard for a folder)."""
     with _Checkpoint(path) as ck:
-        st = _ck_shard(ck.h, 0)
-        kvs = [_meta_at(st, i) for i in range(_meta_count(st))]
+        st = _ck_shard(ck.h, 0)  # NULL for an index with an empty weight_map
+        kvs = [_meta_at(st, i) for i in range(_meta_count(st))] if st else []
         return {kv.key.decode("utf-8"): kv.value.decode("utf-8") for kv in kvs}
 
 

@@ -247,6 +247,12 @@ def test_malformed_files_fail_clearly(tmp_path, case):
     assert want in out.stderr and out.stdout == ""
 
 
+def test_empty_index(tmp_path):
+    (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    assert hubrt.load_safetensors(tmp_path) == {}
+    assert hubrt.safetensors_metadata(tmp_path) == {}
+
+
 def test_missing_inputs_fail_clearly(tmp_path):
     with pytest.raises(hubrt.HubrtError, match="no model.safetensors or model.safetensors.index.json"):
         hubrt.load_safetensors(tmp_path)
