@@ -118,8 +118,8 @@ static hr_status st_offsets(const char *label, st_entry *e, const cJSON *v, uint
                         "%llu bytes (file truncated?)",
                         label, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
                         (unsigned long long)data_size);
-    /* numel * itemsize must equal the range; divide instead of multiplying
-     * so a huge shape cannot overflow. */
+    /* numel * itemsize must equal the range; the product is checked for
+     * overflow (sizes go up to 2^53 each) and any zero size makes it 0. */
     uint64_t want = hr_dtype_size(e->dtype), range = e->end - e->begin;
     bool empty = false, overflow = false;
     for (int i = 0; i < e->ndim; i++) empty |= e->shape[i] == 0;
