@@ -298,6 +298,19 @@ def test_copy(dtype):
     assert_close(out, x)
 
 
+@pytest.mark.parametrize("shape,perm", [((3, 300, 257), (0, 2, 1)), ((2, 5, 9, 17), (3, 1, 0, 2)),
+                                        ((17, 9), (1, 0)), ((4, 1, 33), (2, 1, 0))])
+def test_copy_transposes(shape, perm):
+    """Tiled transposing copies, both directions (strided source, strided out)."""
+    x = rand(shape, "f16")
+    want = x.permute(*perm)
+    exact = dict(atol=0, rtol=0)
+    assert_close(ops.copy(to_hr(x).permute(*perm)), want, **exact)
+    out, _ = hr_out_view(tuple(want.shape), "f16")
+    ops.copy(to_hr(want.contiguous()), out=out)
+    assert_close(out, want, **exact)
+
+
 def test_copy_into_cache_slice():
     """The KV-cache write: a [b, h, s, d] block into positions 3..5 of a cache."""
     cache = torch.zeros(2, 3, 8, 16, dtype=torch.bfloat16)
