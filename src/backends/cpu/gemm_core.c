@@ -1,6 +1,7 @@
 /* The GEMM driver: batch/tile decomposition over the thread pool, packing
  * of strided operands of any float dtype into micro-kernel panels, and the
  * GEMV route for a few rows against a K-contiguous B. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,21 +180,28 @@ typedef struct scratch {
 } scratch;
 
 /* Per-thread scratch kept across calls: fresh multi-megabyte buffers per
- * call would pay page faults every time. Grows to the largest K seen. */
-static _Thread_local float *tl_mem;
-static _Thread_local size_t tl_bytes;
+ * call would pay page faults every time. Grows to the largest K seen; a
+ * pthread key frees it when a pool thread exits. The first 64 bytes hold
+ * the usable size. */
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_key_init(void) { pthread_key_create(&g_scratch_key, free); }
 
 static bool scratch_get(scratch *s, int64_t k) {
     size_t nkb = (size_t)((k + KC - 1) / KC);
     size_t n_ap = MC * KC, n_bp = nkb * KC * NC_MAX, n_c = (size_t)MC * NC_MAX, n_row = KC > NC_MAX ? KC : NC_MAX;
     size_t bytes = (n_ap + n_bp + n_c + n_row + NC_MAX) * sizeof(float);
-    if (bytes > tl_bytes) {
-        free(tl_mem);
-        tl_mem = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        tl_bytes = tl_mem ? bytes : 0;
-        if (!tl_mem) return false;
+    pthread_once(&g_scratch_once, scratch_key_init);
+    char *block = pthread_getspecific(g_scratch_key);
+    if (!block || *(size_t *)block < bytes) {
+        free(block);
+        block = aligned_alloc(64, (bytes + 127) / 64 * 64);
+        if (block) *(size_t *)block = bytes;
+        pthread_setspecific(g_scratch_key, block);
+        if (!block) return false;
     }
-    float *mem = tl_mem;
+    float *mem = (float *)(block + 64);
     s->ap = mem;
     s->bp = mem + n_ap;
     s->ctile = mem + n_ap + n_bp;
