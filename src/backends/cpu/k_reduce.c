@@ -126,14 +126,23 @@ static void extreme_into(float *acc, const float *x, int64_t n, bool is_max) {
         if ((is_max ? x[i] > acc[i] : x[i] < acc[i]) || x[i] != x[i]) acc[i] = x[i];
 }
 
-/* x[i] = exp(x[i] - m[i or 0]); m_step 0 broadcasts one max. */
+/* x[i] = exp(x[i] - m[i or 0]); m_step 0 broadcasts one max. The tail goes
+ * through the vector code too, so a value does not depend on where a
+ * thread's range or a chunk happened to start. */
 static void exp_shift(float *x, const float *m, int64_t m_step, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         v8f mv = m_step ? v8_load(m + i) : v8_set1(m[0]);
         v8_store(x + i, v8_exp_neg(v8_load(x + i) - mv));
     }
-    for (; i < n; i++) x[i] = expf(x[i] - m[m_step * i]);
+    if (i == n) return;
+    float t[8] = {0}, tm[8] = {0};
+    for (int64_t j = i; j < n; j++) {
+        t[j - i] = x[j];
+        tm[j - i] = m[m_step * j];
+    }
+    v8_store(t, v8_exp_neg(v8_load(t) - v8_load(tm)));
+    for (int64_t j = i; j < n; j++) x[j] = t[j - i];
 }
 
 /* ---- driver: the reduced dim taken out, rows spread over threads -------- */
