@@ -224,10 +224,12 @@ def from_numpy(arr, dtype=None, device="cpu"):
     bfloat16; a uint16 array with dtype='bf16' is taken as raw bf16 bits."""
     arr = np.asarray(arr)
     target = dtype_name(dtype) if dtype is not None else None
+    # np.ascontiguousarray would turn a 0-d array into shape (1,).
+    contiguous = lambda a, dt=None: np.require(a if dt is None else a.astype(dt, copy=False), requirements="C")
     if target == "bf16" and arr.dtype == np.uint16:
-        src, st = np.ascontiguousarray(arr), "bf16"
+        src, st = contiguous(arr), "bf16"
     elif target == "bf16":
-        f = np.ascontiguousarray(arr, dtype=np.float32)
+        f = contiguous(arr, np.float32)
         u = f.view(np.uint32).astype(np.uint64)
         nan = np.isnan(f)
         rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
@@ -237,7 +239,7 @@ def from_numpy(arr, dtype=None, device="cpu"):
             arr = arr.astype(_NP[target])
         if arr.dtype not in _FROM_NP:
             arr = arr.astype(np.float32 if arr.dtype.kind == "f" else np.int64)
-        src, st = np.ascontiguousarray(arr), _FROM_NP[arr.dtype]
+        src, st = contiguous(arr), _FROM_NP[arr.dtype]
     n, shape = _ints(src.shape)
     out = _P()
     dev = device_handle(device) if isinstance(device, str) else device

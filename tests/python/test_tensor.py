@@ -75,3 +75,10 @@ def test_op_catalog_attrs_by_name():
         hubrt.ops.call("softmax", t, axis=0)
     with pytest.raises(hubrt.HubrtError, match="unknown op 'conv9d'"):
         hubrt.ops.call("conv9d", t)
+
+
+def test_zero_dim_round_trip():
+    for dtype in (None, "bf16", "i64"):
+        t = hubrt.from_numpy(np.array(2.5 if dtype != "i64" else 7), dtype=dtype)
+        assert t.shape == ()
+        assert t.numpy().shape == ()
