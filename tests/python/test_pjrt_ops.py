@@ -324,3 +324,51 @@ def test_cache_hits_and_stats():
     assert after.requests - before.requests == 3
     assert after.hits - before.hits == 3
     assert after.misses == before.misses
+
+
+# ---- normalization and positions ---------------------------------------------
+
+
+def torch_rms_norm(x, w, eps, offset):
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    if w is None:
+        return h.to(x.dtype)
+    if offset:
+        return (h * (offset + w.float())).to(x.dtype)
+    return w * h.to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("weight,offset", [(False, 0.0), (True, 0.0), (True, 1.0)])
+def test_rms_norm(dtype, weight, offset):
+    x = rand(3, 5, 64, dtype=dtype, lo=-3, hi=3)
+    w = rand(64, dtype=dtype, seed=3) if weight else None
+    check("rms_norm", [x, w], torch_rms_norm(x, w, 1e-6, offset), eps=1e-6, weight_offset=offset)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n_params", [1, 2, 3])
+def test_layer_norm(dtype, n_params):
+    x = rand(4, 33, dtype=dtype, lo=-3, hi=3)
+    w = rand(33, dtype=dtype, seed=1) if n_params > 1 else None
+    bias = rand(33, dtype=dtype, seed=2) if n_params > 2 else None
+    want = torch.nn.functional.layer_norm(x.float(), (33,), None if w is None else w.float(),
+                                          None if bias is None else bias.float(), 1e-5).to(TD[dtype])
+    check("layer_norm", [x, w, bias], want, eps=1e-5)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_rope_cos_sin_and_rope(dtype):
+    pos = torch.tensor([[0, 1, 2, 7, 4095]])
+    inv = 1.0 / (10000 ** (torch.arange(0, 16, 2).float() / 16))
+    freqs = pos[..., None].float() * inv
+    emb = torch.cat([freqs, freqs], -1)
+    cos, sin = (emb.cos() * 0.5).to(TD[dtype]), (emb.sin() * 0.5).to(TD[dtype])
+    check("rope_cos_sin", [pos, inv], (cos, sin), attention_scaling=0.5, dtype=dtype, atol=2e-5 if dtype == "f32" else None)
+    # partial rotary: the first 16 of 24 features rotate, cos broadcasts over heads
+    x = rand(1, 2, 5, 24, dtype=dtype)
+    c, s = cos[:, None], sin[:, None]
+    x1, x2, rest = x[..., :8], x[..., 8:16], x[..., 16:]
+    want = torch.cat([x1 * c[..., :8] - x2 * s[..., :8], x2 * c[..., 8:] + x1 * s[..., 8:], rest], -1)
+    check("rope", [x, c, s], want)

@@ -109,6 +109,7 @@ void hr_shlo_register_eltwise(hr_shlo_lowering *table);
 void hr_shlo_register_reduce(hr_shlo_lowering *table);
 void hr_shlo_register_linalg(hr_shlo_lowering *table);
 void hr_shlo_register_index(hr_shlo_lowering *table);
+void hr_shlo_register_nn(hr_shlo_lowering *table);
 
 /* ---- views over flat byte buffers ---- */
 

@@ -18,7 +18,7 @@ static void int_list(char *buf, size_t n, const int *v, int k) {
 static hr_shlo_value gather(hr_shlo_builder *b, hr_shlo_value x, hr_shlo_value idx, const int *offset_dims,
                             int n_offset, const int *collapsed, int n_collapsed, const int *start_map, int n_map,
                             int index_vector_dim, const int64_t *slice_sizes, const hr_tensor_meta *m) {
-    char od[128], cd[128], sm[128], ss[256], attr[768];
+    char od[128], cd[128], sm[128], ss[256], attr[1024];
     int_list(od, sizeof od, offset_dims, n_offset);
     int_list(cd, sizeof cd, collapsed, n_collapsed);
     int_list(sm, sizeof sm, start_map, n_map);
