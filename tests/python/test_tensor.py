@@ -63,8 +63,8 @@ def test_view_errors_name_the_problem():
 def test_device_strings():
     t = hubrt.from_numpy(np.ones(3, np.float32), device="cpu:0")
     assert t.device == "cpu:0"
-    with pytest.raises(hubrt.HubrtError, match="unknown device 'tpu:3'"):
-        hubrt.from_numpy(np.ones(3, np.float32), device="tpu:3")
+    with pytest.raises(hubrt.HubrtError, match="unknown device 'warp:3'"):
+        hubrt.from_numpy(np.ones(3, np.float32), device="warp:3")
     with pytest.raises(hubrt.HubrtError, match="does not exist"):
         hubrt.from_numpy(np.ones(3, np.float32), device="cpu:7")
 
