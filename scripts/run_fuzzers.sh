@@ -14,7 +14,7 @@ fi
 for bin in "${targets[@]}"; do
   name=$(basename "$bin")
   mkdir -p "$work/$name"
-  seeds="fuzz/corpus/${name#fuzz_}"
+  seeds="fuzz/corpus/$name"
   [ -d "$seeds" ] && cp -r "$seeds"/. "$work/$name"/
   echo "fuzzing $name for ${seconds}s"
   "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
