@@ -14,10 +14,11 @@ fi
 for bin in "${targets[@]}"; do
   name=$(basename "$bin")
   mkdir -p "$work/$name"
-  seeds="fuzz/corpus/$name"
-  [ -d "$seeds" ] && cp -r "$seeds"/. "$work/$name"/
+  for seeds in "fuzz/corpus/$name" "fuzz/corpus/${name#fuzz_}"; do
+    [ -d "$seeds" ] && cp -r "$seeds"/. "$work/$name"/
+  done
   echo "fuzzing $name for ${seconds}s"
-  "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  "$bin" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     "$work/$name" 2>"$work/$name.log" || { tail -50 "$work/$name.log"; exit 1; }
   grep -E "stat::number_of_executed_units" "$work/$name.log" || true
 done
