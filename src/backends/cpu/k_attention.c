@@ -1,41 +1,54 @@
 /* CPU scaled dot-product attention, flash style: queries in blocks of BQ,
  * keys in blocks of BK, an online (running max) softmax in f32, so no
- * [s, t] score matrix is ever materialized. Work is split over
- * (batch, head, query block). A query row that every key is masked from
- * yields zeros (torch yields NaN there). */
+ * [s, t] score matrix is ever materialized. Both products of a block,
+ * S = Q K^T and O += P V, run on the GEMM micro-kernels (gemm.h) over
+ * panels packed per block. The rows of a block are (query, head) pairs
+ * of one GQA group, so each packed K/V block serves every head that reads
+ * it (decode fills a block with the group's heads). Work is split over
+ * (batch, kv head, row block).
+ * A query row that every key is masked from yields zeros (torch yields NaN
+ * there). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "backends/cpu/gemm.h"
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
 #include "hubrt/runtime.h"
 #include "ops/op_impl.h"
 
-#define BQ 32
-#define BK 64
+#define MR HR_GEMM_F32_MR
+#define NR HR_GEMM_F32_NR
+#define BQ 48 /* a multiple of MR */
+#define BK 64 /* a multiple of NR */
 
 typedef struct attn_ctx {
     const hr_tensor *q, *k, *v, *mask;
     hr_tensor *o;
     int64_t b, hq, hkv, s, t, d, dv;
+    int64_t rep; /* q heads per kv head */
+    int64_t dvpad; /* dv rounded up to NR */
     float scale, softcap;
     int64_t window;
     bool causal, avx2;
+    hr_gemm_ukr_fn ukr;
     int64_t mstr[4]; /* mask strides against [b, hq, s, t]; 0 where it broadcasts */
-    int64_t qblocks, units;
+    int64_t rblocks, units; /* row blocks of BQ over rep * s rows */
     atomic_int failed;
 } attn_ctx;
 
 typedef struct attn_scratch {
-    float *q;    /* [BQ][d], pre-scaled */
-    float *o;    /* [BQ][dv] running numerators */
-    float *k;    /* [BK][d] */
-    float *v;    /* [BK][dv] */
-    float *p;    /* [BK] scores, then probabilities, of one query row */
-    float *mrow; /* [BK] additive mask row */
+    float *qp;   /* [BQ/MR][d][MR] pre-scaled query panels */
+    float *kp;   /* [BK/NR][d][NR] key panels (K^T) */
+    float *vp;   /* [dvpad/NR][BK][NR] value panels */
+    float *pp;   /* [BQ/MR][BK][MR] probability panels */
+    float *st;   /* [BQ][BK] scores, then probabilities */
+    float *ot;   /* [BQ][dvpad] running numerators */
+    float *row;  /* [max(d, dv, BK)] one converted row, or a mask row */
     float m[BQ], l[BQ]; /* running max and denominator per query row */
 } attn_scratch;
 
@@ -44,55 +57,13 @@ static inline char *at4(const hr_tensor *t, int64_t i0, int64_t i1, int64_t i2) 
            (i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2]) * (int64_t)hr_dtype_size(t->dtype);
 }
 
-/* ---- vector helpers: AVX2 and portable ---- */
+/* ---- softmax helpers: AVX2 and portable ---- */
 
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
-}
-
-/* out[j] = dot(q, k + j * d) for j < nk; four keys share each q load. */
-static void scores_avx2(const float *q, const float *k, int64_t d, int nk, float *out) {
-    int j = 0;
-    for (; j + 4 <= nk; j += 4) {
-        const float *k0 = k + j * d, *k1 = k0 + d, *k2 = k1 + d, *k3 = k2 + d;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        int64_t c = 0;
-        for (; c + 8 <= d; c += 8) {
-            __m256 qv = _mm256_loadu_ps(q + c);
-            a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + c), a0);
-            a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + c), a1);
-            a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + c), a2);
-            a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + c), a3);
-        }
-        float s0 = hsum8(a0), s1 = hsum8(a1), s2 = hsum8(a2), s3 = hsum8(a3);
-        for (; c < d; c++) {
-            s0 += q[c] * k0[c];
-            s1 += q[c] * k1[c];
-            s2 += q[c] * k2[c];
-            s3 += q[c] * k3[c];
-        }
-        out[j] = s0, out[j + 1] = s1, out[j + 2] = s2, out[j + 3] = s3;
-    }
-    for (; j < nk; j++) {
-        const float *kj = k + j * d;
-        __m256 a = _mm256_setzero_ps();
-        int64_t c = 0;
-        for (; c + 8 <= d; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(kj + c), a);
-        float s = hsum8(a);
-        for (; c < d; c++) s += q[c] * kj[c];
-        out[j] = s;
-    }
-}
-
-static void scores_scalar(const float *q, const float *k, int64_t d, int nk, float *out) {
-    for (int j = 0; j < nk; j++) {
-        float s = 0.0f;
-        for (int64_t c = 0; c < d; c++) s += q[c] * k[j * d + c];
-        out[j] = s;
-    }
 }
 
 /* exp on 8 lanes: 2^n * poly(r), |r| <= ln2/2, ~1 ulp; inputs below -87
@@ -136,54 +107,10 @@ static float exp_sum_scalar(float *p, int n, float m) {
     return s;
 }
 
-/* o[c] = o[c] * corr + sum_j p[j] * v[j][c]: 32 columns of o stay in four
- * registers (four independent FMA chains) across all keys of the block. */
-static void accum_avx2(float *o, float corr, const float *p, const float *v, int64_t dv, int nk) {
-    __m256 cv = _mm256_set1_ps(corr);
-    int64_t c = 0;
-    for (; c + 32 <= dv; c += 32) {
-        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(o + c), cv), a1 = _mm256_mul_ps(_mm256_loadu_ps(o + c + 8), cv);
-        __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(o + c + 16), cv), a3 = _mm256_mul_ps(_mm256_loadu_ps(o + c + 24), cv);
-        for (int j = 0; j < nk; j++) {
-            __m256 pj = _mm256_set1_ps(p[j]);
-            const float *vj = v + j * dv + c;
-            a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj), a0);
-            a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8), a1);
-            a2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 16), a2);
-            a3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 24), a3);
-        }
-        _mm256_storeu_ps(o + c, a0);
-        _mm256_storeu_ps(o + c + 8, a1);
-        _mm256_storeu_ps(o + c + 16, a2);
-        _mm256_storeu_ps(o + c + 24, a3);
-    }
-    for (; c + 8 <= dv; c += 8) {
-        __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(o + c), cv);
-        for (int j = 0; j < nk; j++) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * dv + c), acc);
-        _mm256_storeu_ps(o + c, acc);
-    }
-    for (; c < dv; c++) {
-        float acc = o[c] * corr;
-        for (int j = 0; j < nk; j++) acc += p[j] * v[j * dv + c];
-        o[c] = acc;
-    }
-}
-
-static void accum_scalar(float *o, float corr, const float *p, const float *v, int64_t dv, int nk) {
-    for (int64_t c = 0; c < dv; c++) {
-        float acc = o[c] * corr;
-        for (int j = 0; j < nk; j++) acc += p[j] * v[j * dv + c];
-        o[c] = acc;
-    }
-}
-
-/* ---- one (batch, head, query block) ---- */
-
-/* Masks scores p[0..nk) of query row i (absolute index qi, position pos)
+/* Masks the scores p[0..nk) of query row i (absolute index qi, position pos)
  * against keys j0.. : softcap, user mask, causal, window. */
-static void mask_row(const attn_ctx *c, attn_scratch *s, int64_t bi, int64_t h, int64_t qi, int64_t pos,
+static void mask_row(const attn_ctx *c, attn_scratch *s, float *p, int64_t bi, int64_t h, int64_t qi, int64_t pos,
                      int64_t j0, int nk) {
-    float *p = s->p;
     if (c->softcap > 0)
         for (int j = 0; j < nk; j++) p[j] = c->softcap * tanhf(p[j] / c->softcap);
     if (c->mask) {
@@ -194,8 +121,8 @@ static void mask_row(const attn_ctx *c, attn_scratch *s, int64_t bi, int64_t h, 
             for (int j = 0; j < nk; j++)
                 if (!((const uint8_t *)mp)[j * c->mstr[3]]) p[j] = -INFINITY;
         } else {
-            hr_load_f32(s->mrow, mp, c->mask->dtype, nk, c->mstr[3]);
-            for (int j = 0; j < nk; j++) p[j] += s->mrow[j];
+            hr_load_f32(s->row, mp, c->mask->dtype, nk, c->mstr[3]);
+            for (int j = 0; j < nk; j++) p[j] += s->row[j];
         }
     }
     if (c->causal)
@@ -206,49 +133,109 @@ static void mask_row(const attn_ctx *c, attn_scratch *s, int64_t bi, int64_t h, 
             if (pos - (j0 + j) >= c->window) p[j] = -INFINITY;
 }
 
+/* Converts rows [r0, r0+n) of head (bi, hh) of t into panels of width w
+ * along the row dim (transposed = K^T: panel element (col, row)) or along
+ * the feature dim (V: panel element (row, feature)). */
+static void pack_kv(const hr_tensor *t, int64_t bi, int64_t hh, int64_t r0, int n, int64_t width, bool transposed,
+                    float *dst, float *row) {
+    int npad = (n + NR - 1) / NR * NR;
+    for (int j = 0; j < (transposed ? npad : n); j++) {
+        if (j < n)
+            hr_load_f32(row, at4(t, bi, hh, r0 + j), t->dtype, width, t->strides[3]);
+        else
+            memset(row, 0, sizeof(float) * (size_t)width);
+        if (transposed) {
+            float *panel = dst + (j / NR) * width * NR + j % NR;
+            for (int64_t e = 0; e < width; e++) panel[e * NR] = row[e];
+        } else {
+            for (int64_t e = 0; e < width; e++) dst[(e / NR) * BK * NR + j * NR + e % NR] = row[e];
+        }
+    }
+    if (!transposed && width % NR) /* zero the padded features of the last panel */
+        for (int j = 0; j < n; j++)
+            for (int64_t e = width; e < (width + NR - 1) / NR * NR; e++) dst[(e / NR) * BK * NR + j * NR + e % NR] = 0;
+}
+
+/* One row of the online softmax: scores p[0..nk) become probabilities
+ * against the updated running max; returns the factor that rescales the
+ * row's earlier numerators (1 when the block adds nothing). */
+static float softmax_step(const attn_ctx *c, attn_scratch *s, float *p, int nk, int64_t i) {
+    float mx = -INFINITY;
+    for (int j = 0; j < nk; j++) mx = p[j] > mx ? p[j] : mx;
+    if (mx == -INFINITY) { /* nothing to attend in this block */
+        memset(p, 0, sizeof(float) * (size_t)nk);
+        return 1.0f;
+    }
+    float m_new = mx > s->m[i] ? mx : s->m[i];
+    float corr = expf(s->m[i] - m_new);
+    float sum = (c->avx2 ? exp_sum_avx2 : exp_sum_scalar)(p, nk, m_new);
+    s->l[i] = s->l[i] * corr + sum;
+    s->m[i] = m_new;
+    return corr;
+}
+
+/* Row r of a (batch, kv head) pair is query r / rep of q head
+ * kvh * rep + r % rep: positions grow with r, so a block's key range
+ * follows from its first and last rows. */
 static void attn_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
-    int64_t qb = u % c->qblocks, h = (u / c->qblocks) % c->hq, bi = u / (c->qblocks * c->hq);
-    int64_t kvh = h / (c->hq / c->hkv);
-    int64_t i0 = qb * BQ, nq = c->s - i0 < BQ ? c->s - i0 : BQ;
-    int64_t d = c->d, dv = c->dv;
-    for (int64_t i = 0; i < nq; i++) {
-        float *qi = s->q + i * d;
-        hr_load_f32(qi, at4(c->q, bi, h, i0 + i), c->q->dtype, d, c->q->strides[3]);
-        for (int64_t e = 0; e < d; e++) qi[e] *= c->scale;
-        for (int64_t e = 0; e < dv; e++) s->o[i * dv + e] = 0.0f;
+    int64_t rb = u % c->rblocks, kvh = (u / c->rblocks) % c->hkv, bi = u / (c->rblocks * c->hkv);
+    int64_t rows = c->rep * c->s;
+    int64_t r0 = rb * BQ, nq = rows - r0 < BQ ? rows - r0 : BQ, nqpad = (nq + MR - 1) / MR * MR;
+    int64_t d = c->d, ldo = c->dvpad;
+    for (int64_t i = 0; i < nqpad; i++) {
+        if (i < nq) {
+            int64_t r = r0 + i;
+            hr_load_f32(s->row, at4(c->q, bi, kvh * c->rep + r % c->rep, r / c->rep), c->q->dtype, d,
+                        c->q->strides[3]);
+            for (int64_t e = 0; e < d; e++) s->row[e] *= c->scale;
+        } else {
+            memset(s->row, 0, sizeof(float) * (size_t)d);
+        }
+        float *panel = s->qp + (i / MR) * d * MR + i % MR;
+        for (int64_t e = 0; e < d; e++) panel[e * MR] = s->row[e];
         s->m[i] = -INFINITY;
         s->l[i] = 0.0f;
     }
-    /* Query i sits at position t - s + i: keys past the last query's
-     * position (causal) or before the first query's window are skipped. */
-    int64_t pos0 = c->t - c->s + i0, lo = 0, hi = c->t;
-    if (c->causal && pos0 + nq < hi) hi = pos0 + nq;
-    if (c->window > 0 && pos0 - c->window + 1 > lo) lo = pos0 - c->window + 1;
+    memset(s->ot, 0, sizeof(float) * (size_t)(nqpad * ldo));
+    /* Query i sits at position t - s + i: keys past the last row's
+     * position (causal) or before the first row's window are skipped. */
+    int64_t pos_first = c->t - c->s + r0 / c->rep, pos_last = c->t - c->s + (r0 + nq - 1) / c->rep;
+    int64_t lo = 0, hi = c->t;
+    if (c->causal && pos_last + 1 < hi) hi = pos_last + 1;
+    if (c->window > 0 && pos_first - c->window + 1 > lo) lo = pos_first - c->window + 1;
     for (int64_t j0 = lo; j0 < hi; j0 += BK) {
-        int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
-        for (int j = 0; j < nk; j++) {
-            hr_load_f32(s->k + j * d, at4(c->k, bi, kvh, j0 + j), c->k->dtype, d, c->k->strides[3]);
-            hr_load_f32(s->v + j * dv, at4(c->v, bi, kvh, j0 + j), c->v->dtype, dv, c->v->strides[3]);
+        int nk = (int)(hi - j0 < BK ? hi - j0 : BK), nkpad = (nk + NR - 1) / NR * NR;
+        pack_kv(c->k, bi, kvh, j0, nk, d, true, s->kp, s->row);
+        pack_kv(c->v, bi, kvh, j0, nk, c->dv, false, s->vp, s->row);
+        for (int64_t ib = 0; ib < nqpad; ib += MR)
+            for (int jb = 0; jb < nkpad; jb += NR)
+                c->ukr(d, s->qp + ib * d, s->kp + jb * d, s->st + ib * BK + jb, BK, false);
+        for (int64_t i = 0; i < nqpad; i++) {
+            float *p = s->st + i * BK;
+            float corr = 0.0f;
+            if (i < nq) {
+                int64_t r = r0 + i, qi = r / c->rep;
+                mask_row(c, s, p, bi, kvh * c->rep + r % c->rep, qi, c->t - c->s + qi, j0, nk);
+                corr = softmax_step(c, s, p, nk, i);
+            } else {
+                memset(p, 0, sizeof(float) * (size_t)nk);
+            }
+            if (corr != 1.0f)
+                for (int64_t e = 0; e < ldo; e++) s->ot[i * ldo + e] *= corr;
+            float *panel = s->pp + (i / MR) * BK * MR + i % MR;
+            for (int j = 0; j < nk; j++) panel[j * MR] = p[j];
         }
-        for (int64_t i = 0; i < nq; i++) {
-            (c->avx2 ? scores_avx2 : scores_scalar)(s->q + i * d, s->k, d, nk, s->p);
-            mask_row(c, s, bi, h, i0 + i, pos0 + i, j0, nk);
-            float mx = -INFINITY;
-            for (int j = 0; j < nk; j++) mx = s->p[j] > mx ? s->p[j] : mx;
-            if (mx == -INFINITY) continue; /* nothing to attend in this block */
-            float m_new = mx > s->m[i] ? mx : s->m[i];
-            float corr = expf(s->m[i] - m_new);
-            float sum = (c->avx2 ? exp_sum_avx2 : exp_sum_scalar)(s->p, nk, m_new);
-            s->l[i] = s->l[i] * corr + sum;
-            s->m[i] = m_new;
-            (c->avx2 ? accum_avx2 : accum_scalar)(s->o + i * dv, corr, s->p, s->v, dv, nk);
-        }
+        for (int64_t ib = 0; ib < nqpad; ib += MR)
+            for (int64_t cb = 0; cb < ldo; cb += NR)
+                c->ukr(nk, s->pp + ib * BK, s->vp + cb * BK, s->ot + ib * ldo + cb, ldo, true);
     }
     for (int64_t i = 0; i < nq; i++) {
+        int64_t r = r0 + i;
         float inv = s->l[i] > 0 ? 1.0f / s->l[i] : 0.0f;
-        float *oi = s->o + i * dv;
-        for (int64_t e = 0; e < dv; e++) oi[e] *= inv;
-        hr_store_f32(at4(c->o, bi, h, i0 + i), c->o->dtype, oi, dv, c->o->strides[3]);
+        float *oi = s->ot + i * ldo;
+        for (int64_t e = 0; e < c->dv; e++) oi[e] *= inv;
+        hr_store_f32(at4(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep), c->o->dtype, oi, c->dv,
+                     c->o->strides[3]);
     }
 }
 
@@ -257,18 +244,21 @@ static void attn_worker(void *arg, int ith, int nth) {
     int64_t begin, end;
     hr_split_range(c->units, ith, nth, &begin, &end);
     if (begin >= end) return;
-    size_t n = (size_t)(BQ * c->d + BQ * c->dv + BK * c->d + BK * c->dv + 2 * BK);
-    float *mem = malloc((n ? n : 1) * sizeof(float));
+    int64_t nrow = c->d > c->dv ? c->d : c->dv;
+    nrow = nrow > BK ? nrow : BK;
+    size_t n = (size_t)(BQ * c->d + BK * c->d + c->dvpad * BK + BQ * BK + BQ * BK + BQ * c->dvpad + nrow);
+    float *mem = malloc(n * sizeof(float));
     if (!mem) {
         atomic_store(&c->failed, 1);
         return;
     }
-    attn_scratch s = {.q = mem};
-    s.o = s.q + BQ * c->d;
-    s.k = s.o + BQ * c->dv;
-    s.v = s.k + BK * c->d;
-    s.p = s.v + BK * c->dv;
-    s.mrow = s.p + BK;
+    attn_scratch s = {.qp = mem};
+    s.kp = s.qp + BQ * c->d;
+    s.vp = s.kp + BK * c->d;
+    s.pp = s.vp + c->dvpad * BK;
+    s.st = s.pp + BQ * BK;
+    s.ot = s.st + BQ * BK;
+    s.row = s.ot + BQ * c->dvpad;
     for (int64_t u = begin; u < end; u++) attn_unit(c, &s, u);
     free(mem);
 }
@@ -290,14 +280,17 @@ static hr_status k_sdpa(const void *attrs, const hr_tensor *const *in, int n_in,
     c.softcap = (float)a->softcap;
     c.window = a->window;
     c.causal = a->is_causal;
+    c.dvpad = (c.dv + NR - 1) / NR * NR;
     c.avx2 = hr_cpu_isa_get() >= HR_ISA_AVX2;
+    c.ukr = c.avx2 ? hr_gemm_ukr_f32_avx2 : hr_gemm_ukr_f32_scalar;
     if (c.mask)
         for (int i = 0; i < 4; i++) {
             int mi = c.mask->ndim - 4 + i;
             c.mstr[i] = mi >= 0 && c.mask->shape[mi] != 1 ? c.mask->strides[mi] : 0;
         }
-    c.qblocks = (c.s + BQ - 1) / BQ;
-    c.units = c.b * c.hq * c.qblocks;
+    c.rep = c.hq / c.hkv;
+    c.rblocks = (c.rep * c.s + BQ - 1) / BQ;
+    c.units = c.b * c.hkv * c.rblocks;
     atomic_init(&c.failed, 0);
     int nth = hr_parallel_threads_for(c.b * c.hq * c.s * (c.t + 1) * (c.d + c.dv + 1), 1 << 16);
     if (nth > c.units) nth = (int)c.units;
