@@ -81,9 +81,12 @@ def test_sdpa_decode_over_cache(isa, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_sdpa_causal_prefill(isa, dtype):
-    """s = t spanning several query and key blocks: torch's own is_causal."""
-    q, k, v = qkv(1, 4, 2, 70, 70, 80, dtype=dtype)
+@pytest.mark.parametrize("hq,hkv", [(4, 2), (7, 1)])
+def test_sdpa_causal_prefill(isa, dtype, hq, hkv):
+    """s = t spanning several query and key blocks (with 7 heads per kv head
+    a block boundary falls between the heads of one query): torch's own
+    is_causal."""
+    q, k, v = qkv(1, hq, hkv, 70, 70, 80, dtype=dtype)
     want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True)
     assert_close(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True), want)
 
@@ -100,11 +103,12 @@ def test_sdpa_causal_shorter_queries(s, t):
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("s,t,window", [(100, 100, 16), (1, 37, 5), (10, 90, 33)])
 def test_sdpa_sliding_window(isa, dtype, s, t, window):
-    q, k, v = qkv(1, 2, 2, s, t, 64, dtype=dtype)
+    q, k, v = qkv(1, 6, 2, s, t, 64, dtype=dtype)
     want = reference(q, k, v, causal=True, window=window)
     keep = torch.arange(t)[None, :] <= torch.arange(s)[:, None] + t - s
     keep &= torch.arange(s)[:, None] + t - s - torch.arange(t)[None, :] < window
-    torch.testing.assert_close(want, F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=keep))
+    torch.testing.assert_close(want, F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=keep,
+                                                                    enable_gqa=True))
     assert_close(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True, window=window), want)
 
 
