@@ -68,6 +68,9 @@ void hr_gemv_avx2(int64_t k, int rows, const void *x, const void *w, hr_dtype wd
 void hr_gemv_bf16_avx512(int64_t k, int rows, const void *x, const void *w, hr_dtype wdt, int64_t ldw,
                          int nw, float *y, int64_t ldy);
 
+/* dst[0..n) = n contiguous elements of src (f32, bf16 or f16) as f32. */
+void hr_gemm_row_f32_avx2(float *dst, const void *src, hr_dtype dt, int64_t n);
+
 /* Whether the AVX-512 BF16 kernels may run (ISA setting and CPUID). */
 bool hr_gemm_use_avx512_bf16(void);
 

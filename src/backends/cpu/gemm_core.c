@@ -23,14 +23,15 @@ typedef struct family {
     hr_gemm_ukr_fn ukr;
     int mr, nr;
     bool pairs; /* bf16 pair panels */
+    bool avx2;  /* vector conversions while packing */
 } family;
 
 static family family_for(const hr_gemm *g) {
     if (g->a.dt == HR_BF16 && g->b.dt == HR_BF16 && hr_gemm_use_avx512_bf16())
-        return (family){hr_gemm_ukr_bf16_avx512, HR_GEMM_BF16_MR, HR_GEMM_BF16_NR, true};
+        return (family){hr_gemm_ukr_bf16_avx512, HR_GEMM_BF16_MR, HR_GEMM_BF16_NR, true, true};
     if (hr_cpu_isa_get() >= HR_ISA_AVX2)
-        return (family){hr_gemm_ukr_f32_avx2, HR_GEMM_F32_MR, HR_GEMM_F32_NR, false};
-    return (family){hr_gemm_ukr_f32_scalar, HR_GEMM_F32_MR, HR_GEMM_F32_NR, false};
+        return (family){hr_gemm_ukr_f32_avx2, HR_GEMM_F32_MR, HR_GEMM_F32_NR, false, true};
+    return (family){hr_gemm_ukr_f32_scalar, HR_GEMM_F32_MR, HR_GEMM_F32_NR, false, false};
 }
 
 /* Element offsets of batch `bi` in A, B and C. */
@@ -72,15 +73,24 @@ static inline uint16_t elem_u16(const hr_gemm_mat *x, int64_t off, int64_t i, in
 
 /* ---- packing ---- */
 
+/* n elements at src, stride apart, as f32. */
+static void load_row(const family *f, float *dst, const char *src, hr_dtype dt, int64_t n, int64_t stride) {
+    if (f->avx2 && stride == 1)
+        hr_gemm_row_f32_avx2(dst, src, dt, n);
+    else
+        hr_load_f32(dst, src, dt, n, stride);
+}
+
 /* A rows [i0, i0+mc) x k [k0, k0+kc) into panels [mc/mr][kc][mr] f32;
  * rows past m are zero. rowbuf holds kc floats. */
-static void pack_a_f32(const hr_gemm *g, int64_t off, int64_t i0, int64_t mc, int64_t k0, int64_t kc, int mr,
-                       float *ap, float *rowbuf) {
+static void pack_a_f32(const hr_gemm *g, const family *f, int64_t off, int64_t i0, int64_t mc, int64_t k0,
+                       int64_t kc, float *ap, float *rowbuf) {
+    int mr = f->mr;
     int64_t mpad = (mc + mr - 1) / mr * mr;
     for (int64_t i = 0; i < mpad; i++) {
         float *panel = ap + (i / mr) * kc * mr + i % mr;
         if (i < mc && i0 + i < g->m) {
-            hr_load_f32(rowbuf, elem(&g->a, off, i0 + i, k0), g->a.dt, kc, g->a.cs);
+            load_row(f, rowbuf, elem(&g->a, off, i0 + i, k0), g->a.dt, kc, g->a.cs);
             for (int64_t p = 0; p < kc; p++) panel[p * mr] = rowbuf[p];
         } else {
             for (int64_t p = 0; p < kc; p++) panel[p * mr] = 0.0f;
@@ -91,14 +101,15 @@ static void pack_a_f32(const hr_gemm *g, int64_t off, int64_t i0, int64_t mc, in
 /* B k [k0, k0+kc) x cols [j0, j0+nc) into panels [nc/nr][kc][nr] f32,
  * reading along whichever of B's dims is contiguous. buf holds
  * max(kc, nr) floats. */
-static void pack_b_f32(const hr_gemm *g, int64_t off, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int nr,
-                       float *bp, float *buf) {
+static void pack_b_f32(const hr_gemm *g, const family *f, int64_t off, int64_t k0, int64_t kc, int64_t j0,
+                       int64_t nc, float *bp, float *buf) {
+    int nr = f->nr;
     int64_t npad = (nc + nr - 1) / nr * nr;
     if (g->b.rs == 1 && g->b.cs != 1) {
         for (int64_t j = 0; j < npad; j++) {
             float *panel = bp + (j / nr) * kc * nr + j % nr;
             if (j < nc) {
-                hr_load_f32(buf, elem(&g->b, off, k0, j0 + j), g->b.dt, kc, 1);
+                load_row(f, buf, elem(&g->b, off, k0, j0 + j), g->b.dt, kc, 1);
                 for (int64_t p = 0; p < kc; p++) panel[p * nr] = buf[p];
             } else {
                 for (int64_t p = 0; p < kc; p++) panel[p * nr] = 0.0f;
@@ -110,7 +121,7 @@ static void pack_b_f32(const hr_gemm *g, int64_t off, int64_t k0, int64_t kc, in
         int64_t w = nc - jb < nr ? nc - jb : nr;
         float *panel = bp + (jb / nr) * kc * nr;
         for (int64_t p = 0; p < kc; p++) {
-            hr_load_f32(panel + p * nr, elem(&g->b, off, k0 + p, j0 + jb), g->b.dt, w, g->b.cs);
+            load_row(f, panel + p * nr, elem(&g->b, off, k0 + p, j0 + jb), g->b.dt, w, g->b.cs);
             for (int64_t j = w; j < nr; j++) panel[p * nr + j] = 0.0f;
         }
     }
@@ -243,7 +254,7 @@ static void gemm_unit(gemm_ctx *ctx, scratch *s, int64_t u, int64_t *packed_b) {
             if (f->pairs)
                 pack_b_pairs(g, ob, k0, kc, j0, nc, f->nr, (uint16_t *)slot);
             else
-                pack_b_f32(g, ob, k0, kc, j0, nc, f->nr, slot, s->rowbuf);
+                pack_b_f32(g, f, ob, k0, kc, j0, nc, slot, s->rowbuf);
         }
         *packed_b = bkey;
     }
@@ -254,7 +265,7 @@ static void gemm_unit(gemm_ctx *ctx, scratch *s, int64_t u, int64_t *packed_b) {
         if (f->pairs)
             pack_a_pairs(g, oa, i0, mc, k0, kc, f->mr, s->ap);
         else
-            pack_a_f32(g, oa, i0, mc, k0, kc, f->mr, s->ap, s->rowbuf);
+            pack_a_f32(g, f, oa, i0, mc, k0, kc, s->ap, s->rowbuf);
         const size_t esz = 4; /* one f32, or one u32 bf16 pair, per panel (k, row) */
         for (int64_t jb = 0; jb < nc; jb += f->nr) {
             const char *bpan = bslot + (size_t)(jb / f->nr) * kdepth * f->nr * esz;

@@ -52,8 +52,6 @@ void hr_gemm_ukr_f32_avx2(int64_t kc, const void *ap, const void *bp, float *c, 
     }
 }
 
-/* ---- GEMV ---- */
-
 static inline float load_scalar(const void *p, hr_dtype dt, int64_t i) {
     switch (dt) {
     case HR_BF16: return hr_bf16_to_f32(((const uint16_t *)p)[i]);
@@ -61,6 +59,34 @@ static inline float load_scalar(const void *p, hr_dtype dt, int64_t i) {
     default: return ((const float *)p)[i];
     }
 }
+
+static inline __attribute__((always_inline)) __m256 load8(const void *p, hr_dtype dt, int64_t i) {
+    switch (dt) {
+    case HR_BF16:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i))), 16));
+    case HR_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
+    default: return _mm256_loadu_ps((const float *)p + i);
+    }
+}
+
+/* ---- packing support ---- */
+
+/* dst[0..n) = contiguous src converted from dt (f32, bf16 or f16). */
+void hr_gemm_row_f32_avx2(float *dst, const void *src, hr_dtype dt, int64_t n) {
+    int64_t i = 0;
+    if (dt == HR_F16)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)src + i))));
+    else if (dt == HR_BF16)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i, load8(src, HR_BF16, i));
+    else
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_loadu_ps((const float *)src + i));
+    for (; i < n; i++) dst[i] = load_scalar(src, dt, i);
+}
+
+/* ---- GEMV ---- */
 
 /* x [rows][k] f32, w rows [nw][ldw] in wdt, y [rows][ldy] */
 void hr_gemv_scalar(int64_t k, int rows, const void *x, const void *w, hr_dtype wdt, int64_t ldw, int nw,
@@ -74,16 +100,6 @@ void hr_gemv_scalar(int64_t k, int rows, const void *x, const void *w, hr_dtype 
             for (int64_t p = 0; p < k; p++) s += xf[r * k + p] * load_scalar(wj, wdt, p);
             y[r * ldy + j] = s;
         }
-    }
-}
-
-static inline __attribute__((always_inline)) __m256 load8(const void *p, hr_dtype dt, int64_t i) {
-    switch (dt) {
-    case HR_BF16:
-        return _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i))), 16));
-    case HR_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
-    default: return _mm256_loadu_ps((const float *)p + i);
     }
 }
 

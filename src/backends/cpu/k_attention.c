@@ -136,12 +136,21 @@ static void mask_row(const attn_ctx *c, attn_scratch *s, float *p, int64_t bi, i
 /* Converts rows [r0, r0+n) of head (bi, hh) of t into panels of width w
  * along the row dim (transposed = K^T: panel element (col, row)) or along
  * the feature dim (V: panel element (row, feature)). */
-static void pack_kv(const hr_tensor *t, int64_t bi, int64_t hh, int64_t r0, int n, int64_t width, bool transposed,
-                    float *dst, float *row) {
+/* One row of head (bi, hh) of t, width elements from row r, as f32. */
+static void load_row(const attn_ctx *c, float *dst, const hr_tensor *t, int64_t bi, int64_t hh, int64_t r,
+                     int64_t width) {
+    if (c->avx2 && t->strides[3] == 1)
+        hr_gemm_row_f32_avx2(dst, at4(t, bi, hh, r), t->dtype, width);
+    else
+        hr_load_f32(dst, at4(t, bi, hh, r), t->dtype, width, t->strides[3]);
+}
+
+static void pack_kv(const attn_ctx *c, const hr_tensor *t, int64_t bi, int64_t hh, int64_t r0, int n, int64_t width,
+                    bool transposed, float *dst, float *row) {
     int npad = (n + NR - 1) / NR * NR;
     for (int j = 0; j < (transposed ? npad : n); j++) {
         if (j < n)
-            hr_load_f32(row, at4(t, bi, hh, r0 + j), t->dtype, width, t->strides[3]);
+            load_row(c, row, t, bi, hh, r0 + j, width);
         else
             memset(row, 0, sizeof(float) * (size_t)width);
         if (transposed) {
@@ -185,8 +194,7 @@ static void attn_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     for (int64_t i = 0; i < nqpad; i++) {
         if (i < nq) {
             int64_t r = r0 + i;
-            hr_load_f32(s->row, at4(c->q, bi, kvh * c->rep + r % c->rep, r / c->rep), c->q->dtype, d,
-                        c->q->strides[3]);
+            load_row(c, s->row, c->q, bi, kvh * c->rep + r % c->rep, r / c->rep, d);
             for (int64_t e = 0; e < d; e++) s->row[e] *= c->scale;
         } else {
             memset(s->row, 0, sizeof(float) * (size_t)d);
@@ -205,8 +213,8 @@ static void attn_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     if (c->window > 0 && pos_first - c->window + 1 > lo) lo = pos_first - c->window + 1;
     for (int64_t j0 = lo; j0 < hi; j0 += BK) {
         int nk = (int)(hi - j0 < BK ? hi - j0 : BK), nkpad = (nk + NR - 1) / NR * NR;
-        pack_kv(c->k, bi, kvh, j0, nk, d, true, s->kp, s->row);
-        pack_kv(c->v, bi, kvh, j0, nk, c->dv, false, s->vp, s->row);
+        pack_kv(c, c->k, bi, kvh, j0, nk, d, true, s->kp, s->row);
+        pack_kv(c, c->v, bi, kvh, j0, nk, c->dv, false, s->vp, s->row);
         for (int64_t ib = 0; ib < nqpad; ib += MR)
             for (int jb = 0; jb < nkpad; jb += NR)
                 c->ukr(d, s->qp + ib * d, s->kp + jb * d, s->st + ib * BK + jb, BK, false);
