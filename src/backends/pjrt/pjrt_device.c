@@ -150,6 +150,7 @@ typedef struct {
     int n_in, n_out;
     hr_shlo_view in[HR_MAX_OP_INPUTS], out[HR_MAX_OP_OUTPUTS];
     hr_tensor_meta meta[HR_MAX_OP_OUTPUTS];
+    bool donate[HR_MAX_OP_OUTPUTS]; /* the output's old buffer is updated in place */
 } op_module;
 
 static char *build_op_module(void *ctx) {
@@ -160,7 +161,7 @@ static char *build_op_module(void *ctx) {
     for (int i = 0; i < m->n_in; i++) in[i] = hr_shlo_view_load(&b, &m->in[i]);
     hr_status s = hr_shlo_lowering_get(m->op)->lower(&b, m->attrs, in, m->n_in, m->meta, out, m->n_out);
     if (s != HR_OK) hr_shlo_fail(&b, s, "%s", hr_last_error());
-    for (int i = 0; i < m->n_out && b.status == HR_OK; i++) res[i] = hr_shlo_view_store(&b, &m->out[i], out[i]);
+    for (int i = 0; i < m->n_out && b.status == HR_OK; i++) res[i] = hr_shlo_view_store(&b, &m->out[i], out[i], m->donate[i] ? i : -1);
     char name[64];
     snprintf(name, sizeof name, "hubrt_%s", hr_op_name(m->op));
     char *text = b.status == HR_OK ? hr_shlo_finish(&b, name, res, m->n_out) : NULL;
@@ -209,6 +210,15 @@ static void key_attrs(key_buf *k, hr_op op, const void *attrs) {
     }
 }
 
+/* A partially written output's old buffer is donated (written in place by
+ * XLA) unless the module also reads it through another argument. */
+static bool donatable(const hr_buffer *buf, const hr_tensor *const *in, int n_in, hr_tensor *const *out, int n_out) {
+    int uses = 0;
+    for (int i = 0; i < n_in; i++) uses += in[i]->buf == buf;
+    for (int i = 0; i < n_out; i++) uses += out[i]->buf == buf;
+    return uses == 1;
+}
+
 static bool pjrt_supports_op(hr_device *dev, hr_op op, const void *attrs, const hr_tensor *const *in, int n_in) {
     const hr_shlo_lowering *l = hr_shlo_lowering_get(op);
     return l && l->lower && (!l->check || l->check(attrs, in, n_in));
@@ -231,6 +241,8 @@ static hr_status pjrt_run_op(hr_device *dev, hr_op op, const void *attrs, const 
         hr_shlo_view_of(out[i], &m.out[i]);
         hr_meta_of(out[i], &m.meta[i]);
         key_view(&key, &m.out[i]);
+        m.donate[i] = donatable(out[i]->buf, in, n_in, out, n_out);
+        key_put(&key, m.donate[i]);
     }
     if (key.n == sizeof key.v / sizeof key.v[0])
         return hr_error(HR_ERR_UNSUPPORTED, "%s: too many inputs to key the executable cache", dev->backend);
@@ -312,7 +324,7 @@ static char *build_all_reduce(void *ctx) {
     for (int i = 0; i < m->n; i++) hr_shlo_text(&b, i ? ", %d" : "%d", i);
     hr_shlo_text(&b, "]]> : tensor<1x%dxi64>} : (%s) -> %s\n", m->n, hr_shlo_vtype(t, sizeof t, &x),
                  hr_shlo_vtype(t, sizeof t, &r));
-    hr_shlo_value res = hr_shlo_view_store(&b, &m->view, r);
+    hr_shlo_value res = hr_shlo_view_store(&b, &m->view, r, -1);
     char *text = hr_shlo_finish(&b, "hubrt_all_reduce", &res, 1);
     hr_shlo_free(&b);
     return text;

@@ -43,6 +43,8 @@ const char *hr_shlo_vtype(char *buf, size_t n, const hr_shlo_value *v);
 /* ---- building blocks ---- */
 
 hr_shlo_value hr_shlo_arg(hr_shlo_builder *b, hr_dtype dt, int ndim, const int64_t *shape);
+/* An argument aliased to result `result` (donated: updated in place). */
+hr_shlo_value hr_shlo_arg_donated(hr_shlo_builder *b, hr_dtype dt, int ndim, const int64_t *shape, int result);
 /* Generic op "stablehlo.<name>"(ins) {attrs} -> result of (dt, ndim, shape). */
 hr_shlo_value hr_shlo_op(hr_shlo_builder *b, const char *name, const hr_shlo_value *ins, int n,
                          const char *attrs, hr_dtype dt, int ndim, const int64_t *shape);
@@ -129,8 +131,10 @@ void hr_shlo_view_of(const hr_tensor *t, hr_shlo_view *v);
  * tensor's logical value. */
 hr_shlo_value hr_shlo_view_load(hr_shlo_builder *b, const hr_shlo_view *v);
 /* Returns the new bytes of the output's buffer holding `val`: declares the
- * old buffer (and offset) as arguments unless the view covers it all. */
-hr_shlo_value hr_shlo_view_store(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value val);
+ * old buffer (and offset) as arguments unless the view covers it all. When
+ * `donate_as` >= 0 the old buffer is donated to that result, so XLA writes
+ * the view in place instead of copying the whole buffer. */
+hr_shlo_value hr_shlo_view_store(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value val, int donate_as);
 /* Whether the output view covers its whole buffer contiguously. */
 bool hr_shlo_view_is_full(const hr_shlo_view *v);
 

@@ -117,12 +117,22 @@ static bool ok(hr_shlo_builder *b, const hr_shlo_value *ins, int n) {
     return true;
 }
 
-hr_shlo_value hr_shlo_arg(hr_shlo_builder *b, hr_dtype dt, int ndim, const int64_t *shape) {
+static hr_shlo_value arg_with(hr_shlo_builder *b, hr_dtype dt, int ndim, const int64_t *shape, const char *attr) {
     hr_shlo_value v = hr_shlo_named(hr_shlo_new_id(b), dt, ndim, shape);
     char t[256];
-    sig_text(b, "%s%%v%d: %s", b->n_args ? ", " : "", v.id, hr_shlo_vtype(t, sizeof t, &v));
+    sig_text(b, "%s%%v%d: %s%s", b->n_args ? ", " : "", v.id, hr_shlo_vtype(t, sizeof t, &v), attr);
     b->n_args++;
     return v;
+}
+
+hr_shlo_value hr_shlo_arg(hr_shlo_builder *b, hr_dtype dt, int ndim, const int64_t *shape) {
+    return arg_with(b, dt, ndim, shape, "");
+}
+
+hr_shlo_value hr_shlo_arg_donated(hr_shlo_builder *b, hr_dtype dt, int ndim, const int64_t *shape, int result) {
+    char attr[64];
+    snprintf(attr, sizeof attr, " {tf.aliasing_output = %d : i32}", result);
+    return arg_with(b, dt, ndim, shape, attr);
 }
 
 hr_shlo_value hr_shlo_op(hr_shlo_builder *b, const char *name, const hr_shlo_value *ins, int n,

@@ -99,7 +99,7 @@ hr_shlo_value hr_shlo_view_load(hr_shlo_builder *b, const hr_shlo_view *v) {
     return v->dt == HR_BOOL ? hr_shlo_convert(b, r, HR_BOOL) : r;
 }
 
-hr_shlo_value hr_shlo_view_store(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value val) {
+hr_shlo_value hr_shlo_view_store(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value val, int donate_as) {
     val = hr_shlo_convert(b, val, storage_dtype(v->dt));
     int64_t numel = hr_shape_numel(v->ndim, v->shape);
     if (hr_shlo_view_is_full(v)) return flat_to_bytes(b, hr_shlo_reshape(b, val, 1, &numel));
@@ -109,7 +109,8 @@ hr_shlo_value hr_shlo_view_store(hr_shlo_builder *b, const hr_shlo_view *v, hr_s
                      (long long)v->buf_bytes, hr_dtype_name(v->dt));
         return val;
     }
-    hr_shlo_value bytes = hr_shlo_arg(b, HR_U8, 1, &v->buf_bytes);
+    hr_shlo_value bytes = donate_as >= 0 ? hr_shlo_arg_donated(b, HR_U8, 1, &v->buf_bytes, donate_as)
+                                         : hr_shlo_arg(b, HR_U8, 1, &v->buf_bytes);
     hr_shlo_value off = offset_arg(b, v);
     hr_shlo_value flat = bytes_to_flat(b, bytes, v->dt);
     if (v->contiguous) {
