@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/k_eltwise.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/iter.h"
@@ -46,14 +47,62 @@ static void round_to(hr_dtype dt, float *x, int64_t n) {
     }
 }
 
-/* Element offset of row r (the flat index over the first `nd` dims). */
-static int64_t row_offset(const hr_tensor *t, int nd, int64_t r) {
-    int64_t off = 0;
+/* Walks rows (flat index over the first nd dims of a shape) keeping the
+ * multi-index, so each step costs no division. */
+typedef struct {
+    int nd;
+    const int64_t *shape;
+    int64_t idx[HR_MAX_DIMS];
+} row_walk;
+
+static void walk_init(row_walk *w, const int64_t *shape, int nd, int64_t r) {
+    w->nd = nd;
+    w->shape = shape;
     for (int i = nd - 1; i >= 0; i--) {
-        off += (r % t->shape[i]) * t->strides[i];
-        r /= t->shape[i];
+        w->idx[i] = r % shape[i];
+        r /= shape[i];
     }
-    return off;
+}
+
+static void walk_next(row_walk *w) {
+    for (int i = w->nd - 1; i >= 0; i--) {
+        if (++w->idx[i] < w->shape[i]) return;
+        w->idx[i] = 0;
+    }
+}
+
+/* Address of the current row's first element in t. */
+static char *walk_ptr(const row_walk *w, const hr_tensor *t) {
+    int64_t off = 0;
+    for (int i = 0; i < w->nd; i++) off += w->idx[i] * t->strides[i];
+    return (char *)hr_tensor_ptr(t) + off * (int64_t)hr_dtype_size(t->dtype);
+}
+
+static inline v8f v8_load(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* y = (x - mean) * rstd */
+static void normalize(float *y, const float *x, float mean, float rstd, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f v = (v8_load(x + i) - mean) * rstd;
+        memcpy(y + i, &v, sizeof v);
+    }
+    for (; i < n; i++) y[i] = (x[i] - mean) * rstd;
+}
+
+/* y = y * (w + offset), then + b when b */
+static void affine(float *y, const float *w, float offset, const float *b, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f v = v8_load(y + i) * (v8_load(w + i) + offset);
+        if (b) v += v8_load(b + i);
+        memcpy(y + i, &v, sizeof v);
+    }
+    for (; i < n; i++) y[i] = y[i] * (w[i] + offset) + (b ? b[i] : 0.0f);
 }
 
 /* ---- rms_norm, layer_norm -------------------------------------------------- */
@@ -63,17 +112,14 @@ typedef struct {
     hr_op op;
     float eps, offset;
     int64_t rows, h;
+    bool simd; /* vector row conversions allowed (HUBRT_CPU_ISA) */
 } norm_ctx;
 
 static float sum_sq(const float *x, int64_t n, float shift) {
     v8f a0 = {0}, a1 = {0};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        v8f u, v;
-        memcpy(&u, x + i, sizeof u);
-        memcpy(&v, x + i + 8, sizeof v);
-        u -= shift;
-        v -= shift;
+        v8f u = v8_load(x + i) - shift, v = v8_load(x + i + 8) - shift;
         a0 += u * u;
         a1 += v * v;
     }
@@ -86,19 +132,21 @@ static float sum_sq(const float *x, int64_t n, float shift) {
 static float sum_plain(const float *x, int64_t n) {
     v8f a = {0};
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        v8f u;
-        memcpy(&u, x + i, sizeof u);
-        a += u;
-    }
+    for (; i + 8 <= n; i += 8) a += v8_load(x + i);
     float s = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
     for (; i < n; i++) s += x[i];
     return s;
 }
 
-/* One row of h values: x at px (stride sx), y at py (stride sy). */
+/* n values of a 1-d tensor from element k0, as f32 in dst. */
+static void load_vec(const norm_ctx *c, float *dst, const hr_tensor *t, int64_t k0, int64_t n) {
+    hr_k_load_f32(dst, (const char *)hr_tensor_ptr(t) + k0 * t->strides[0] * (int64_t)hr_dtype_size(t->dtype),
+                  t->dtype, n, t->strides[0], c->simd);
+}
+
+/* One row of h values: x at px, y at py (strides of their last dims). */
 static void norm_row(const norm_ctx *c, const char *px, char *py) {
-    const hr_tensor *x = c->x, *w = c->w, *b = c->b;
+    const hr_tensor *x = c->x;
     float buf[CHUNK], wb[CHUNK], bb[CHUNK];
     int64_t h = c->h, sx = x->strides[x->ndim - 1], sy = c->y->strides[c->y->ndim - 1];
     int64_t xsz = (int64_t)hr_dtype_size(x->dtype), ysz = (int64_t)hr_dtype_size(c->y->dtype);
@@ -107,7 +155,7 @@ static void norm_row(const norm_ctx *c, const char *px, char *py) {
     if (!rms) {
         for (int64_t k0 = 0; k0 < h; k0 += CHUNK) {
             int64_t n = h - k0 < CHUNK ? h - k0 : CHUNK;
-            hr_load_f32(buf, px + k0 * sx * xsz, x->dtype, n, sx);
+            hr_k_load_f32(buf, px + k0 * sx * xsz, x->dtype, n, sx, c->simd);
             acc += sum_plain(buf, n);
         }
         mean = acc / (float)h;
@@ -115,40 +163,33 @@ static void norm_row(const norm_ctx *c, const char *px, char *py) {
     }
     for (int64_t k0 = 0; k0 < h; k0 += CHUNK) {
         int64_t n = h - k0 < CHUNK ? h - k0 : CHUNK;
-        hr_load_f32(buf, px + k0 * sx * xsz, x->dtype, n, sx);
+        hr_k_load_f32(buf, px + k0 * sx * xsz, x->dtype, n, sx, c->simd);
         acc += sum_sq(buf, n, mean);
     }
     float rstd = 1.0f / sqrtf(acc / (float)h + c->eps);
     for (int64_t k0 = 0; k0 < h; k0 += CHUNK) {
         int64_t n = h - k0 < CHUNK ? h - k0 : CHUNK;
-        hr_load_f32(buf, px + k0 * sx * xsz, x->dtype, n, sx);
-        for (int64_t i = 0; i < n; i++) buf[i] = (buf[i] - mean) * rstd;
-        if (w) {
-            hr_load_f32(wb, (const char *)hr_tensor_ptr(w) + k0 * w->strides[0] * (int64_t)hr_dtype_size(w->dtype),
-                        w->dtype, n, w->strides[0]);
-            if (rms && c->offset == 0) /* LlamaRMSNorm: back to x's dtype, then times weight */
-                round_to(x->dtype, buf, n);
-            else
-                for (int64_t i = 0; i < n; i++) wb[i] = c->offset + wb[i];
-            for (int64_t i = 0; i < n; i++) buf[i] *= wb[i];
+        hr_k_load_f32(buf, px + k0 * sx * xsz, x->dtype, n, sx, c->simd);
+        normalize(buf, buf, mean, rstd, n);
+        if (c->w) {
+            load_vec(c, wb, c->w, k0, n);
+            if (c->b) load_vec(c, bb, c->b, k0, n);
+            /* LlamaRMSNorm: back to x's dtype, then times the weight */
+            if (rms && c->offset == 0) round_to(x->dtype, buf, n);
+            affine(buf, wb, c->offset, c->b ? bb : NULL, n);
         }
-        if (b) {
-            hr_load_f32(bb, (const char *)hr_tensor_ptr(b) + k0 * b->strides[0] * (int64_t)hr_dtype_size(b->dtype),
-                        b->dtype, n, b->strides[0]);
-            for (int64_t i = 0; i < n; i++) buf[i] += bb[i];
-        }
-        hr_store_f32(py + k0 * sy * ysz, c->y->dtype, buf, n, sy);
+        hr_k_store_f32(py + k0 * sy * ysz, c->y->dtype, buf, n, sy, c->simd);
     }
 }
 
 static void norm_body(void *arg, int ith, int nth) {
     const norm_ctx *c = arg;
-    int64_t b, e, xsz = (int64_t)hr_dtype_size(c->x->dtype), ysz = (int64_t)hr_dtype_size(c->y->dtype);
-    int nd = c->x->ndim - 1;
+    int64_t b, e;
     hr_split_range(c->rows, ith, nth, &b, &e);
-    for (int64_t r = b; r < e; r++)
-        norm_row(c, (const char *)hr_tensor_ptr(c->x) + row_offset(c->x, nd, r) * xsz,
-                 (char *)hr_tensor_ptr(c->y) + row_offset(c->y, nd, r) * ysz);
+    if (b >= e) return;
+    row_walk w;
+    walk_init(&w, c->x->shape, c->x->ndim - 1, b);
+    for (int64_t r = b; r < e; r++, walk_next(&w)) norm_row(c, walk_ptr(&w, c->x), walk_ptr(&w, c->y));
 }
 
 static hr_status k_norm(hr_op op, const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *out) {
@@ -158,6 +199,7 @@ static hr_status k_norm(hr_op op, const void *attrs, const hr_tensor *const *in,
     c.offset = a ? (float)a->weight_offset : 0.0f;
     c.h = in[0]->shape[in[0]->ndim - 1];
     c.rows = c.h ? hr_tensor_numel(in[0]) / c.h : 0;
+    c.simd = hr_k_simd();
     if (c.rows == 0) return HR_OK;
     hr_parallel_run(norm_body, &c, hr_parallel_threads_for(c.rows * c.h, 16384));
     return HR_OK;
@@ -180,34 +222,35 @@ typedef struct {
     const float *inv; /* [half] */
     float scale;
     int64_t half, npos;
+    bool simd;
 } cos_sin_ctx;
 
 static void cos_sin_body(void *arg, int ith, int nth) {
     const cos_sin_ctx *c = arg;
-    const hr_tensor *pos = c->pos;
-    hr_tensor *const outs[2] = {(hr_tensor *)c->cos, (hr_tensor *)c->sin};
-    float cb[CHUNK], sb[CHUNK];
-    int nd = pos->ndim;
-    int64_t b, e, psz = (int64_t)hr_dtype_size(pos->dtype), osz = (int64_t)hr_dtype_size(c->cos->dtype);
+    const hr_tensor *pos = c->pos, *outs[2] = {c->cos, c->sin};
+    float tab[2][CHUNK];
+    int64_t b, e, osz = (int64_t)hr_dtype_size(c->cos->dtype);
     hr_split_range(c->npos, ith, nth, &b, &e);
-    for (int64_t r = b; r < e; r++) {
+    if (b >= e) return;
+    row_walk w;
+    walk_init(&w, pos->shape, pos->ndim, b);
+    for (int64_t r = b; r < e; r++, walk_next(&w)) {
         int64_t p;
-        hr_load_i64(&p, (const char *)hr_tensor_ptr(pos) + row_offset(pos, nd, r) * psz, pos->dtype, 1, 1);
-        float fp = (float)p;
+        hr_load_i64(&p, walk_ptr(&w, pos), pos->dtype, 1, 1);
+        float fp = (float)p; /* transformers: position_ids.float() * inv_freq, in f32 */
         for (int64_t i0 = 0; i0 < c->half; i0 += CHUNK) {
             int64_t n = c->half - i0 < CHUNK ? c->half - i0 : CHUNK;
             for (int64_t i = 0; i < n; i++) {
                 double sv, cv;
                 sincos((double)(fp * c->inv[i0 + i]), &sv, &cv);
-                cb[i] = (float)cv * c->scale;
-                sb[i] = (float)sv * c->scale;
+                tab[0][i] = (float)cv * c->scale;
+                tab[1][i] = (float)sv * c->scale;
             }
             for (int k = 0; k < 2; k++) {
-                const hr_tensor *o = outs[k];
-                int64_t so = o->strides[o->ndim - 1];
-                char *po = (char *)hr_tensor_ptr(o) + row_offset(o, nd, r) * osz;
-                hr_store_f32(po + i0 * so * osz, o->dtype, k ? sb : cb, n, so);
-                hr_store_f32(po + (i0 + c->half) * so * osz, o->dtype, k ? sb : cb, n, so);
+                int64_t so = outs[k]->strides[outs[k]->ndim - 1];
+                char *po = walk_ptr(&w, outs[k]);
+                hr_k_store_f32(po + i0 * so * osz, outs[k]->dtype, tab[k], n, so, c->simd);
+                hr_k_store_f32(po + (i0 + c->half) * so * osz, outs[k]->dtype, tab[k], n, so, c->simd);
             }
         }
     }
@@ -217,7 +260,7 @@ static hr_status k_rope_cos_sin(const void *attrs, const hr_tensor *const *in, i
                                 int n_out) {
     const hr_attrs_rope_cos_sin *a = attrs;
     const hr_tensor *inv = in[1];
-    cos_sin_ctx c = {.pos = in[0], .cos = out[0], .sin = out[1], .half = inv->shape[0]};
+    cos_sin_ctx c = {.pos = in[0], .cos = out[0], .sin = out[1], .half = inv->shape[0], .simd = hr_k_simd()};
     c.scale = a && a->attention_scaling != 0 ? (float)a->attention_scaling : 1.0f;
     c.npos = hr_tensor_numel(in[0]);
     float *buf = malloc(sizeof(float) * (size_t)c.half);
@@ -236,26 +279,44 @@ typedef struct {
     hr_tensor cs[2]; /* cos, sin as views expanded to x's rank */
     hr_dtype mid;    /* dtype of torch's intermediate products and sum */
     int64_t rows, d, half;
+    bool simd;
 } rope_ctx;
 
-static void load_at(float *dst, const hr_tensor *t, const char *row, int64_t i, int64_t n) {
+/* n values of row `row` of t from element i, as f32. */
+static void load_at(const rope_ctx *c, float *dst, const hr_tensor *t, const char *row, int64_t i, int64_t n) {
     int64_t s = t->strides[t->ndim - 1];
-    hr_load_f32(dst, row + i * s * (int64_t)hr_dtype_size(t->dtype), t->dtype, n, s);
+    hr_k_load_f32(dst, row + i * s * (int64_t)hr_dtype_size(t->dtype), t->dtype, n, s, c->simd);
 }
 
-/* y1 = x1 * c1 - x2 * s1, y2 = x2 * c2 + x1 * s2 on n values. */
+/* y1 = x1 * c1 - x2 * s1 into x1, y2 = x2 * c2 + x1 * s2 into x2; the
+ * products and sums rounded to `mid` as torch's ops round them. */
 static void rope_math(hr_dtype mid, float *x1, float *x2, float *c1, float *c2, float *s1, float *s2, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        c1[i] *= x1[i];
-        s1[i] *= -x2[i];
-        c2[i] *= x2[i];
-        s2[i] *= x1[i];
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f a = v8_load(x1 + i), b = v8_load(x2 + i);
+        v8f p[4] = {a * v8_load(c1 + i), -b * v8_load(s1 + i), b * v8_load(c2 + i), a * v8_load(s2 + i)};
+        memcpy(c1 + i, &p[0], sizeof p[0]);
+        memcpy(s1 + i, &p[1], sizeof p[1]);
+        memcpy(c2 + i, &p[2], sizeof p[2]);
+        memcpy(s2 + i, &p[3], sizeof p[3]);
+    }
+    for (; i < n; i++) {
+        float a = x1[i], b = x2[i];
+        c1[i] *= a;
+        s1[i] *= -b;
+        c2[i] *= b;
+        s2[i] *= a;
     }
     round_to(mid, c1, n);
     round_to(mid, s1, n);
     round_to(mid, c2, n);
     round_to(mid, s2, n);
-    for (int64_t i = 0; i < n; i++) {
+    for (i = 0; i + 8 <= n; i += 8) {
+        v8f a = v8_load(c1 + i) + v8_load(s1 + i), b = v8_load(c2 + i) + v8_load(s2 + i);
+        memcpy(x1 + i, &a, sizeof a);
+        memcpy(x2 + i, &b, sizeof b);
+    }
+    for (; i < n; i++) {
         x1[i] = c1[i] + s1[i];
         x2[i] = c2[i] + s2[i];
     }
@@ -265,32 +326,31 @@ static void rope_body(void *arg, int ith, int nth) {
     const rope_ctx *c = arg;
     const hr_tensor *x = c->x, *y = c->y;
     float x1[CHUNK], x2[CHUNK], c1[CHUNK], c2[CHUNK], s1[CHUNK], s2[CHUNK];
-    int nd = x->ndim - 1;
-    int64_t b, e, sy = y->strides[nd], ysz = (int64_t)hr_dtype_size(y->dtype);
-    int64_t csz = (int64_t)hr_dtype_size(c->cs[0].dtype), xsz = (int64_t)hr_dtype_size(x->dtype);
+    int64_t b, e, sy = y->strides[y->ndim - 1], ysz = (int64_t)hr_dtype_size(y->dtype);
     hr_split_range(c->rows, ith, nth, &b, &e);
-    for (int64_t r = b; r < e; r++) {
-        const char *px = (const char *)hr_tensor_ptr(x) + row_offset(x, nd, r) * xsz;
-        const char *pc = (const char *)hr_tensor_ptr(&c->cs[0]) + row_offset(&c->cs[0], nd, r) * csz;
-        const char *ps = (const char *)hr_tensor_ptr(&c->cs[1]) + row_offset(&c->cs[1], nd, r) * csz;
-        char *py = (char *)hr_tensor_ptr(y) + row_offset(y, nd, r) * ysz;
+    if (b >= e) return;
+    row_walk w;
+    walk_init(&w, x->shape, x->ndim - 1, b);
+    for (int64_t r = b; r < e; r++, walk_next(&w)) {
+        const char *px = walk_ptr(&w, x), *pc = walk_ptr(&w, &c->cs[0]), *ps = walk_ptr(&w, &c->cs[1]);
+        char *py = walk_ptr(&w, y);
         for (int64_t i0 = 0; i0 < c->half; i0 += CHUNK) {
             int64_t n = c->half - i0 < CHUNK ? c->half - i0 : CHUNK;
-            load_at(x1, x, px, i0, n);
-            load_at(x2, x, px, i0 + c->half, n);
-            load_at(c1, &c->cs[0], pc, i0, n);
-            load_at(c2, &c->cs[0], pc, i0 + c->half, n);
-            load_at(s1, &c->cs[1], ps, i0, n);
-            load_at(s2, &c->cs[1], ps, i0 + c->half, n);
+            load_at(c, x1, x, px, i0, n);
+            load_at(c, x2, x, px, i0 + c->half, n);
+            load_at(c, c1, &c->cs[0], pc, i0, n);
+            load_at(c, c2, &c->cs[0], pc, i0 + c->half, n);
+            load_at(c, s1, &c->cs[1], ps, i0, n);
+            load_at(c, s2, &c->cs[1], ps, i0 + c->half, n);
             rope_math(c->mid, x1, x2, c1, c2, s1, s2, n);
-            hr_store_f32(py + i0 * sy * ysz, y->dtype, x1, n, sy);
-            hr_store_f32(py + (i0 + c->half) * sy * ysz, y->dtype, x2, n, sy);
+            hr_k_store_f32(py + i0 * sy * ysz, y->dtype, x1, n, sy, c->simd);
+            hr_k_store_f32(py + (i0 + c->half) * sy * ysz, y->dtype, x2, n, sy, c->simd);
         }
         /* partial rotary: features past the rotary dim pass through */
         for (int64_t i0 = 2 * c->half; i0 < c->d; i0 += CHUNK) {
             int64_t n = c->d - i0 < CHUNK ? c->d - i0 : CHUNK;
-            load_at(x1, x, px, i0, n);
-            hr_store_f32(py + i0 * sy * ysz, y->dtype, x1, n, sy);
+            load_at(c, x1, x, px, i0, n);
+            hr_k_store_f32(py + i0 * sy * ysz, y->dtype, x1, n, sy, c->simd);
         }
     }
 }
@@ -311,7 +371,7 @@ static void expand_to(const hr_tensor *t, const hr_tensor *x, hr_tensor *v) {
 static hr_status k_rope(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
                         int n_out) {
     const hr_tensor *x = in[0];
-    rope_ctx c = {.x = x, .y = out[0]};
+    rope_ctx c = {.x = x, .y = out[0], .simd = hr_k_simd()};
     expand_to(in[1], x, &c.cs[0]);
     expand_to(in[2], x, &c.cs[1]);
     c.mid = in[1]->dtype == x->dtype ? x->dtype : HR_F32;

@@ -1,5 +1,5 @@
 /* CPU kernels for the reduce ops: sum, mean, max, min, argmax, softmax,
- * log_softmax, cumsum and topk over one dim.
+ * log_softmax and cumsum over one dim (topk: k_reduce_topk.c).
  *
  * Every op sees the input (and outputs) with the reduced dim taken out:
  * an hr_iter walks the remaining positions in coalesced rows, and for each
@@ -16,16 +16,26 @@
  * min and argmax propagate it as torch does (argmax gives the first NaN);
  * a softmax row holding NaN is all NaN. */
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/k_eltwise.h"
+#include "backends/cpu/k_reduce.h"
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
 #include "ops/op_impl.h"
 
 #define CHUNK 256 /* elements or positions per scratch buffer */
+
+/* Row conversions through f32, vectorized for stride-1 rows; `c` is the
+ * kernel's context in every function that uses them. */
+#define LOAD_F32(dst, src, dt, n, stride) hr_k_load_f32(dst, src, dt, n, stride, c->simd)
+#define STORE_F32(dst, dt, src, n, stride) hr_k_store_f32(dst, dt, src, n, stride, c->simd)
+/* The n values at src as f32: src itself when it already is a contiguous
+ * f32 row, else converted into buf. */
+#define VIEW_F32(buf, src, dt, n, stride) \
+    ((dt) == HR_F32 && (stride) == 1 ? (const float *)(src) : (LOAD_F32(buf, src, dt, n, stride), (const float *)(buf)))
 
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
@@ -126,14 +136,14 @@ static void extreme_into(float *acc, const float *x, int64_t n, bool is_max) {
         if ((is_max ? x[i] > acc[i] : x[i] < acc[i]) || x[i] != x[i]) acc[i] = x[i];
 }
 
-/* x[i] = exp(x[i] - m[i or 0]); m_step 0 broadcasts one max. The tail goes
- * through the vector code too, so a value does not depend on where a
- * thread's range or a chunk happened to start. */
-static void exp_shift(float *x, const float *m, int64_t m_step, int64_t n) {
+/* dst[i] = exp(x[i] - m[i or 0]); m_step 0 broadcasts one max; dst may be
+ * x. The tail goes through the vector code too, so a value does not
+ * depend on where a thread's range or a chunk happened to start. */
+static void exp_shift_to(float *dst, const float *x, const float *m, int64_t m_step, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         v8f mv = m_step ? v8_load(m + i) : v8_set1(m[0]);
-        v8_store(x + i, v8_exp_neg(v8_load(x + i) - mv));
+        v8_store(dst + i, v8_exp_neg(v8_load(x + i) - mv));
     }
     if (i == n) return;
     float t[8] = {0}, tm[8] = {0};
@@ -142,7 +152,13 @@ static void exp_shift(float *x, const float *m, int64_t m_step, int64_t n) {
         tm[j - i] = m[m_step * j];
     }
     v8_store(t, v8_exp_neg(v8_load(t) - v8_load(tm)));
-    for (int64_t j = i; j < n; j++) x[j] = t[j - i];
+    for (int64_t j = i; j < n; j++) dst[j] = t[j - i];
+}
+
+static void scale_f32(float *x, float f, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) v8_store(x + i, v8_load(x + i) * f);
+    for (; i < n; i++) x[i] *= f;
 }
 
 /* ---- driver: the reduced dim taken out, rows spread over threads -------- */
@@ -160,6 +176,7 @@ struct reduce_ctx {
     int64_t sd_in;     /* input stride along it (elements) */
     int64_t sd_out;    /* output stride along it (softmax, cumsum) */
     hr_dtype in_dt, out_dt;
+    bool simd; /* vector row conversions allowed (HUBRT_CPU_ISA) */
 };
 
 typedef struct {
@@ -231,6 +248,7 @@ static void setup(hr_op op, const hr_tensor *x, int64_t dim, const hr_tensor *ou
     c->out_dt = out->dtype;
     c->sd_in = x->ndim ? x->strides[d] : 0;
     c->sd_out = out_has_dim && out->ndim ? out->strides[d] : 0;
+    c->simd = hr_k_simd();
     if (out_has_dim)
         drop_dim(out, d, &views[0]);
     else
@@ -261,16 +279,16 @@ static float reduce_vector_f32(const reduce_ctx *c, const char *p, int64_t *idx)
     *idx = 0;
     for (int64_t k0 = 0; k0 < c->n; k0 += CHUNK) {
         int64_t cnt = c->n - k0 < CHUNK ? c->n - k0 : CHUNK;
-        hr_load_f32(buf, p + k0 * c->sd_in * isz, c->in_dt, cnt, c->sd_in);
+        const float *x = VIEW_F32(buf, p + k0 * c->sd_in * isz, c->in_dt, cnt, c->sd_in);
         if (c->op == HR_OP_sum || c->op == HR_OP_mean) {
-            acc += sum_f32(buf, cnt);
+            acc += sum_f32(x, cnt);
             continue;
         }
         bool is_min = c->op == HR_OP_min;
-        float m = extreme_f32(buf, cnt, !is_min);
+        float m = extreme_f32(x, cnt, !is_min);
         if (k0 == 0 || (is_min ? m < acc : m > acc) || (m != m && acc == acc)) {
             acc = m;
-            if (c->op == HR_OP_argmax) *idx = k0 + first_index_f32(buf, cnt, m);
+            if (c->op == HR_OP_argmax) *idx = k0 + first_index_f32(x, cnt, m);
         }
     }
     return acc;
@@ -280,18 +298,18 @@ static float reduce_vector_f32(const reduce_ctx *c, const char *p, int64_t *idx)
 static void reduce_columns_f32(const reduce_ctx *c, const char *p, int64_t cnt, float *acc, int64_t *idx) {
     float buf[CHUNK];
     int64_t isz = (int64_t)hr_dtype_size(c->in_dt);
-    hr_load_f32(acc, p, c->in_dt, cnt, 1);
+    LOAD_F32(acc, p, c->in_dt, cnt, 1);
     for (int64_t j = 0; j < cnt; j++) idx[j] = 0;
     for (int64_t k = 1; k < c->n; k++) {
-        hr_load_f32(buf, p + k * c->sd_in * isz, c->in_dt, cnt, 1);
+        const float *x = VIEW_F32(buf, p + k * c->sd_in * isz, c->in_dt, cnt, 1);
         if (c->op == HR_OP_sum || c->op == HR_OP_mean) {
-            add_into(acc, buf, cnt);
+            add_into(acc, x, cnt);
         } else if (c->op != HR_OP_argmax) {
-            extreme_into(acc, buf, cnt, c->op == HR_OP_max);
+            extreme_into(acc, x, cnt, c->op == HR_OP_max);
         } else {
             for (int64_t j = 0; j < cnt; j++)
-                if (buf[j] > acc[j] || (buf[j] != buf[j] && acc[j] == acc[j])) {
-                    acc[j] = buf[j];
+                if (x[j] > acc[j] || (x[j] != x[j] && acc[j] == acc[j])) {
+                    acc[j] = x[j];
                     idx[j] = k;
                 }
         }
@@ -351,7 +369,7 @@ static void reduce_chunk(const reduce_ctx *c, const char *in, int64_t si, char *
     } else if (flt) {
         if (c->op == HR_OP_mean) /* torch: f32 sum, then divide */
             for (int64_t j = 0; j < cnt; j++) acc[j] /= (float)c->n;
-        hr_store_f32(out, c->out_dt, acc, cnt, so);
+        STORE_F32(out, c->out_dt, acc, cnt, so);
     } else if (c->in_dt == HR_F64) {
         hr_store_f64(out, c->out_dt, accd, cnt, so);
     } else {
@@ -386,8 +404,12 @@ static void softmax_finish(bool is_log, float *x, const float *m, const float *f
         for (int64_t i = 0; i < cnt; i++) x[i] = (x[i] - m[step * i]) - f[step * i];
         return;
     }
-    exp_shift(x, m, step, cnt);
-    for (int64_t i = 0; i < cnt; i++) x[i] *= f[step * i];
+    exp_shift_to(x, x, m, step, cnt);
+    if (!step) {
+        scale_f32(x, f[0], cnt);
+        return;
+    }
+    for (int64_t i = 0; i < cnt; i++) x[i] *= f[i];
 }
 
 static float softmax_factor(bool is_log, float sum) { return is_log ? logf(sum) : 1.0f / sum; }
@@ -396,25 +418,31 @@ static float softmax_factor(bool is_log, float sum) { return is_log ? logf(sum) 
 static void softmax_vector(const reduce_ctx *c, const char *in, char *out) {
     float buf[CHUNK], m = 0, s = 0;
     int64_t isz = (int64_t)hr_dtype_size(c->in_dt), osz = (int64_t)hr_dtype_size(c->out_dt);
+    bool is_log = c->op == HR_OP_log_softmax;
+    /* softmax into a contiguous f32 row keeps exp(x - m) there for the last
+     * pass to scale, instead of computing it twice */
+    bool keep = !is_log && c->out_dt == HR_F32 && c->sd_out == 1;
     for (int64_t k0 = 0; k0 < c->n; k0 += CHUNK) {
         int64_t cnt = c->n - k0 < CHUNK ? c->n - k0 : CHUNK;
-        hr_load_f32(buf, in + k0 * c->sd_in * isz, c->in_dt, cnt, c->sd_in);
-        float cm = extreme_f32(buf, cnt, true);
+        float cm = extreme_f32(VIEW_F32(buf, in + k0 * c->sd_in * isz, c->in_dt, cnt, c->sd_in), cnt, true);
         if (k0 == 0 || cm > m || cm != cm) m = cm;
     }
     for (int64_t k0 = 0; k0 < c->n; k0 += CHUNK) {
         int64_t cnt = c->n - k0 < CHUNK ? c->n - k0 : CHUNK;
-        hr_load_f32(buf, in + k0 * c->sd_in * isz, c->in_dt, cnt, c->sd_in);
-        exp_shift(buf, &m, 0, cnt);
-        s += sum_f32(buf, cnt);
+        float *dst = keep ? (float *)out + k0 : buf;
+        exp_shift_to(dst, VIEW_F32(buf, in + k0 * c->sd_in * isz, c->in_dt, cnt, c->sd_in), &m, 0, cnt);
+        s += sum_f32(dst, cnt);
     }
-    bool is_log = c->op == HR_OP_log_softmax;
     float f = softmax_factor(is_log, s);
     for (int64_t k0 = 0; k0 < c->n; k0 += CHUNK) {
         int64_t cnt = c->n - k0 < CHUNK ? c->n - k0 : CHUNK;
-        hr_load_f32(buf, in + k0 * c->sd_in * isz, c->in_dt, cnt, c->sd_in);
+        if (keep) {
+            scale_f32((float *)out + k0, f, cnt);
+            continue;
+        }
+        LOAD_F32(buf, in + k0 * c->sd_in * isz, c->in_dt, cnt, c->sd_in);
         softmax_finish(is_log, buf, &m, &f, 0, cnt);
-        hr_store_f32(out + k0 * c->sd_out * osz, c->out_dt, buf, cnt, c->sd_out);
+        STORE_F32(out + k0 * c->sd_out * osz, c->out_dt, buf, cnt, c->sd_out);
     }
 }
 
@@ -422,23 +450,20 @@ static void softmax_vector(const reduce_ctx *c, const char *in, char *out) {
 static void softmax_columns(const reduce_ctx *c, const char *in, char *out, int64_t so, int64_t cnt) {
     float buf[CHUNK], m[CHUNK], s[CHUNK];
     int64_t isz = (int64_t)hr_dtype_size(c->in_dt), osz = (int64_t)hr_dtype_size(c->out_dt);
-    hr_load_f32(m, in, c->in_dt, cnt, 1);
-    for (int64_t k = 1; k < c->n; k++) {
-        hr_load_f32(buf, in + k * c->sd_in * isz, c->in_dt, cnt, 1);
-        extreme_into(m, buf, cnt, true);
-    }
+    LOAD_F32(m, in, c->in_dt, cnt, 1);
+    for (int64_t k = 1; k < c->n; k++)
+        extreme_into(m, VIEW_F32(buf, in + k * c->sd_in * isz, c->in_dt, cnt, 1), cnt, true);
     memset(s, 0, sizeof(float) * (size_t)cnt);
     for (int64_t k = 0; k < c->n; k++) {
-        hr_load_f32(buf, in + k * c->sd_in * isz, c->in_dt, cnt, 1);
-        exp_shift(buf, m, 1, cnt);
+        exp_shift_to(buf, VIEW_F32(buf, in + k * c->sd_in * isz, c->in_dt, cnt, 1), m, 1, cnt);
         add_into(s, buf, cnt);
     }
     bool is_log = c->op == HR_OP_log_softmax;
     for (int64_t j = 0; j < cnt; j++) s[j] = softmax_factor(is_log, s[j]);
     for (int64_t k = 0; k < c->n; k++) {
-        hr_load_f32(buf, in + k * c->sd_in * isz, c->in_dt, cnt, 1);
+        LOAD_F32(buf, in + k * c->sd_in * isz, c->in_dt, cnt, 1);
         softmax_finish(is_log, buf, m, s, 1, cnt);
-        hr_store_f32(out + k * c->sd_out * osz, c->out_dt, buf, cnt, so);
+        STORE_F32(out + k * c->sd_out * osz, c->out_dt, buf, cnt, so);
     }
 }
 
@@ -495,7 +520,7 @@ static hr_status k_log_softmax(const void *attrs, const hr_tensor *const *in, in
         }                                                                                      \
     }
 #define ADD_F32_(a, b) ((a) + (b))
-CUMSUM_(cumsum_f32, float, hr_load_f32, hr_store_f32, ADD_F32_)
+CUMSUM_(cumsum_f32, float, LOAD_F32, STORE_F32, ADD_F32_)
 CUMSUM_(cumsum_f64, double, hr_load_f64, hr_store_f64, ADD_F64_)
 CUMSUM_(cumsum_i64, int64_t, hr_load_i64, hr_store_i64, ADD_I64_)
 
@@ -513,281 +538,6 @@ static hr_status k_cumsum(const void *attrs, const hr_tensor *const *in, int n_i
     return run_op(HR_OP_cumsum, in[0], ((const hr_attrs_dim *)attrs)->dim, out[0], true, cumsum_chunk);
 }
 
-/* ---- topk ------------------------------------------------------------------ */
-
-/* torch's CPU topk (TopKImpl.h) fills (value, index) pairs and runs
- * std::partial_sort when k * 64 <= n, else std::nth_element on the k-th
- * then std::sort of the first k - 1, comparing values only. Ties land where
- * libstdc++'s algorithms leave them, so they are ported step for step
- * below: the same comparisons in the same order give torch's tie order.
- * Values become int64 keys ordered like torch's comparator: NaN above
- * everything (and equal to NaN), -0 equal to +0. */
-typedef struct {
-    int64_t key, idx;
-} tk_elem;
-
-typedef struct {
-    bool largest;
-} tk_cmp;
-
-static inline bool tk_before(tk_cmp c, const tk_elem *a, const tk_elem *b) {
-    return c.largest ? a->key > b->key : a->key < b->key;
-}
-
-static inline void tk_swap(tk_elem *a, tk_elem *b) {
-    tk_elem t = *a;
-    *a = *b;
-    *b = t;
-}
-
-static void tk_push_heap(tk_elem *first, int64_t hole, int64_t top, tk_elem value, tk_cmp c) {
-    int64_t parent = (hole - 1) / 2;
-    while (hole > top && tk_before(c, &first[parent], &value)) {
-        first[hole] = first[parent];
-        hole = parent;
-        parent = (hole - 1) / 2;
-    }
-    first[hole] = value;
-}
-
-static void tk_adjust_heap(tk_elem *first, int64_t hole, int64_t len, tk_elem value, tk_cmp c) {
-    const int64_t top = hole;
-    int64_t child = hole;
-    while (child < (len - 1) / 2) {
-        child = 2 * (child + 1);
-        if (tk_before(c, &first[child], &first[child - 1])) child--;
-        first[hole] = first[child];
-        hole = child;
-    }
-    if ((len & 1) == 0 && child == (len - 2) / 2) {
-        child = 2 * (child + 1);
-        first[hole] = first[child - 1];
-        hole = child - 1;
-    }
-    tk_push_heap(first, hole, top, value, c);
-}
-
-static void tk_pop_heap(tk_elem *first, tk_elem *last, tk_elem *result, tk_cmp c) {
-    tk_elem value = *result;
-    *result = *first;
-    tk_adjust_heap(first, 0, last - first, value, c);
-}
-
-static void tk_make_heap(tk_elem *first, tk_elem *last, tk_cmp c) {
-    int64_t len = last - first;
-    if (len < 2) return;
-    for (int64_t parent = (len - 2) / 2;; parent--) {
-        tk_adjust_heap(first, parent, len, first[parent], c);
-        if (parent == 0) return;
-    }
-}
-
-static void tk_heap_select(tk_elem *first, tk_elem *middle, tk_elem *last, tk_cmp c) {
-    tk_make_heap(first, middle, c);
-    for (tk_elem *i = middle; i < last; i++)
-        if (tk_before(c, i, first)) tk_pop_heap(first, middle, i, c);
-}
-
-static void tk_partial_sort(tk_elem *first, tk_elem *middle, tk_elem *last, tk_cmp c) {
-    tk_heap_select(first, middle, last, c);
-    while (middle - first > 1) {
-        middle--;
-        tk_pop_heap(first, middle, middle, c);
-    }
-}
-
-static void tk_move_median_to_first(tk_elem *result, tk_elem *a, tk_elem *b, tk_elem *cc, tk_cmp c) {
-    if (tk_before(c, a, b)) {
-        if (tk_before(c, b, cc))
-            tk_swap(result, b);
-        else if (tk_before(c, a, cc))
-            tk_swap(result, cc);
-        else
-            tk_swap(result, a);
-    } else if (tk_before(c, a, cc)) {
-        tk_swap(result, a);
-    } else if (tk_before(c, b, cc)) {
-        tk_swap(result, cc);
-    } else {
-        tk_swap(result, b);
-    }
-}
-
-static tk_elem *tk_unguarded_partition(tk_elem *first, tk_elem *last, tk_elem *pivot, tk_cmp c) {
-    for (;;) {
-        while (tk_before(c, first, pivot)) first++;
-        last--;
-        while (tk_before(c, pivot, last)) last--;
-        if (!(first < last)) return first;
-        tk_swap(first, last);
-        first++;
-    }
-}
-
-static tk_elem *tk_partition_pivot(tk_elem *first, tk_elem *last, tk_cmp c) {
-    tk_elem *mid = first + (last - first) / 2;
-    tk_move_median_to_first(first, first + 1, mid, last - 1, c);
-    return tk_unguarded_partition(first + 1, last, first, c);
-}
-
-static void tk_unguarded_linear_insert(tk_elem *last, tk_cmp c) {
-    tk_elem val = *last;
-    tk_elem *next = last - 1;
-    while (tk_before(c, &val, next)) {
-        *last = *next;
-        last = next;
-        next--;
-    }
-    *last = val;
-}
-
-static void tk_insertion_sort(tk_elem *first, tk_elem *last, tk_cmp c) {
-    if (first == last) return;
-    for (tk_elem *i = first + 1; i != last; i++) {
-        if (tk_before(c, i, first)) {
-            tk_elem val = *i;
-            memmove(first + 1, first, sizeof(tk_elem) * (size_t)(i - first));
-            *first = val;
-        } else {
-            tk_unguarded_linear_insert(i, c);
-        }
-    }
-}
-
-static int64_t tk_lg(int64_t n) { return 63 - __builtin_clzll((unsigned long long)n); }
-
-enum { TK_THRESHOLD = 16 };
-
-static void tk_introsort_loop(tk_elem *first, tk_elem *last, int64_t depth, tk_cmp c) {
-    while (last - first > TK_THRESHOLD) {
-        if (depth == 0) {
-            tk_partial_sort(first, last, last, c);
-            return;
-        }
-        depth--;
-        tk_elem *cut = tk_partition_pivot(first, last, c);
-        tk_introsort_loop(cut, last, depth, c);
-        last = cut;
-    }
-}
-
-static void tk_sort(tk_elem *first, tk_elem *last, tk_cmp c) {
-    if (first == last) return;
-    tk_introsort_loop(first, last, tk_lg(last - first) * 2, c);
-    if (last - first > TK_THRESHOLD) {
-        tk_insertion_sort(first, first + TK_THRESHOLD, c);
-        for (tk_elem *i = first + TK_THRESHOLD; i != last; i++) tk_unguarded_linear_insert(i, c);
-    } else {
-        tk_insertion_sort(first, last, c);
-    }
-}
-
-static void tk_nth_element(tk_elem *first, tk_elem *nth, tk_elem *last, tk_cmp c) {
-    if (first == last || nth == last) return;
-    int64_t depth = tk_lg(last - first) * 2;
-    while (last - first > 3) {
-        if (depth == 0) {
-            tk_heap_select(first, nth + 1, last, c);
-            tk_swap(first, nth);
-            return;
-        }
-        depth--;
-        tk_elem *cut = tk_partition_pivot(first, last, c);
-        if (cut <= nth)
-            first = cut;
-        else
-            last = cut;
-    }
-    tk_insertion_sort(first, last, c);
-}
-
-static int64_t tk_key_f64(double v) {
-    if (v != v) return INT64_MAX;
-    if (v == 0) return 0;
-    int64_t b;
-    memcpy(&b, &v, sizeof b);
-    return b >= 0 ? b : b ^ INT64_MAX;
-}
-
-typedef struct {
-    const hr_tensor *x, *vals, *idx;
-    int d;
-    int64_t k, rows;
-    bool largest;
-    atomic_bool oom;
-} topk_ctx;
-
-/* Element offset of position r (over all dims but d) in t. */
-static int64_t topk_offset(const hr_tensor *t, int d, int64_t r) {
-    int64_t off = 0;
-    for (int i = t->ndim - 1; i >= 0; i--) {
-        if (i == d) continue;
-        off += (r % t->shape[i]) * t->strides[i];
-        r /= t->shape[i];
-    }
-    return off;
-}
-
-static void topk_body(void *arg, int ith, int nth) {
-    topk_ctx *c = arg;
-    const hr_tensor *x = c->x;
-    int64_t n = x->ndim ? x->shape[c->d] : 1, sd = x->ndim ? x->strides[c->d] : 0;
-    int64_t svd = c->vals->ndim ? c->vals->strides[c->d] : 0, sid = c->idx->ndim ? c->idx->strides[c->d] : 0;
-    int64_t b, e;
-    hr_split_range(c->rows, ith, nth, &b, &e);
-    if (b >= e) return;
-    bool flt = x->dtype == HR_F64 || is_float(x->dtype);
-    size_t isz = hr_dtype_size(x->dtype);
-    tk_elem *q = malloc(sizeof(tk_elem) * (size_t)n);
-    if (!q) {
-        atomic_store(&c->oom, true);
-        return;
-    }
-    tk_cmp cmp = {c->largest};
-    for (int64_t r = b; r < e; r++) {
-        const char *px = (const char *)hr_tensor_ptr(x) + topk_offset(x, c->d, r) * (int64_t)isz;
-        char *pv = (char *)hr_tensor_ptr(c->vals) + topk_offset(c->vals, c->d, r) * (int64_t)isz;
-        int64_t *pi = (int64_t *)hr_tensor_ptr(c->idx) + topk_offset(c->idx, c->d, r);
-        for (int64_t j = 0; j < n; j++) {
-            const char *pj = px + j * sd * (int64_t)isz;
-            if (flt) {
-                double v;
-                hr_load_f64(&v, pj, x->dtype, 1, 1);
-                q[j].key = tk_key_f64(v);
-            } else {
-                hr_load_i64(&q[j].key, pj, x->dtype, 1, 1);
-            }
-            q[j].idx = j;
-        }
-        if (c->k * 64 <= n) {
-            tk_partial_sort(q, q + c->k, q + n, cmp);
-        } else {
-            tk_nth_element(q, q + c->k - 1, q + n, cmp);
-            tk_sort(q, q + c->k - 1, cmp);
-        }
-        for (int64_t j = 0; j < c->k; j++) {
-            memcpy(pv + j * svd * (int64_t)isz, px + q[j].idx * sd * (int64_t)isz, isz);
-            pi[j * sid] = q[j].idx;
-        }
-    }
-    free(q);
-}
-
-static hr_status k_topk(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
-                        int n_out) {
-    const hr_attrs_topk *a = attrs;
-    const hr_tensor *x = in[0];
-    topk_ctx c = {.x = x, .vals = out[0], .idx = out[1], .k = a->k, .largest = a->largest};
-    atomic_init(&c.oom, false);
-    if (x->ndim) c.d = (int)(a->dim < 0 ? a->dim + x->ndim : a->dim);
-    int64_t n = x->ndim ? x->shape[c.d] : 1;
-    c.rows = n ? hr_tensor_numel(x) / n : 0;
-    if (a->k == 0 || c.rows == 0) return HR_OK;
-    hr_parallel_run(topk_body, &c, hr_parallel_threads_for(c.rows * n, 16384));
-    if (atomic_load(&c.oom)) return hr_error(HR_ERR_OOM, "out of memory for %lld sort slots", (long long)n);
-    return HR_OK;
-}
-
 void hr_cpu_register_reduce(hr_cpu_kernel_fn *table) {
     table[HR_OP_sum] = k_sum;
     table[HR_OP_mean] = k_mean;
@@ -797,5 +547,5 @@ void hr_cpu_register_reduce(hr_cpu_kernel_fn *table) {
     table[HR_OP_softmax] = k_softmax;
     table[HR_OP_log_softmax] = k_log_softmax;
     table[HR_OP_cumsum] = k_cumsum;
-    table[HR_OP_topk] = k_topk;
+    hr_cpu_register_reduce_topk(table);
 }
