@@ -139,36 +139,42 @@ static void test_built_without_headers(void **state) {
 }
 #endif
 
-/* A strided view reads through a gather; an offset travels as an argument. */
+/* A transpose reads through a transpose, a stepped slice through a gather,
+ * and an offset travels as an argument. */
 static void test_view_load_text(void **state) {
     float data[12] = {0};
     int64_t shape[2] = {3, 4};
-    hr_tensor *t, *tt, *row;
+    hr_tensor *t, *tt, *row, *step;
     assert_int_equal(hr_tensor_from_host(hr_device_cpu(), HR_F32, 2, shape, data, sizeof data, &t), HR_OK);
     assert_int_equal(hr_tensor_transpose(t, 0, 1, &tt), HR_OK);
     assert_int_equal(hr_tensor_select(t, 0, 1, &row), HR_OK);
-    hr_shlo_view v;
-    hr_shlo_builder b;
-    hr_shlo_init(&b);
-    hr_shlo_view_of(tt, &v);
-    hr_shlo_value x = hr_shlo_view_load(&b, &v);
-    hr_shlo_view_of(row, &v);
-    hr_shlo_value y = hr_shlo_view_load(&b, &v);
-    hr_shlo_value r[2] = {x, y};
-    char *text = hr_shlo_finish(&b, "views", r, 2);
-    assert_non_null(text);
-    /* Two byte buffers and the row's offset, in declaration order. */
-    const char *sig = strstr(text, "@main(");
-    assert_non_null(sig);
-    const char *a0 = strstr(sig, "tensor<48xui8>"), *a1 = a0 ? strstr(a0 + 1, "tensor<48xui8>") : NULL;
-    assert_non_null(a1);
-    const char *off = strstr(a1, "tensor<i64>"), *end = strstr(sig, ") ->");
-    assert_true(off && off < end);
-    assert_non_null(strstr(text, "stablehlo.gather"));
-    assert_non_null(strstr(text, "stablehlo.dynamic_slice"));
-    assert_non_null(strstr(text, "-> (tensor<4x3xf32>, tensor<4xf32>)"));
-    free(text);
-    hr_shlo_free(&b);
+    assert_int_equal(hr_tensor_slice(t, 1, 0, 4, 2, &step), HR_OK);
+    const hr_tensor *views[3] = {tt, row, step};
+    static const char *const want[3] = {"stablehlo.transpose", "stablehlo.dynamic_slice", "stablehlo.gather"};
+    for (int i = 0; i < 3; i++) {
+        hr_shlo_view v;
+        hr_shlo_builder b;
+        hr_shlo_init(&b);
+        hr_shlo_view_of(views[i], &v);
+        hr_shlo_value x = hr_shlo_view_load(&b, &v);
+        char *text = hr_shlo_finish(&b, "view", &x, 1);
+        assert_non_null(text);
+        for (int j = 0; j < 3; j++) {
+            if (j == i)
+                assert_non_null(strstr(text, want[j]));
+            else
+                assert_null(strstr(text, want[j]));
+        }
+        /* the buffer's bytes, then the offset for the row */
+        const char *sig = strstr(text, "@main(");
+        assert_non_null(sig);
+        assert_true(strstr(sig, "tensor<48xui8>") == sig + strlen("@main(%v0: "));
+        const char *off = strstr(sig, "tensor<i64>");
+        assert_true((off && off < strstr(sig, ") ->")) == (views[i] == row));
+        free(text);
+        hr_shlo_free(&b);
+    }
+    hr_tensor_free(step);
     hr_tensor_free(row);
     hr_tensor_free(tt);
     hr_tensor_free(t);

@@ -76,23 +76,70 @@ static hr_shlo_value offset_arg(hr_shlo_builder *b, const hr_shlo_view *v) {
     return none;
 }
 
+/* The dims a view steps through (stride != 0), outermost first, when they
+ * tile a dense span: a permutation of a contiguous layout (a transpose),
+ * with broadcast dims on top. Then the view is a slice, a reshape and a
+ * transpose, which XLA runs far faster than a gather. */
+static bool dense_order(const hr_shlo_view *v, int *order, int *n) {
+    *n = 0;
+    for (int d = 0; d < v->ndim; d++)
+        if (v->strides[d] != 0) order[(*n)++] = d;
+    for (int i = 1; i < *n; i++) /* insertion sort, stride descending, stable */
+        for (int j = i; j > 0 && v->strides[order[j - 1]] < v->strides[order[j]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    int64_t expect = 1;
+    for (int i = *n - 1; i >= 0; i--) {
+        if (v->strides[order[i]] != expect) return false;
+        expect *= v->shape[order[i]];
+    }
+    return true;
+}
+
+/* `numel` elements of flat from the view's offset. */
+static hr_shlo_value span(hr_shlo_builder *b, hr_shlo_value flat, hr_shlo_value off, int64_t numel) {
+    if (off.id < 0) {
+        int64_t start = 0;
+        return hr_shlo_slice(b, flat, &start, &numel, NULL);
+    }
+    char attr[64];
+    snprintf(attr, sizeof attr, "slice_sizes = array<i64: %lld>", (long long)numel);
+    hr_shlo_value in[2] = {flat, off};
+    return hr_shlo_op(b, "dynamic_slice", in, 2, attr, flat.dt, 1, &numel);
+}
+
+/* A dense span (order from dense_order) read as the view. */
+static hr_shlo_value span_to_view(hr_shlo_builder *b, hr_shlo_value sp, const hr_shlo_view *v, const int *order,
+                                  int n) {
+    int64_t sorted[HR_MAX_DIMS];
+    for (int i = 0; i < n; i++) sorted[i] = v->shape[order[i]];
+    hr_shlo_value r = hr_shlo_reshape(b, sp, n, sorted);
+    /* perm[k]: position in `order` of the k-th stepped dim in view order */
+    int perm[HR_MAX_DIMS], dims[HR_MAX_DIMS], k = 0;
+    for (int d = 0; d < v->ndim; d++) {
+        if (v->strides[d] == 0) continue;
+        for (int i = 0; i < n; i++)
+            if (order[i] == d) perm[k] = i;
+        dims[k++] = d;
+    }
+    r = hr_shlo_transpose(b, r, perm);
+    return k == v->ndim ? r : hr_shlo_bcast_dims(b, r, dims, v->ndim, v->shape);
+}
+
 hr_shlo_value hr_shlo_view_load(hr_shlo_builder *b, const hr_shlo_view *v) {
     hr_shlo_value bytes = hr_shlo_arg(b, HR_U8, 1, &v->buf_bytes);
     hr_shlo_value off = offset_arg(b, v);
     hr_shlo_value flat = bytes_to_flat(b, bytes, v->dt);
-    int64_t numel = hr_shape_numel(v->ndim, v->shape);
+    int order[HR_MAX_DIMS], n;
     hr_shlo_value r;
     if (v->contiguous) {
-        if (off.id >= 0) {
-            char attr[64];
-            snprintf(attr, sizeof attr, "slice_sizes = array<i64: %lld>", (long long)numel);
-            hr_shlo_value in[2] = {flat, off};
-            flat = hr_shlo_op(b, "dynamic_slice", in, 2, attr, flat.dt, 1, &numel);
-        } else {
-            int64_t start = 0;
-            flat = hr_shlo_slice(b, flat, &start, &numel, NULL);
-        }
-        r = hr_shlo_reshape(b, flat, v->ndim, v->shape);
+        r = hr_shlo_reshape(b, span(b, flat, off, hr_shape_numel(v->ndim, v->shape)), v->ndim, v->shape);
+    } else if (dense_order(v, order, &n)) {
+        int64_t count = 1;
+        for (int i = 0; i < n; i++) count *= v->shape[order[i]];
+        r = span_to_view(b, span(b, flat, off, count), v, order, n);
     } else {
         r = hr_shlo_gather_flat(b, flat, view_indices(b, v, off));
     }
@@ -113,7 +160,14 @@ hr_shlo_value hr_shlo_view_store(hr_shlo_builder *b, const hr_shlo_view *v, hr_s
                                          : hr_shlo_arg(b, HR_U8, 1, &v->buf_bytes);
     hr_shlo_value off = offset_arg(b, v);
     hr_shlo_value flat = bytes_to_flat(b, bytes, v->dt);
-    if (v->contiguous) {
+    int order[HR_MAX_DIMS], n;
+    if (v->contiguous || (dense_order(v, order, &n) && n == v->ndim)) {
+        /* A dense (possibly transposed) output: one dynamic_update_slice. */
+        if (!v->contiguous) {
+            int perm[HR_MAX_DIMS];
+            for (int i = 0; i < n; i++) perm[i] = order[i];
+            val = hr_shlo_transpose(b, val, perm);
+        }
         if (off.id < 0) off = hr_shlo_const_i64(b, 0);
         hr_shlo_value in[3] = {flat, hr_shlo_reshape(b, val, 1, &numel), off};
         flat = hr_shlo_op(b, "dynamic_update_slice", in, 3, NULL, flat.dt, 1, flat.shape);
