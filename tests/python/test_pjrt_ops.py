@@ -372,3 +372,11 @@ def test_rope_cos_sin_and_rope(dtype):
     x1, x2, rest = x[..., :8], x[..., 8:16], x[..., 16:]
     want = torch.cat([x1 * c[..., :8] - x2 * s[..., :8], x2 * c[..., 8:] + x1 * s[..., 8:], rest], -1)
     check("rope", [x, c, s], want)
+
+
+def test_empty_inputs():
+    """Size-0 inputs with non-empty outputs: empty sums, k = 0 matmuls."""
+    x = torch.zeros(3, 0)
+    check("sum", [x], x.sum(1), dim=1)
+    a, b = torch.zeros(2, 0), torch.zeros(0, 5)
+    check("matmul", [a, b], a @ b)
