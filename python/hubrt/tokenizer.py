@@ -15,6 +15,14 @@ _load = fn("hr_tokenizer_load", [ctypes.c_char_p, ctypes.POINTER(_P)])
 _load_json = fn("hr_tokenizer_load_json", [ctypes.c_char_p, _SZ, ctypes.POINTER(_P)])
 _free = fn("hr_tokenizer_free", [_P], None)
 _encode = fn("hr_tokenizer_encode", [_P, ctypes.c_char_p, _SZ, ctypes.c_bool, ctypes.POINTER(_I32P), ctypes.POINTER(_SZ)])
+
+
+class _Offset(ctypes.Structure):
+    _fields_ = [("start", ctypes.c_uint32), ("end", ctypes.c_uint32)]
+
+
+_encode_offsets = fn("hr_tokenizer_encode_offsets", [_P, ctypes.c_char_p, _SZ, ctypes.c_bool, ctypes.POINTER(_I32P),
+                                                     ctypes.POINTER(ctypes.POINTER(_Offset)), ctypes.POINTER(_SZ)])
 _encode_batch = fn("hr_tokenizer_encode_batch",
                    [_P, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(_SZ), _SZ, ctypes.c_bool, ctypes.c_int,
                     ctypes.POINTER(ctypes.POINTER(_I32P)), ctypes.POINTER(ctypes.POINTER(_SZ))])
@@ -81,6 +89,32 @@ class Tokenizer:
             return ids[:n.value]
         finally:
             _free_array(ids)
+
+    def encode_with_offsets(self, text, add_special_tokens=True):
+        """(ids, offsets): offsets are (start, end) character positions in text,
+        as tokenizers' Encoding.offsets; added special tokens get (0, 0)."""
+        data = text.encode("utf-8", "surrogatepass")
+        ids, offs, n = _I32P(), ctypes.POINTER(_Offset)(), _SZ()
+        check(_encode_offsets(self._h, data, len(data), add_special_tokens, ctypes.byref(ids), ctypes.byref(offs),
+                              ctypes.byref(n)))
+        try:
+            # byte position -> character position
+            char_at = [0] * (len(data) + 1)
+            c = 0
+            for i, b in enumerate(data):
+                char_at[i] = c
+                if b & 0xC0 != 0x80:
+                    c += 1
+                char_at[i] = c - 1 if b & 0xC0 != 0x80 else char_at[i - 1]
+            char_at[len(data)] = c
+            spans = []
+            for i in range(n.value):
+                a, z = offs[i].start, offs[i].end
+                spans.append((char_at[a] if a < len(data) else c, char_at[z - 1] + 1 if z > 0 else 0))
+            return ids[:n.value], spans
+        finally:
+            _free_array(ids)
+            _free_array(offs)
 
     def encode_batch(self, texts, add_special_tokens=True, num_threads=0):
         datas = [t.encode("utf-8", "surrogatepass") for t in texts]
@@ -171,9 +205,12 @@ class PreTrainedTokenizer:
     def backend(self):
         return self._tok
 
-    def __call__(self, text, add_special_tokens=True, return_tensors=None, padding=False):
+    def __call__(self, text, add_special_tokens=True, return_tensors=None, padding=False, return_offsets_mapping=False):
         single = isinstance(text, str)
         seqs = [self.encode(text, add_special_tokens)] if single else self._tok.encode_batch(text, add_special_tokens)
+        offsets = None
+        if return_offsets_mapping:
+            offsets = [self._tok.encode_with_offsets(t, add_special_tokens)[1] for t in ([text] if single else text)]
         if padding and not single:
             width = max((len(s) for s in seqs), default=0)
             pad = self.pad_token_id if self.pad_token_id is not None else 0
@@ -182,6 +219,8 @@ class PreTrainedTokenizer:
         else:
             masks = [[1] * len(s) for s in seqs]
         out = {"input_ids": seqs[0] if single else seqs, "attention_mask": masks[0] if single else masks}
+        if offsets is not None:
+            out["offset_mapping"] = offsets[0] if single else offsets
         if return_tensors == "np":
             import numpy as np
             out = {k: np.array([v] if single else v, dtype=np.int64) for k, v in out.items()}

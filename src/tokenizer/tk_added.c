@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <utf8proc.h>
+
 #include "tokenizer/tk_internal.h"
 
 typedef struct {
@@ -124,6 +126,7 @@ static hr_status build(tk_added *a, const tk_normalizer *nz) {
     for (int32_t i = 0; i <= a->max_id; i++) a->by_id[i] = -1;
     tk_ws ws = {0};
     tk_buf tmp = {0};
+    tk_aligns tmp_al = {0}, src_al = {0};
     hr_status st = HR_OK;
     /* Normalized contents first: their offsets must be final before use. */
     size_t *norm_off = calloc(a->n + 1, sizeof *norm_off), *norm_len = calloc(a->n + 1, sizeof *norm_len);
@@ -131,8 +134,11 @@ static hr_status build(tk_added *a, const tk_normalizer *nz) {
     for (size_t i = 0; st == HR_OK && i < a->n; i++) {
         added_token *t = &a->v[i];
         if (!t->normalized) continue;
-        if (nz) st = tk_normalize(nz, t->content, t->len, &tmp, &ws);
-        else {
+        /* Alignments are not needed here; any will do. */
+        src_al.n = 0;
+        st = tk_aligns_fill(&src_al, (tk_align){0, 0}, t->len + 1);
+        if (st == HR_OK && nz) st = tk_normalize(nz, t->content, src_al.p, t->len, &tmp, &tmp_al, &ws);
+        else if (st == HR_OK) {
             tmp.n = 0;
             st = tk_buf_append(&tmp, t->content, t->len);
         }
@@ -152,6 +158,8 @@ static hr_status build(tk_added *a, const tk_normalizer *nz) {
     free(norm_off);
     free(norm_len);
     tk_buf_free(&tmp);
+    tk_aligns_free(&tmp_al);
+    tk_aligns_free(&src_al);
     tk_ws_clear(&ws);
     return st;
 }
@@ -194,9 +202,22 @@ static int32_t last_cp(const char *s, size_t n) {
     return cp;
 }
 
-static bool is_word_cp(int32_t cp) { return cp == '_' || tk_cp_is_alphanumeric(cp); }
+/* Rust regex's Unicode \w, which tokenizers uses for single_word:
+ * Alphabetic, marks, decimal digits, connectors, Join_Control. The
+ * Alphabetic symbols outside L and Nl are the circled and squared letters. */
+static bool is_word_cp(int32_t cp) {
+    if (cp < 0x80) return cp == '_' || (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
+    if (cp == 0x200C || cp == 0x200D || (cp >= 0x24B6 && cp <= 0x24E9) || (cp >= 0x1F130 && cp <= 0x1F189)) return true;
+    switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+        return true;
+    default:
+        return tk_cp_category(cp) == 'L' || tk_cp_category(cp) == 'M';
+    }
+}
 
-hr_status tk_added_split(const tk_added *a, bool normalized, const char *s, size_t n, bool first, tk_pieces *out) {
+hr_status tk_added_split(const tk_added *a, bool normalized, const char *s, const tk_align *al, size_t n, bool first,
+                         tk_pieces *out) {
     const trie *t = normalized ? &a->norm : &a->raw;
     size_t done = 0; /* end of the last emitted piece */
     for (size_t i = 0; i < n && t->n > 1;) {
@@ -228,11 +249,11 @@ hr_status tk_added_split(const tk_added *a, bool normalized, const char *s, size
                 if (!tk_cp_is_whitespace(cp)) break;
                 stop += kk;
             }
-        if (start > done) HR_TRY(tk_pieces_add(out, s + done, start - done, -1, first && done == 0));
-        HR_TRY(tk_pieces_add(out, s + start, stop - start, tok->id, first && start == 0));
+        if (start > done) HR_TRY(tk_pieces_add(out, s + done, al + done, start - done, -1, first && done == 0));
+        HR_TRY(tk_pieces_add(out, s + start, al + start, stop - start, tok->id, first && start == 0));
         done = stop;
     }
-    if (done < n) HR_TRY(tk_pieces_add(out, s + done, n - done, -1, first && done == 0));
+    if (done < n) HR_TRY(tk_pieces_add(out, s + done, al + done, n - done, -1, first && done == 0));
     return HR_OK;
 }
 

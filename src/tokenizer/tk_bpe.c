@@ -140,6 +140,7 @@ typedef struct {
     char *keys;        /* CACHE_KEY_BYTES */
     size_t keys_n;
     int32_t *ids;      /* CACHE_IDS */
+    int32_t *lens;     /* CACHE_IDS: byte length of each cached token */
     size_t ids_n;
     uint32_t (*entries)[2]; /* (entries_cap) offset and count in ids */
     size_t entries_n, entries_cap;
@@ -153,6 +154,7 @@ void tk_bpe_scratch_free(void *p) {
     tk_strmap_free(&s->cache);
     free(s->keys);
     free(s->ids);
+    free(s->lens);
     free(s->entries);
     free(s);
 }
@@ -163,9 +165,10 @@ static hr_status scratch_get(tk_ws *ws, bpe_scratch **out) {
         if (!s) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
         s->keys = malloc(CACHE_KEY_BYTES);
         s->ids = malloc(CACHE_IDS * sizeof *s->ids);
+        s->lens = malloc(CACHE_IDS * sizeof *s->lens);
         s->entries_cap = CACHE_ENTRIES;
         s->entries = malloc(s->entries_cap * sizeof *s->entries);
-        if (!s->keys || !s->ids || !s->entries || tk_strmap_init(&s->cache, CACHE_ENTRIES) != HR_OK) {
+        if (!s->keys || !s->ids || !s->lens || !s->entries || tk_strmap_init(&s->cache, CACHE_ENTRIES) != HR_OK) {
             tk_bpe_scratch_free(s);
             return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
         }
@@ -316,14 +319,19 @@ static hr_status merge_all(const tk_model *m, bpe_scratch *s, size_t ns) {
     return HR_OK;
 }
 
-static void cache_store(bpe_scratch *s, const char *w, size_t n, const int32_t *ids, size_t k) {
+static void cache_store(bpe_scratch *s, const char *w, size_t n, const symbol *sym, size_t ns, size_t k) {
     if (n > CACHE_MAX_WORD || k > CACHE_MAX_WORD) return;
     if (s->keys_n + n > CACHE_KEY_BYTES || s->ids_n + k > CACHE_IDS || s->entries_n == s->entries_cap) {
         tk_strmap_clear(&s->cache);
         s->keys_n = s->ids_n = s->entries_n = 0;
     }
     memcpy(s->keys + s->keys_n, w, n);
-    memcpy(s->ids + s->ids_n, ids, k * sizeof *ids);
+    size_t j = s->ids_n;
+    for (size_t i = 0; i < ns; i++)
+        if (sym[i].len) {
+            s->ids[j] = sym[i].id;
+            s->lens[j++] = (int32_t)sym[i].len;
+        }
     s->entries[s->entries_n][0] = (uint32_t)s->ids_n;
     s->entries[s->entries_n][1] = (uint32_t)k;
     if (tk_strmap_put(&s->cache, s->keys + s->keys_n, n, (int32_t)s->entries_n) != HR_OK) {
@@ -336,21 +344,47 @@ static void cache_store(bpe_scratch *s, const char *w, size_t n, const int32_t *
     s->entries_n++;
 }
 
-hr_status tk_bpe_tokenize(const tk_model *m, const char *w, size_t n, tk_ids *out, tk_ws *ws) {
+/* Token byte ranges in the word from their lengths. */
+static hr_status push_offsets(tk_ids *offs, const int32_t *lens, size_t k) {
+    int32_t pos = 0;
+    for (size_t i = 0; i < k; i++) {
+        HR_TRY(tk_ids_push(offs, pos));
+        pos += lens[i];
+        HR_TRY(tk_ids_push(offs, pos));
+    }
+    return HR_OK;
+}
+
+hr_status tk_bpe_tokenize(const tk_model *m, const char *w, size_t n, tk_ids *out, tk_ids *offs, tk_ws *ws) {
     if (m->ignore_merges) {
         int32_t id = tk_vocab_get(&m->vocab, w, n);
-        if (id >= 0) return tk_ids_push(out, id);
+        if (id >= 0) {
+            if (offs) HR_TRY(push_offsets(offs, (const int32_t[]){(int32_t)n}, 1));
+            return tk_ids_push(out, id);
+        }
     }
     bpe_scratch *s = NULL;
     HR_TRY(scratch_get(ws, &s));
     int32_t hit = tk_strmap_get(&s->cache, w, n);
-    if (hit >= 0) return tk_ids_append(out, s->ids + s->entries[hit][0], s->entries[hit][1]);
+    if (hit >= 0) {
+        uint32_t at = s->entries[hit][0], k = s->entries[hit][1];
+        if (offs) HR_TRY(push_offsets(offs, s->lens + at, k));
+        return tk_ids_append(out, s->ids + at, k);
+    }
     size_t ns;
     HR_TRY(word_symbols(m, s, w, n, &ns));
     HR_TRY(merge_all(m, s, ns));
     size_t start = out->n;
-    for (size_t i = 0; i < ns; i++)
-        if (s->sym[i].len) HR_TRY(tk_ids_push(out, s->sym[i].id));
-    cache_store(s, w, n, out->p + start, out->n - start);
+    int32_t pos = 0;
+    for (size_t i = 0; i < ns; i++) {
+        if (!s->sym[i].len) continue;
+        HR_TRY(tk_ids_push(out, s->sym[i].id));
+        if (offs) {
+            HR_TRY(tk_ids_push(offs, pos));
+            HR_TRY(tk_ids_push(offs, pos + (int32_t)s->sym[i].len));
+        }
+        pos += (int32_t)s->sym[i].len;
+    }
+    cache_store(s, w, n, s->sym, ns, out->n - start);
     return HR_OK;
 }

@@ -16,9 +16,13 @@ void tk_ws_clear(tk_ws *ws) {
     tk_buf_free(&ws->t1);
     tk_buf_free(&ws->t2);
     tk_buf_free(&ws->t3);
+    tk_aligns_free(&ws->a1);
+    tk_aligns_free(&ws->a2);
+    tk_aligns_free(&ws->a3);
     free(ws->spans.v);
     memset(&ws->spans, 0, sizeof ws->spans);
     tk_ids_free(&ws->ids);
+    tk_ids_free(&ws->offs);
 }
 
 hr_status tk_ws_acquire(hr_tokenizer *tok, tk_ws **out) {
@@ -50,25 +54,42 @@ void tk_ws_pool_free(hr_tokenizer *tok) {
 
 /* ---- encode ---------------------------------------------------------------------- */
 
+/* Each byte of the input is aligned with its whole character, as
+ * tokenizers' NormalizedString starts. */
+static hr_status input_alignments(const char *text, size_t len, tk_aligns *al) {
+    al->n = 0;
+    HR_TRY(tk_aligns_fill(al, (tk_align){0, 0}, len + 1));
+    for (size_t i = 0; i < len;) {
+        size_t k = 1;
+        while (i + k < len && ((unsigned char)text[i + k] & 0xC0) == 0x80) k++;
+        for (size_t q = 0; q < k; q++) al->p[i + q] = (tk_align){(uint32_t)i, (uint32_t)(i + k)};
+        i += k;
+    }
+    return HR_OK;
+}
+
 static hr_status encode_pieces(const hr_tokenizer *tok, const char *text, size_t len, tk_ws *ws) {
     tk_pieces *raw = &ws->pa, *norm = &ws->pb;
     tk_pieces_reset(raw);
     tk_pieces_reset(norm);
-    HR_TRY(tk_added_split(tok->added, false, text, len, true, raw));
+    HR_TRY(input_alignments(text, len, &ws->a1));
+    HR_TRY(tk_added_split(tok->added, false, text, ws->a1.p, len, true, raw));
     for (size_t i = 0; i < raw->n; i++) {
         const tk_piece *pc = &raw->v[i];
         const char *s = raw->text.p + pc->off;
+        const tk_align *al = raw->al.p + pc->off;
         if (pc->id >= 0) {
-            HR_TRY(tk_pieces_add(norm, s, pc->len, pc->id, pc->first));
+            HR_TRY(tk_pieces_add(norm, s, al, pc->len, pc->id, pc->first));
             continue;
         }
         size_t n = pc->len;
         if (tok->normalizer) {
-            HR_TRY(tk_normalize(tok->normalizer, s, n, &ws->t3, ws));
+            HR_TRY(tk_normalize(tok->normalizer, s, al, n, &ws->t3, &ws->a3, ws));
             s = ws->t3.p;
+            al = ws->a3.p;
             n = ws->t3.n;
         }
-        HR_TRY(tk_added_split(tok->added, true, s, n, pc->first, norm));
+        HR_TRY(tk_added_split(tok->added, true, s, al, n, pc->first, norm));
     }
     if (!tok->pretok) {
         tk_pieces t = ws->pa;
@@ -79,47 +100,93 @@ static hr_status encode_pieces(const hr_tokenizer *tok, const char *text, size_t
     return tk_pretokenize(tok->pretok, norm, raw, ws);
 }
 
+/* Model tokens of every piece into ws->ids; with `offsets`, their original
+ * byte ranges into ws->offs (two values a token). */
+static hr_status encode_model(const hr_tokenizer *tok, tk_ws *ws, bool offsets) {
+    const tk_pieces *ps = &ws->pa;
+    ws->ids.n = ws->offs.n = 0;
+    tk_ids local = {0};
+    hr_status st = HR_OK;
+    for (size_t i = 0; st == HR_OK && i < ps->n; i++) {
+        const tk_piece *pc = &ps->v[i];
+        const tk_align *al = ps->al.p + pc->off;
+        if (pc->id >= 0) {
+            st = tk_ids_push(&ws->ids, pc->id);
+            if (st == HR_OK && offsets && (st = tk_ids_push(&ws->offs, (int32_t)al[0].start)) == HR_OK)
+                st = tk_ids_push(&ws->offs, (int32_t)al[pc->len - 1].end);
+            continue;
+        }
+        local.n = 0;
+        st = tk_model_tokenize(tok->model, ps->text.p + pc->off, pc->len, &ws->ids, offsets ? &local : NULL, ws);
+        for (size_t k = 0; st == HR_OK && k + 1 < local.n; k += 2) {
+            int32_t a = local.p[k], b = local.p[k + 1];
+            if (a < 0 || b <= a || (uint32_t)b > pc->len) {
+                st = hr_error(HR_ERR_INTERNAL, "tokenizer: token range %d..%d outside a piece of %u bytes", a, b, pc->len);
+                break;
+            }
+            if ((st = tk_ids_push(&ws->offs, (int32_t)al[a].start)) == HR_OK)
+                st = tk_ids_push(&ws->offs, (int32_t)al[b - 1].end);
+        }
+    }
+    tk_ids_free(&local);
+    return st;
+}
+
 static hr_status encode_ws(const hr_tokenizer *tok, const char *text, size_t len, bool add_special, tk_ws *ws,
-                           int32_t **ids, size_t *n_ids) {
+                           int32_t **ids, hr_offset **offsets, size_t *n_ids) {
     size_t valid = tk_utf8_valid_prefix(text, len);
     if (valid != len) return hr_error(HR_ERR_INVALID_ARG, "tokenizer: text is not valid UTF-8 at byte %zu", valid);
+    if (len > INT32_MAX) return hr_error(HR_ERR_INVALID_ARG, "tokenizer: text of %zu bytes is longer than 2 GiB", len);
     HR_TRY(encode_pieces(tok, text, len, ws));
-    const tk_pieces *ps = &ws->pa;
-    tk_ids *out = &ws->ids;
-    out->n = 0;
-    for (size_t i = 0; i < ps->n; i++) {
-        const tk_piece *pc = &ps->v[i];
-        if (pc->id >= 0) HR_TRY(tk_ids_push(out, pc->id));
-        else HR_TRY(tk_model_tokenize(tok->model, ps->text.p + pc->off, pc->len, out, ws));
-    }
-    tk_ids fin = {0};
+    HR_TRY(encode_model(tok, ws, offsets != NULL));
+    tk_ids fin = {0}, fin_offs = {0};
+    hr_status st;
     if (add_special && tok->post) {
-        hr_status st = tk_post_process(tok->post, out, &fin);
-        if (st != HR_OK) {
-            tk_ids_free(&fin);
-            return st;
-        }
+        st = tk_post_process(tok->post, &ws->ids, offsets ? &ws->offs : NULL, &fin, offsets ? &fin_offs : NULL);
     } else {
-        HR_TRY(tk_ids_append(&fin, out->p, out->n));
+        st = tk_ids_append(&fin, ws->ids.p, ws->ids.n);
+        if (st == HR_OK && offsets) st = tk_ids_append(&fin_offs, ws->offs.p, ws->offs.n);
     }
-    if (!fin.p && !(fin.p = malloc(sizeof *fin.p))) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    if (st == HR_OK && !fin.p && !(fin.p = malloc(sizeof *fin.p))) st = hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    if (st == HR_OK && offsets && !(*offsets = malloc((fin.n + 1) * sizeof **offsets)))
+        st = hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    if (st != HR_OK) {
+        tk_ids_free(&fin);
+        tk_ids_free(&fin_offs);
+        return st;
+    }
+    for (size_t i = 0; offsets && i < fin.n; i++)
+        (*offsets)[i] = (hr_offset){(uint32_t)fin_offs.p[2 * i], (uint32_t)fin_offs.p[2 * i + 1]};
+    tk_ids_free(&fin_offs);
     *ids = fin.p;
     *n_ids = fin.n;
     return HR_OK;
 }
 
-hr_status hr_tokenizer_encode(const hr_tokenizer *tok, const char *text, size_t len, bool add_special, int32_t **ids,
-                              size_t *n_ids) {
+static hr_status encode(const hr_tokenizer *tok, const char *text, size_t len, bool add_special, int32_t **ids,
+                        hr_offset **offsets, size_t *n_ids) {
     if (!tok || (!text && len) || !ids || !n_ids) return hr_error(HR_ERR_INVALID_ARG, "hr_tokenizer_encode: NULL argument");
     *ids = NULL;
+    if (offsets) *offsets = NULL;
     *n_ids = 0;
     if (!text) text = "";
     hr_tokenizer *t = (hr_tokenizer *)tok; /* only the workspace pool changes */
     tk_ws *ws;
     HR_TRY(tk_ws_acquire(t, &ws));
-    hr_status st = encode_ws(tok, text, len, add_special, ws, ids, n_ids);
+    hr_status st = encode_ws(tok, text, len, add_special, ws, ids, offsets, n_ids);
     tk_ws_release(t, ws);
     return st;
+}
+
+hr_status hr_tokenizer_encode(const hr_tokenizer *tok, const char *text, size_t len, bool add_special, int32_t **ids,
+                              size_t *n_ids) {
+    return encode(tok, text, len, add_special, ids, NULL, n_ids);
+}
+
+hr_status hr_tokenizer_encode_offsets(const hr_tokenizer *tok, const char *text, size_t len, bool add_special,
+                                      int32_t **ids, hr_offset **offsets, size_t *n_ids) {
+    if (!offsets) return hr_error(HR_ERR_INVALID_ARG, "hr_tokenizer_encode_offsets: NULL argument");
+    return encode(tok, text, len, add_special, ids, offsets, n_ids);
 }
 
 void hr_tokenizer_free_array(void *p) { free(p); }

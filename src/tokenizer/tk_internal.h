@@ -39,6 +39,22 @@ hr_status tk_ids_push(tk_ids *v, int32_t id);
 hr_status tk_ids_append(tk_ids *v, const int32_t *ids, size_t n);
 void tk_ids_free(tk_ids *v);
 
+/* Where a byte of transformed text came from: the original byte range of
+ * the character it stems from, as tokenizers' NormalizedString alignments. */
+typedef struct {
+    uint32_t start, end;
+} tk_align;
+
+typedef struct {
+    tk_align *p;
+    size_t n, cap;
+} tk_aligns;
+
+/* Appends `count` copies of a. */
+hr_status tk_aligns_fill(tk_aligns *v, tk_align a, size_t count);
+hr_status tk_aligns_append(tk_aligns *v, const tk_align *src, size_t n);
+void tk_aligns_free(tk_aligns *v);
+
 /* One piece of the text: bytes [off, off+len) of the owning tk_pieces text. */
 typedef struct {
     uint32_t off, len;
@@ -48,14 +64,15 @@ typedef struct {
 
 typedef struct {
     tk_buf text;
-    tk_piece *v; /* (n) */
+    tk_aligns al; /* (text.n) alignment of every text byte */
+    tk_piece *v;  /* (n) */
     size_t n, cap;
 } tk_pieces;
 
 void tk_pieces_reset(tk_pieces *ps);
 void tk_pieces_free(tk_pieces *ps);
-/* Appends a copy of s[0..n) as a new piece. */
-hr_status tk_pieces_add(tk_pieces *ps, const char *s, size_t n, int32_t id, bool first);
+/* Appends a copy of s[0..n), with its alignments al[0..n), as a new piece. */
+hr_status tk_pieces_add(tk_pieces *ps, const char *s, const tk_align *al, size_t n, int32_t id, bool first);
 
 /* ---- UTF-8 and Unicode helpers (tk_utf8.c) ---------------------------- */
 
@@ -71,7 +88,6 @@ hr_status tk_utf8_lossy_append(tk_buf *out, const char *s, size_t n);
 bool tk_cp_is_whitespace(int32_t cp);
 bool tk_cp_is_numeric(int32_t cp);
 bool tk_cp_is_punctuation(int32_t cp);
-bool tk_cp_is_alphanumeric(int32_t cp);
 /* General category class: 'L','M','N','P','S','Z','C' and the utf8proc value. */
 int tk_cp_category(int32_t cp);
 
@@ -123,15 +139,18 @@ struct tk_ws {
     tk_ws *next;
     tk_pieces pa, pb;
     tk_buf t1, t2, t3;
+    tk_aligns a1, a2, a3; /* alignments of t1, t2, t3 */
     tk_spans spans;
-    tk_ids ids;
+    tk_ids ids, offs;
     void *model_scratch; /* owned by the model unit */
 };
 
 hr_status tk_normalizer_parse(const cJSON *j, tk_normalizer **out);
 void tk_normalizer_free(tk_normalizer *n);
-/* Writes the normalized form of s[0..n) into out (cleared first). */
-hr_status tk_normalize(const tk_normalizer *nz, const char *s, size_t n, tk_buf *out, tk_ws *ws);
+/* Writes the normalized form of s[0..n) into out and the alignment of each
+ * output byte into al_out (both cleared first); al gives s's alignments. */
+hr_status tk_normalize(const tk_normalizer *nz, const char *s, const tk_align *al, size_t n, tk_buf *out,
+                       tk_aligns *al_out, tk_ws *ws);
 
 hr_status tk_pretok_parse(const cJSON *j, tk_pretok **out);
 void tk_pretok_free(tk_pretok *p);
@@ -141,8 +160,9 @@ hr_status tk_pretokenize(const tk_pretok *p, const tk_pieces *in, tk_pieces *out
 hr_status tk_model_parse(const cJSON *j, tk_model **out);
 void tk_model_free(tk_model *m);
 void tk_model_scratch_free(const tk_model *m, void *scratch);
-/* Appends the ids of one pre-tokenized piece. */
-hr_status tk_model_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out, tk_ws *ws);
+/* Appends the ids of one pre-tokenized piece, and to offs (when not NULL)
+ * each token's byte range in the piece as two values. */
+hr_status tk_model_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out, tk_ids *offs, tk_ws *ws);
 int32_t tk_model_token_to_id(const tk_model *m, const char *s, size_t n);
 /* NULL when out of range. */
 const char *tk_model_id_to_token(const tk_model *m, int32_t id, size_t *len);
@@ -152,7 +172,8 @@ size_t tk_model_vocab_size(const tk_model *m);
 hr_status tk_added_parse(const cJSON *j, const tk_normalizer *nz, tk_added **out);
 void tk_added_free(tk_added *a);
 /* Splits s[0..n) on the added tokens (normalized or not) into `out` (appended). */
-hr_status tk_added_split(const tk_added *a, bool normalized, const char *s, size_t n, bool first, tk_pieces *out);
+hr_status tk_added_split(const tk_added *a, bool normalized, const char *s, const tk_align *al, size_t n, bool first,
+                         tk_pieces *out);
 int32_t tk_added_token_to_id(const tk_added *a, const char *s, size_t n);
 const char *tk_added_id_to_token(const tk_added *a, int32_t id, size_t *len, bool *special);
 size_t tk_added_count(const tk_added *a);
@@ -160,8 +181,9 @@ int32_t tk_added_max_id(const tk_added *a);
 
 hr_status tk_post_parse(const cJSON *j, tk_post **out);
 void tk_post_free(tk_post *p);
-/* Rewrites ids with the special tokens of the single-sequence template. */
-hr_status tk_post_process(const tk_post *p, const tk_ids *in, tk_ids *out);
+/* Rewrites ids with the special tokens of the single-sequence template;
+ * offs (pairs, may be NULL) follows, special tokens getting (0, 0). */
+hr_status tk_post_process(const tk_post *p, const tk_ids *in, const tk_ids *in_offs, tk_ids *out, tk_ids *out_offs);
 
 hr_status tk_decoder_parse(const cJSON *j, tk_decoder **out);
 void tk_decoder_free(tk_decoder *d);
@@ -189,7 +211,8 @@ typedef enum {
     TK_SPLIT_CONTIGUOUS,
 } tk_split_behavior;
 
-hr_status tk_split_apply(tk_spans *spans, tk_split_behavior b, const char *s, bool first, tk_pieces *out);
+hr_status tk_split_apply(tk_spans *spans, tk_split_behavior b, const char *s, const tk_align *al, bool first,
+                         tk_pieces *out);
 hr_status tk_split_behavior_parse(const cJSON *j, const char *field, tk_split_behavior *out);
 
 /* ---- JSON helpers (tk_json.c) ------------------------------------------ */

@@ -43,16 +43,16 @@ struct tk_model {
 };
 
 hr_status tk_bpe_parse(const cJSON *j, tk_model *m);
-hr_status tk_bpe_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out, tk_ws *ws);
+hr_status tk_bpe_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out, tk_ids *offs, tk_ws *ws);
 void tk_bpe_scratch_free(void *scratch);
 
 hr_status tk_wordpiece_parse(const cJSON *j, tk_model *m);
-hr_status tk_wordpiece_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out);
+hr_status tk_wordpiece_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out, tk_ids *offs);
 
 hr_status tk_wordlevel_parse(const cJSON *j, tk_model *m);
 
 hr_status tk_unigram_parse(const cJSON *j, tk_model *m);
-hr_status tk_unigram_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out, tk_ws *ws);
+hr_status tk_unigram_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out, tk_ids *offs, tk_ws *ws);
 void tk_unigram_scratch_free(void *scratch);
 
 #endif

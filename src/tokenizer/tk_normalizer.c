@@ -121,7 +121,31 @@ hr_status tk_normalizer_parse(const cJSON *j, tk_normalizer **out) {
     return HR_OK;
 }
 
-/* ---- the transformations ---------------------------------------------------- */
+/* ---- the transformations ----------------------------------------------------
+ *
+ * Each writes bytes and, for every byte, the original range it came from,
+ * with tokenizers' conventions: a replaced character keeps the alignment of
+ * the one it replaces; an inserted one takes that of the byte before it. */
+
+typedef struct {
+    tk_buf *b;
+    tk_aligns *a;
+} nz_out;
+
+static hr_status put(nz_out o, const char *p, size_t k, tk_align al) {
+    HR_TRY(tk_buf_append(o.b, p, k));
+    return tk_aligns_fill(o.a, al, k);
+}
+
+static hr_status put_src(nz_out o, const char *s, const tk_align *al, size_t k) {
+    HR_TRY(tk_buf_append(o.b, s, k));
+    return tk_aligns_append(o.a, al, k);
+}
+
+static hr_status put_cp(nz_out o, int32_t cp, tk_align al) {
+    char u[4];
+    return put(o, u, tk_utf8_encode(cp, u), al);
+}
 
 static bool is_ascii(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -129,54 +153,10 @@ static bool is_ascii(const char *s, size_t n) {
     return true;
 }
 
-static hr_status utf8proc_form(nz_type t, const char *s, size_t n, tk_buf *out);
-
-/* NFC leaves most text as it is; only the runs that can change go through
- * utf8proc. A cut is a position before a starter that has no canonical
- * decomposition and composes with nothing before it: NFC of the whole is
- * NFC of the pieces between cuts. A piece of one such starter is unchanged. */
-static bool nfc_inert(int32_t cp, const utf8proc_property_t *p) {
-    return cp < 0x80 || p->decomp_seqindex == UINT16_MAX || p->decomp_type != 0;
-}
-
-static bool nfc_cut_before(int32_t cp, const utf8proc_property_t *p) {
-    if (cp < 0x80) return true;
-    if (cp >= 0x1160 && cp <= 0x11FF) return false; /* Hangul vowels and trailing consonants compose */
-    return p->combining_class == 0 && (p->comb_index == UINT16_MAX || p->comb_index < 0x8000) && nfc_inert(cp, p);
-}
-
-static hr_status nfc(const char *s, size_t n, tk_buf *out) {
-    size_t run = 0;  /* start of the pending run */
-    bool dirty = false;
-    for (size_t i = 0; i < n;) {
-        int32_t cp;
-        size_t k = (unsigned char)s[i] < 0x80 ? (cp = s[i], 1) : tk_utf8_decode(s + i, n - i, &cp);
-        bool inert = cp < 0x80 || nfc_inert(cp, utf8proc_get_property(cp));
-        size_t j = i + k;
-        while (j < n) {
-            int32_t c2;
-            if ((unsigned char)s[j] < 0x80) break;
-            size_t k2 = tk_utf8_decode(s + j, n - j, &c2);
-            if (nfc_cut_before(c2, utf8proc_get_property(c2))) break;
-            j += k2;
-        }
-        bool seg_dirty = !(inert && j == i + k);
-        if (seg_dirty != dirty && i > run) {
-            HR_TRY(dirty ? utf8proc_form(NZ_NFC, s + run, i - run, out) : tk_buf_append(out, s + run, i - run));
-            run = i;
-        }
-        dirty = seg_dirty;
-        i = j;
-    }
-    return dirty ? utf8proc_form(NZ_NFC, s + run, n - run, out) : tk_buf_append(out, s + run, n - run);
-}
-
-static hr_status unicode_form(nz_type t, const char *s, size_t n, tk_buf *out) {
-    if (is_ascii(s, n)) return tk_buf_append(out, s, n);
-    return t == NZ_NFC ? nfc(s, n, out) : utf8proc_form(t, s, n, out);
-}
-
-static hr_status utf8proc_form(nz_type t, const char *s, size_t n, tk_buf *out) {
+/* utf8proc on s[0..n). Output character j is aligned with input character
+ * min(j, last): exact when the count is kept, and the composed or
+ * decomposed character keeps its first source's alignment otherwise. */
+static hr_status utf8proc_form(nz_type t, const char *s, const tk_align *al, size_t n, nz_out o) {
     utf8proc_option_t opt = UTF8PROC_STABLE;
     if (t == NZ_NFC || t == NZ_NFKC) opt |= UTF8PROC_COMPOSE;
     else opt |= UTF8PROC_DECOMPOSE;
@@ -184,30 +164,103 @@ static hr_status utf8proc_form(nz_type t, const char *s, size_t n, tk_buf *out) 
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, opt);
     if (r < 0) return hr_error(HR_ERR_INVALID_ARG, "normalizer: %s", utf8proc_errmsg(r));
-    hr_status st = tk_buf_append(out, dst, (size_t)r);
+    const char *d = (const char *)dst;
+    hr_status st = tk_buf_append(o.b, d, (size_t)r);
+    size_t in = 0; /* byte offset of the current input character */
+    for (size_t j = 0; st == HR_OK && j < (size_t)r;) {
+        size_t k = 1;
+        while (j + k < (size_t)r && ((unsigned char)d[j + k] & 0xC0) == 0x80) k++;
+        st = tk_aligns_fill(o.a, n ? al[in] : (tk_align){0, 0}, k);
+        j += k;
+        size_t next = in + 1;
+        while (next < n && ((unsigned char)s[next] & 0xC0) == 0x80) next++;
+        if (next < n) in = next;
+    }
     free(dst);
     return st;
 }
 
-static hr_status append_cp(tk_buf *out, int32_t cp) {
-    char u[4];
-    return tk_buf_append(out, u, tk_utf8_encode(cp, u));
+/* Unicode normalization leaves most text as it is; only the pieces that can
+ * change go through utf8proc. A cut is a position before a starter that
+ * composes with nothing before it (composing forms) and whose decomposition,
+ * if any, also starts with a starter: the normal form of the whole is that
+ * of the pieces between cuts. Small pieces also keep alignments exact. A
+ * piece of one character with no decomposition of the form's kind is
+ * unchanged. */
+typedef struct {
+    bool compose, compat;
+} uform;
+
+static bool u_inert(int32_t cp, const utf8proc_property_t *p, uform f) {
+    if (cp < 0x80) return true;
+    if (!f.compose && cp >= 0xAC00 && cp <= 0xD7A3) return false; /* Hangul syllables decompose by rule */
+    return p->decomp_seqindex == UINT16_MAX || (!f.compat && p->decomp_type != 0);
 }
 
-static hr_status lowercase(const char *s, size_t n, tk_buf *out) {
+/* Whether cp starts a piece by itself: a starter that cannot join what
+ * comes before it. */
+static bool u_starter(int32_t cp, const utf8proc_property_t *p, uform f) {
+    if (f.compose && cp >= 0x1160 && cp <= 0x11FF) return false; /* Hangul vowels and trailing consonants */
+    if (p->combining_class != 0) return false;
+    return !(f.compose && p->comb_index != UINT16_MAX && p->comb_index >= 0x8000);
+}
+
+static bool u_cut_before(int32_t cp, uform f) {
+    if (cp < 0x80) return true;
+    const utf8proc_property_t *p = utf8proc_get_property(cp);
+    if (!u_starter(cp, p, f)) return false;
+    if (u_inert(cp, p, f)) return true;
+    /* The decomposition must start with such a starter too. */
+    utf8proc_int32_t first[32];
+    int ignored;
+    utf8proc_ssize_t k = utf8proc_decompose_char(cp, first, 32, UTF8PROC_DECOMPOSE | (f.compat ? UTF8PROC_COMPAT : 0),
+                                                 &ignored);
+    return k > 0 && k <= 32 && u_starter(first[0], utf8proc_get_property(first[0]), f);
+}
+
+static hr_status unicode_form(nz_type t, const char *s, const tk_align *al, size_t n, nz_out o) {
+    if (is_ascii(s, n)) return put_src(o, s, al, n);
+    uform f = {t == NZ_NFC || t == NZ_NFKC, t == NZ_NFKC || t == NZ_NFKD};
+    size_t run = 0; /* start of the pending run of clean or changing pieces */
+    bool dirty = false;
     for (size_t i = 0; i < n;) {
         int32_t cp;
-        i += tk_utf8_decode(s + i, n - i, &cp);
-        if (cp == 0x130) { /* the one code point whose lowercase is two */
-            HR_TRY(tk_buf_append(out, "i\xCC\x87", 3));
-            continue;
+        size_t k = (unsigned char)s[i] < 0x80 ? (cp = s[i], 1) : tk_utf8_decode(s + i, n - i, &cp);
+        size_t j = i + k;
+        while (j < n && (unsigned char)s[j] >= 0x80) {
+            int32_t c2;
+            size_t k2 = tk_utf8_decode(s + j, n - j, &c2);
+            if (u_cut_before(c2, f)) break;
+            j += k2;
         }
-        HR_TRY(append_cp(out, cp < 0x80 ? (cp >= 'A' && cp <= 'Z' ? cp + 32 : cp) : utf8proc_tolower(cp)));
+        bool seg_dirty = !(j == i + k && u_inert(cp, utf8proc_get_property(cp), f));
+        /* Changing pieces go to utf8proc one by one, for their alignments. */
+        if ((seg_dirty || dirty) && i > run) {
+            HR_TRY(dirty ? utf8proc_form(t, s + run, al + run, i - run, o) : put_src(o, s + run, al + run, i - run));
+            run = i;
+        }
+        dirty = seg_dirty;
+        i = j;
+    }
+    return dirty ? utf8proc_form(t, s + run, al + run, n - run, o) : put_src(o, s + run, al + run, n - run);
+}
+
+static hr_status lowercase(const char *s, const tk_align *al, size_t n, nz_out o) {
+    for (size_t i = 0; i < n;) {
+        int32_t cp;
+        size_t k = tk_utf8_decode(s + i, n - i, &cp);
+        if (cp == 0x130) /* the one code point whose lowercase is two */
+            HR_TRY(put(o, "i\xCC\x87", 3, al[i]));
+        else if (cp < 0x80)
+            HR_TRY(put_cp(o, cp >= 'A' && cp <= 'Z' ? cp + 32 : cp, al[i]));
+        else
+            HR_TRY(put_cp(o, utf8proc_tolower(cp), al[i]));
+        i += k;
     }
     return HR_OK;
 }
 
-static hr_status strip(const tk_normalizer *nz, const char *s, size_t n, tk_buf *out) {
+static hr_status strip(const tk_normalizer *nz, const char *s, const tk_align *al, size_t n, nz_out o) {
     size_t a = 0, b = n;
     if (nz->strip_left)
         while (a < b) {
@@ -225,27 +278,29 @@ static hr_status strip(const tk_normalizer *nz, const char *s, size_t n, tk_buf 
             if (!tk_cp_is_whitespace(cp)) break;
             b -= k;
         }
-    return tk_buf_append(out, s + a, b - a);
+    return put_src(o, s + a, al + a, b - a);
 }
 
-static hr_status filter_marks(const char *s, size_t n, bool nonspacing_only, tk_buf *out) {
+static hr_status filter_marks(const char *s, const tk_align *al, size_t n, bool nonspacing_only, nz_out o) {
     for (size_t i = 0; i < n;) {
         int32_t cp;
         size_t k = tk_utf8_decode(s + i, n - i, &cp);
         bool drop = cp >= 0x300 && (nonspacing_only ? utf8proc_category(cp) == UTF8PROC_CATEGORY_MN
                                                     : tk_cp_category(cp) == 'M');
-        if (!drop) HR_TRY(tk_buf_append(out, s + i, k));
+        if (!drop) HR_TRY(put_src(o, s + i, al + i, k));
         i += k;
     }
     return HR_OK;
 }
 
-static hr_status replace(const tk_normalizer *nz, const char *s, size_t n, tk_buf *out, tk_ws *ws) {
+static hr_status replace(const tk_normalizer *nz, const char *s, const tk_align *al, size_t n, nz_out o, tk_ws *ws) {
     HR_TRY(tk_regex_find(nz->pattern, s, n, &ws->spans));
     for (size_t i = 0; i < ws->spans.n; i++) {
         tk_span sp = ws->spans.v[i];
-        if (sp.match) HR_TRY(tk_buf_append(out, nz->content, nz->content_len));
-        else HR_TRY(tk_buf_append(out, s + sp.start, sp.end - sp.start));
+        if (!sp.match) HR_TRY(put_src(o, s + sp.start, al + sp.start, sp.end - sp.start));
+        /* The content is inserted after the removed match: it takes the
+         * alignment of the match's last byte. */
+        else HR_TRY(put(o, nz->content, nz->content_len, sp.end ? al[sp.end - 1] : (tk_align){0, 0}));
     }
     return HR_OK;
 }
@@ -256,85 +311,98 @@ static bool is_chinese(int32_t cp) {
            (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
 }
 
-static hr_status bert_clean(const tk_normalizer *nz, const char *s, size_t n, tk_buf *out) {
+static hr_status bert_clean(const tk_normalizer *nz, const char *s, const tk_align *al, size_t n, nz_out o) {
     for (size_t i = 0; i < n;) {
         int32_t cp;
         size_t k = tk_utf8_decode(s + i, n - i, &cp);
+        const tk_align a = al[i];
         i += k;
         if (nz->clean_text) {
             /* Controls go first (U+0085 too, though Rust calls it whitespace). */
             bool control = cp != '\t' && cp != '\n' && cp != '\r' && tk_cp_category(cp) == 'C';
             if (cp == 0 || cp == 0xFFFD || control) continue;
             if (tk_cp_is_whitespace(cp)) {
-                HR_TRY(tk_buf_append(out, " ", 1));
+                HR_TRY(put(o, " ", 1, a));
                 continue;
             }
         }
         if (nz->chinese && is_chinese(cp)) {
-            HR_TRY(tk_buf_append(out, " ", 1));
-            HR_TRY(tk_buf_append(out, s + i - k, k));
-            HR_TRY(tk_buf_append(out, " ", 1));
+            HR_TRY(put(o, " ", 1, a));
+            HR_TRY(put_src(o, s + i - k, al + i - k, k));
+            HR_TRY(put(o, " ", 1, a));
             continue;
         }
-        HR_TRY(tk_buf_append(out, s + i - k, k));
+        HR_TRY(put_src(o, s + i - k, al + i - k, k));
     }
     return HR_OK;
 }
 
-static hr_status bert(const tk_normalizer *nz, const char *s, size_t n, tk_buf *out) {
+static hr_status bert(const tk_normalizer *nz, const char *s, const tk_align *al, size_t n, nz_out o) {
     tk_buf a = {0}, b = {0};
-    hr_status st = bert_clean(nz, s, n, &a);
+    tk_aligns aa = {0}, ba = {0};
+    hr_status st = bert_clean(nz, s, al, n, (nz_out){&a, &aa});
     if (st == HR_OK && nz->strip_accents) {
-        st = unicode_form(NZ_NFD, a.p ? a.p : "", a.n, &b);
-        a.n = 0;
-        if (st == HR_OK) st = filter_marks(b.p ? b.p : "", b.n, true, &a);
+        st = unicode_form(NZ_NFD, a.p ? a.p : "", aa.p, a.n, (nz_out){&b, &ba});
+        a.n = aa.n = 0;
+        if (st == HR_OK) st = filter_marks(b.p ? b.p : "", ba.p, b.n, true, (nz_out){&a, &aa});
     }
-    if (st == HR_OK) st = nz->lowercase ? lowercase(a.p ? a.p : "", a.n, out) : tk_buf_append(out, a.p, a.n);
+    if (st == HR_OK) st = nz->lowercase ? lowercase(a.p ? a.p : "", aa.p, a.n, o) : put_src(o, a.p, aa.p, a.n);
     tk_buf_free(&a);
     tk_buf_free(&b);
+    tk_aligns_free(&aa);
+    tk_aligns_free(&ba);
     return st;
 }
 
-static hr_status byte_level(const char *s, size_t n, tk_buf *out) {
-    for (size_t i = 0; i < n; i++) HR_TRY(append_cp(out, tk_byte_to_cp[(unsigned char)s[i]]));
+static hr_status byte_level(const char *s, const tk_align *al, size_t n, nz_out o) {
+    for (size_t i = 0; i < n; i++) HR_TRY(put_cp(o, tk_byte_to_cp[(unsigned char)s[i]], al[i]));
     return HR_OK;
 }
 
-static hr_status normalize_into(const tk_normalizer *nz, const char *s, size_t n, tk_buf *out, tk_ws *ws) {
+static hr_status normalize_into(const tk_normalizer *nz, const char *s, const tk_align *al, size_t n, nz_out o,
+                                tk_ws *ws) {
     switch (nz->type) {
     case NZ_NFC: case NZ_NFD: case NZ_NFKC: case NZ_NFKD:
-        return unicode_form(nz->type, s, n, out);
-    case NZ_LOWERCASE: return lowercase(s, n, out);
-    case NZ_STRIP: return strip(nz, s, n, out);
-    case NZ_STRIP_ACCENTS: return filter_marks(s, n, false, out);
-    case NZ_REPLACE: return replace(nz, s, n, out, ws);
+        return unicode_form(nz->type, s, al, n, o);
+    case NZ_LOWERCASE: return lowercase(s, al, n, o);
+    case NZ_STRIP: return strip(nz, s, al, n, o);
+    case NZ_STRIP_ACCENTS: return filter_marks(s, al, n, false, o);
+    case NZ_REPLACE: return replace(nz, s, al, n, o, ws);
     case NZ_PREPEND:
-        if (n) HR_TRY(tk_buf_append(out, nz->content, nz->content_len));
-        return tk_buf_append(out, s, n);
-    case NZ_BERT: return bert(nz, s, n, out);
-    case NZ_BYTE_LEVEL: return byte_level(s, n, out);
+        if (n) HR_TRY(put(o, nz->content, nz->content_len, al[0]));
+        return put_src(o, s, al, n);
+    case NZ_BERT: return bert(nz, s, al, n, o);
+    case NZ_BYTE_LEVEL: return byte_level(s, al, n, o);
     case NZ_SEQUENCE: {
         tk_buf cur = {0}, next = {0};
-        hr_status st = tk_buf_append(&cur, s, n);
+        tk_aligns cur_al = {0}, next_al = {0};
+        hr_status st = put_src((nz_out){&cur, &cur_al}, s, al, n);
         for (size_t i = 0; st == HR_OK && i < nz->n_children; i++) {
-            next.n = 0;
+            next.n = next_al.n = 0;
             st = tk_buf_append(&next, "", 0);
-            if (st == HR_OK) st = normalize_into(nz->children[i], cur.p, cur.n, &next, ws);
+            if (st == HR_OK) st = normalize_into(nz->children[i], cur.p, cur_al.p, cur.n, (nz_out){&next, &next_al}, ws);
             tk_buf t = cur;
             cur = next;
             next = t;
+            tk_aligns ta = cur_al;
+            cur_al = next_al;
+            next_al = ta;
         }
-        if (st == HR_OK) st = tk_buf_append(out, cur.p, cur.n);
+        if (st == HR_OK) st = put_src(o, cur.p, cur_al.p, cur.n);
         tk_buf_free(&cur);
         tk_buf_free(&next);
+        tk_aligns_free(&cur_al);
+        tk_aligns_free(&next_al);
         return st;
     }
     }
     return hr_error(HR_ERR_INTERNAL, "normalizer: bad type %d", (int)nz->type);
 }
 
-hr_status tk_normalize(const tk_normalizer *nz, const char *s, size_t n, tk_buf *out, tk_ws *ws) {
+hr_status tk_normalize(const tk_normalizer *nz, const char *s, const tk_align *al, size_t n, tk_buf *out,
+                       tk_aligns *al_out, tk_ws *ws) {
     out->n = 0;
+    al_out->n = 0;
     HR_TRY(tk_buf_append(out, "", 0));
-    return normalize_into(nz, s, n, out, ws);
+    return normalize_into(nz, s, al, n, (nz_out){out, al_out}, ws);
 }

@@ -124,26 +124,40 @@ hr_status tk_post_parse(const cJSON *j, tk_post **out) {
     return HR_OK;
 }
 
-hr_status tk_post_process(const tk_post *p, const tk_ids *in, tk_ids *out) {
+static hr_status append(tk_ids *out, tk_ids *out_offs, const int32_t *ids, const int32_t *offs, size_t n) {
+    HR_TRY(tk_ids_append(out, ids, n));
+    if (!out_offs) return HR_OK;
+    if (offs) return tk_ids_append(out_offs, offs, 2 * n);
+    for (size_t i = 0; i < 2 * n; i++) HR_TRY(tk_ids_push(out_offs, 0));
+    return HR_OK;
+}
+
+hr_status tk_post_process(const tk_post *p, const tk_ids *in, const tk_ids *in_offs, tk_ids *out, tk_ids *out_offs) {
     out->n = 0;
+    if (out_offs) out_offs->n = 0;
+    const int32_t *io = in_offs ? in_offs->p : NULL;
     if (p->type == PP_SEQUENCE) {
-        tk_ids cur = {0}, next = {0};
-        hr_status st = tk_ids_append(&cur, in->p, in->n);
+        tk_ids cur = {0}, next = {0}, cur_o = {0}, next_o = {0};
+        hr_status st = append(&cur, &cur_o, in->p, io, in->n);
         for (size_t i = 0; st == HR_OK && i < p->n_children; i++) {
-            st = tk_post_process(p->children[i], &cur, &next);
-            tk_ids t = cur;
+            st = tk_post_process(p->children[i], &cur, &cur_o, &next, &next_o);
+            tk_ids t = cur, to = cur_o;
             cur = next;
+            cur_o = next_o;
             next = t;
+            next_o = to;
         }
-        if (st == HR_OK) st = tk_ids_append(out, cur.p, cur.n);
+        if (st == HR_OK) st = append(out, out_offs, cur.p, cur_o.p, cur.n);
         tk_ids_free(&cur);
         tk_ids_free(&next);
+        tk_ids_free(&cur_o);
+        tk_ids_free(&next_o);
         return st;
     }
-    if (p->type == PP_BYTE_LEVEL) return tk_ids_append(out, in->p, in->n);
+    if (p->type == PP_BYTE_LEVEL) return append(out, out_offs, in->p, io, in->n);
     for (size_t i = 0; i < p->n_items; i++) {
         const pp_item *it = &p->items[i];
-        HR_TRY(it->is_seq ? tk_ids_append(out, in->p, in->n) : tk_ids_append(out, it->ids, it->n_ids));
+        HR_TRY(it->is_seq ? append(out, out_offs, in->p, io, in->n) : append(out, out_offs, it->ids, NULL, it->n_ids));
     }
     return HR_OK;
 }

@@ -176,77 +176,104 @@ static hr_status find_chars(cp_pred pred, int32_t arg, const char *s, size_t n, 
     return HR_OK;
 }
 
-static hr_status split_chars(cp_pred pred, int32_t arg, tk_split_behavior b, const char *s, size_t n, bool first,
-                             tk_pieces *out, tk_ws *ws) {
+static hr_status split_chars(cp_pred pred, int32_t arg, tk_split_behavior b, const char *s, const tk_align *al,
+                             size_t n, bool first, tk_pieces *out, tk_ws *ws) {
     HR_TRY(find_chars(pred, arg, s, n, &ws->spans));
-    return tk_split_apply(&ws->spans, b, s, first, out);
+    return tk_split_apply(&ws->spans, b, s, al, first, out);
 }
 
-static hr_status byte_level(const tk_pretok *p, const char *s, size_t n, bool first, tk_pieces *out, tk_ws *ws) {
-    tk_buf *src = &ws->t1, *mapped = &ws->t2;
-    src->n = 0;
-    if (p->add_prefix_space && (n == 0 || s[0] != ' ')) HR_TRY(tk_buf_append(src, " ", 1));
+static hr_status byte_level(const tk_pretok *p, const char *s, const tk_align *al, size_t n, bool first, tk_pieces *out,
+                            tk_ws *ws) {
+    tk_buf *src = &ws->t1;
+    tk_aligns *src_al = &ws->a1;
+    src->n = src_al->n = 0;
+    /* A prepended space shares the first character's alignment. */
+    if (p->add_prefix_space && n && s[0] != ' ') {
+        HR_TRY(tk_buf_append(src, " ", 1));
+        HR_TRY(tk_aligns_fill(src_al, al[0], 1));
+    }
     HR_TRY(tk_buf_append(src, s, n));
+    HR_TRY(tk_aligns_append(src_al, al, n));
     size_t start = out->n;
     if (p->use_regex) {
         HR_TRY(tk_regex_find(p->re, src->p, src->n, &ws->spans));
-        HR_TRY(tk_split_apply(&ws->spans, TK_SPLIT_ISOLATED, src->p, first, out));
+        HR_TRY(tk_split_apply(&ws->spans, TK_SPLIT_ISOLATED, src->p, src_al->p, first, out));
     } else if (src->n) {
-        HR_TRY(tk_pieces_add(out, src->p, src->n, -1, first));
+        HR_TRY(tk_pieces_add(out, src->p, src_al->p, src->n, -1, first));
     }
-    /* Map every new piece's bytes to the printable alphabet, in place in out. */
+    /* Map every new piece's bytes to the printable alphabet, rewriting the
+     * tail of out: each byte becomes one character (one or two bytes) with
+     * the byte's alignment. */
     size_t text_start = start < out->n ? out->v[start].off : out->text.n;
-    mapped->n = 0;
-    /* Every byte maps to a code point below U+0800: at most two bytes each. */
-    HR_TRY(tk_buf_reserve(mapped, 2 * (out->text.n - text_start) + 1));
+    tk_buf *mapped = &ws->t2;
+    tk_aligns *mapped_al = &ws->a2;
+    mapped->n = mapped_al->n = 0;
+    size_t raw_n = out->text.n - text_start;
+    HR_TRY(tk_buf_reserve(mapped, 2 * raw_n + 1));
+    HR_TRY(tk_aligns_fill(mapped_al, (tk_align){0, 0}, 2 * raw_n));
     for (size_t i = start; i < out->n; i++) {
         tk_piece *pc = &out->v[i];
         uint32_t off = (uint32_t)(text_start + mapped->n);
         const unsigned char *raw = (const unsigned char *)out->text.p + pc->off;
+        const tk_align *raw_al = out->al.p + pc->off;
         char *dst = mapped->p + mapped->n;
-        for (uint32_t k = 0; k < pc->len; k++) dst += tk_utf8_encode(tk_byte_to_cp[raw[k]], dst);
+        tk_align *dst_al = mapped_al->p + mapped->n;
+        for (uint32_t k = 0; k < pc->len; k++) {
+            size_t w = tk_utf8_encode(tk_byte_to_cp[raw[k]], dst);
+            for (size_t q = 0; q < w; q++) *dst_al++ = raw_al[k];
+            dst += w;
+        }
         mapped->n = (size_t)(dst - mapped->p);
         pc->len = (uint32_t)(text_start + mapped->n) - off;
         pc->off = off;
     }
+    mapped_al->n = mapped->n;
     out->text.n = text_start;
+    out->al.n = text_start;
+    HR_TRY(tk_aligns_append(&out->al, mapped_al->p, mapped_al->n));
     return tk_buf_append(&out->text, mapped->p, mapped->n);
 }
 
-static hr_status metaspace(const tk_pretok *p, const char *s, size_t n, bool first, tk_pieces *out, tk_ws *ws) {
+static hr_status metaspace(const tk_pretok *p, const char *s, const tk_align *al, size_t n, bool first, tk_pieces *out,
+                           tk_ws *ws) {
     tk_buf *b = &ws->t1;
-    b->n = 0;
+    tk_aligns *ba = &ws->a1;
+    b->n = ba->n = 0;
     bool starts_with_rep = n >= p->rep_len && !memcmp(s, p->rep, p->rep_len);
     bool prepend = p->scheme == PREPEND_ALWAYS || (p->scheme == PREPEND_FIRST && first);
-    if (prepend && !(starts_with_rep || (n && s[0] == ' '))) HR_TRY(tk_buf_append(b, p->rep, p->rep_len));
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == ' ') HR_TRY(tk_buf_append(b, p->rep, p->rep_len));
-        else HR_TRY(tk_buf_append(b, s + i, 1));
+    if (prepend && n && !(starts_with_rep || s[0] == ' ')) {
+        HR_TRY(tk_buf_append(b, p->rep, p->rep_len));
+        HR_TRY(tk_aligns_fill(ba, al[0], p->rep_len));
     }
-    if (!p->split) return b->n ? tk_pieces_add(out, b->p, b->n, -1, first) : HR_OK;
+    for (size_t i = 0; i < n; i++) {
+        HR_TRY(tk_buf_append(b, s[i] == ' ' ? p->rep : s + i, s[i] == ' ' ? p->rep_len : 1));
+        HR_TRY(tk_aligns_fill(ba, al[i], s[i] == ' ' ? p->rep_len : 1));
+    }
+    if (!p->split) return b->n ? tk_pieces_add(out, b->p, ba->p, b->n, -1, first) : HR_OK;
     HR_TRY(find_chars(pred_equal, p->rep_cp, b->p, b->n, &ws->spans));
-    return tk_split_apply(&ws->spans, TK_SPLIT_MERGED_WITH_NEXT, b->p, first, out);
+    return tk_split_apply(&ws->spans, TK_SPLIT_MERGED_WITH_NEXT, b->p, ba->p, first, out);
 }
 
-static hr_status split_piece(const tk_pretok *p, const char *s, size_t n, bool first, tk_pieces *out, tk_ws *ws) {
+static hr_status split_piece(const tk_pretok *p, const char *s, const tk_align *al, size_t n, bool first,
+                             tk_pieces *out, tk_ws *ws) {
     switch (p->type) {
     case PT_SPLIT:
         HR_TRY(tk_regex_find(p->re, s, n, &ws->spans));
         if (p->invert)
             for (size_t i = 0; i < ws->spans.n; i++) ws->spans.v[i].match = !ws->spans.v[i].match;
-        return tk_split_apply(&ws->spans, p->behavior, s, first, out);
-    case PT_BYTE_LEVEL: return byte_level(p, s, n, first, out, ws);
-    case PT_METASPACE: return metaspace(p, s, n, first, out, ws);
+        return tk_split_apply(&ws->spans, p->behavior, s, al, first, out);
+    case PT_BYTE_LEVEL: return byte_level(p, s, al, n, first, out, ws);
+    case PT_METASPACE: return metaspace(p, s, al, n, first, out, ws);
     case PT_DIGITS:
-        return split_chars(pred_numeric, 0, p->individual_digits ? TK_SPLIT_ISOLATED : TK_SPLIT_CONTIGUOUS, s, n, first,
-                           out, ws);
-    case PT_PUNCTUATION: return split_chars(pred_bert_punct, 0, p->behavior, s, n, first, out, ws);
+        return split_chars(pred_numeric, 0, p->individual_digits ? TK_SPLIT_ISOLATED : TK_SPLIT_CONTIGUOUS, s, al, n,
+                           first, out, ws);
+    case PT_PUNCTUATION: return split_chars(pred_bert_punct, 0, p->behavior, s, al, n, first, out, ws);
     case PT_WHITESPACE:
         HR_TRY(tk_regex_find(p->re, s, n, &ws->spans));
         for (size_t i = 0; i < ws->spans.n; i++) ws->spans.v[i].match = !ws->spans.v[i].match;
-        return tk_split_apply(&ws->spans, TK_SPLIT_REMOVED, s, first, out);
-    case PT_WHITESPACE_SPLIT: return split_chars(pred_whitespace, 0, TK_SPLIT_REMOVED, s, n, first, out, ws);
-    case PT_CHAR_DELIMITER: return split_chars(pred_equal, p->rep_cp, TK_SPLIT_REMOVED, s, n, first, out, ws);
+        return tk_split_apply(&ws->spans, TK_SPLIT_REMOVED, s, al, first, out);
+    case PT_WHITESPACE_SPLIT: return split_chars(pred_whitespace, 0, TK_SPLIT_REMOVED, s, al, n, first, out, ws);
+    case PT_CHAR_DELIMITER: return split_chars(pred_equal, p->rep_cp, TK_SPLIT_REMOVED, s, al, n, first, out, ws);
     case PT_BERT:
     case PT_SEQUENCE:
         break;
@@ -259,8 +286,9 @@ static hr_status apply_one(const tk_pretok *p, const tk_pieces *in, tk_pieces *o
     for (size_t i = 0; i < in->n; i++) {
         const tk_piece *pc = &in->v[i];
         const char *s = in->text.p + pc->off;
-        if (pc->id >= 0) HR_TRY(tk_pieces_add(out, s, pc->len, pc->id, pc->first));
-        else HR_TRY(split_piece(p, s, pc->len, pc->first, out, ws));
+        const tk_align *al = in->al.p + pc->off;
+        if (pc->id >= 0) HR_TRY(tk_pieces_add(out, s, al, pc->len, pc->id, pc->first));
+        else HR_TRY(split_piece(p, s, al, pc->len, pc->first, out, ws));
     }
     return HR_OK;
 }
@@ -286,7 +314,8 @@ hr_status tk_pretokenize(const tk_pretok *p, const tk_pieces *in, tk_pieces *out
     if (st == HR_OK && n_steps == 0) {
         tk_pieces_reset(out);
         for (size_t i = 0; st == HR_OK && i < in->n; i++)
-            st = tk_pieces_add(out, in->text.p + in->v[i].off, in->v[i].len, in->v[i].id, in->v[i].first);
+            st = tk_pieces_add(out, in->text.p + in->v[i].off, in->al.p + in->v[i].off, in->v[i].len, in->v[i].id,
+                               in->v[i].first);
     }
     tk_pieces_free(&tmp[0]);
     tk_pieces_free(&tmp[1]);

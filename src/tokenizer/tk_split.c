@@ -18,12 +18,13 @@ hr_status tk_split_behavior_parse(const cJSON *j, const char *field, tk_split_be
                     cJSON_IsString(v) ? v->valuestring : "(not a string)");
 }
 
-static hr_status emit(const char *s, const tk_span *sp, bool first, tk_pieces *out) {
+static hr_status emit(const char *s, const tk_align *al, const tk_span *sp, bool first, tk_pieces *out) {
     if (sp->end <= sp->start) return HR_OK;
-    return tk_pieces_add(out, s + sp->start, sp->end - sp->start, -1, first && sp->start == 0);
+    return tk_pieces_add(out, s + sp->start, al + sp->start, sp->end - sp->start, -1, first && sp->start == 0);
 }
 
-hr_status tk_split_apply(tk_spans *spans, tk_split_behavior b, const char *s, bool first, tk_pieces *out) {
+hr_status tk_split_apply(tk_spans *spans, tk_split_behavior b, const char *s, const tk_align *al, bool first,
+                         tk_pieces *out) {
     tk_span *v = spans->v;
     size_t n = spans->n, m = 0;
     /* Each behavior folds the spans in place into kept spans (match = removed). */
@@ -71,6 +72,6 @@ hr_status tk_split_apply(tk_spans *spans, tk_split_behavior b, const char *s, bo
     }
     }
     for (size_t i = 0; i < m; i++)
-        if (!v[i].match) HR_TRY(emit(s, &v[i], first, out));
+        if (!v[i].match) HR_TRY(emit(s, al, &v[i], first, out));
     return HR_OK;
 }

@@ -77,22 +77,34 @@ void tk_unigram_scratch_free(void *p) {
     free(s);
 }
 
-static hr_status emit_piece(const tk_model *m, const char *s, size_t n, int32_t id, tk_ids *out) {
+/* Emits piece s[start..end) (every token of it spans the whole piece). */
+static hr_status emit_piece(const tk_model *m, const char *s, size_t start, size_t end, int32_t id, tk_ids *out,
+                            tk_ids *offs) {
+    size_t n = end - start, count = 1;
+    s += start;
     if (id < 0) id = tk_vocab_get(&m->vocab, s, n);
-    if (id >= 0) return tk_ids_push(out, id);
-    if (m->byte_fallback) {
-        bool all = true;
-        for (size_t i = 0; i < n; i++) all = all && m->byte_ids[(unsigned char)s[i]] >= 0;
+    if (id >= 0) {
+        HR_TRY(tk_ids_push(out, id));
+    } else {
+        bool all = m->byte_fallback;
+        for (size_t i = 0; all && i < n; i++) all = m->byte_ids[(unsigned char)s[i]] >= 0;
         if (all) {
             for (size_t i = 0; i < n; i++) HR_TRY(tk_ids_push(out, m->byte_ids[(unsigned char)s[i]]));
-            return HR_OK;
+            count = n;
+        } else if (m->unk_id < 0) {
+            return hr_error(HR_ERR_UNSUPPORTED, "model 'Unigram': text needs the unknown token but unk_id is null");
+        } else {
+            HR_TRY(tk_ids_push(out, m->unk_id));
         }
     }
-    if (m->unk_id < 0) return hr_error(HR_ERR_UNSUPPORTED, "model 'Unigram': text needs the unknown token but unk_id is null");
-    return tk_ids_push(out, m->unk_id);
+    for (size_t i = 0; offs && i < count; i++) {
+        HR_TRY(tk_ids_push(offs, (int32_t)start));
+        HR_TRY(tk_ids_push(offs, (int32_t)end));
+    }
+    return HR_OK;
 }
 
-hr_status tk_unigram_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out, tk_ws *ws) {
+hr_status tk_unigram_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out, tk_ids *offs, tk_ws *ws) {
     if (!ws->model_scratch) {
         ws->model_scratch = calloc(1, sizeof(uni_scratch));
         if (!ws->model_scratch) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
@@ -154,9 +166,9 @@ hr_status tk_unigram_tokenize(const tk_model *m, const char *s, size_t n, tk_ids
         int32_t id = best[end].id;
         if (m->unk_id >= 0 && id == m->unk_id) {
             while (i + 1 < ends_n && best[ends.p[i + 1]].id == m->unk_id) end = (size_t)ends.p[++i];
-            st = emit_piece(m, s + start, end - start, -1, out);
+            st = emit_piece(m, s, start, end, -1, out, offs);
         } else {
-            st = emit_piece(m, s + start, end - start, id, out);
+            st = emit_piece(m, s, start, end, id, out, offs);
         }
         i++;
     }

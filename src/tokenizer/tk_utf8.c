@@ -61,22 +61,43 @@ void tk_ids_free(tk_ids *v) {
     memset(v, 0, sizeof *v);
 }
 
+hr_status tk_aligns_fill(tk_aligns *v, tk_align a, size_t count) {
+    HR_TRY(grow((void **)&v->p, &v->cap, v->n + count, sizeof *v->p));
+    for (size_t i = 0; i < count; i++) v->p[v->n++] = a;
+    return HR_OK;
+}
+
+hr_status tk_aligns_append(tk_aligns *v, const tk_align *src, size_t n) {
+    HR_TRY(grow((void **)&v->p, &v->cap, v->n + n, sizeof *v->p));
+    if (n) memcpy(v->p + v->n, src, n * sizeof *src);
+    v->n += n;
+    return HR_OK;
+}
+
+void tk_aligns_free(tk_aligns *v) {
+    free(v->p);
+    memset(v, 0, sizeof *v);
+}
+
 void tk_pieces_reset(tk_pieces *ps) {
     ps->text.n = 0;
+    ps->al.n = 0;
     ps->n = 0;
 }
 
 void tk_pieces_free(tk_pieces *ps) {
     tk_buf_free(&ps->text);
+    tk_aligns_free(&ps->al);
     free(ps->v);
     memset(ps, 0, sizeof *ps);
 }
 
-hr_status tk_pieces_add(tk_pieces *ps, const char *s, size_t n, int32_t id, bool first) {
+hr_status tk_pieces_add(tk_pieces *ps, const char *s, const tk_align *al, size_t n, int32_t id, bool first) {
     if (ps->text.n + n > UINT32_MAX) return hr_error(HR_ERR_INVALID_ARG, "tokenizer: text longer than 4 GiB");
     HR_TRY(grow((void **)&ps->v, &ps->cap, ps->n + 1, sizeof *ps->v));
     uint32_t off = (uint32_t)ps->text.n;
     HR_TRY(tk_buf_append(&ps->text, s, n));
+    HR_TRY(tk_aligns_append(&ps->al, al, n));
     ps->v[ps->n++] = (tk_piece){off, (uint32_t)n, id, first};
     return HR_OK;
 }
@@ -266,12 +287,6 @@ bool tk_cp_is_numeric(int32_t cp) {
 }
 
 bool tk_cp_is_punctuation(int32_t cp) { return tk_cp_category(cp) == 'P'; }
-
-bool tk_cp_is_alphanumeric(int32_t cp) {
-    if (cp < 0x80) return (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
-    int c = tk_cp_category(cp);
-    return c == 'L' || c == 'N' || utf8proc_category(cp) == UTF8PROC_CATEGORY_MC;
-}
 
 /* ---- GPT-2 byte-level alphabet ---------------------------------------------- */
 

@@ -128,17 +128,21 @@ void tk_model_scratch_free(const tk_model *m, void *scratch) {
     else if (m->type == TK_MODEL_UNIGRAM) tk_unigram_scratch_free(scratch);
 }
 
-hr_status tk_model_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out, tk_ws *ws) {
+hr_status tk_model_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out, tk_ids *offs, tk_ws *ws) {
     if (n == 0) return HR_OK;
     switch (m->type) {
-    case TK_MODEL_BPE: return tk_bpe_tokenize(m, s, n, out, ws);
-    case TK_MODEL_WORDPIECE: return tk_wordpiece_tokenize(m, s, n, out);
-    case TK_MODEL_UNIGRAM: return tk_unigram_tokenize(m, s, n, out, ws);
+    case TK_MODEL_BPE: return tk_bpe_tokenize(m, s, n, out, offs, ws);
+    case TK_MODEL_WORDPIECE: return tk_wordpiece_tokenize(m, s, n, out, offs);
+    case TK_MODEL_UNIGRAM: return tk_unigram_tokenize(m, s, n, out, offs, ws);
     case TK_MODEL_WORDLEVEL: {
         int32_t id = tk_vocab_get(&m->vocab, s, n);
         if (id < 0 && m->unk_id < 0)
             return hr_error(HR_ERR_UNSUPPORTED, "model 'WordLevel': '%.*s' is not in the vocab and there is no unk_token",
                             (int)(n > 80 ? 80 : n), s);
+        if (offs) {
+            HR_TRY(tk_ids_push(offs, 0));
+            HR_TRY(tk_ids_push(offs, (int32_t)n));
+        }
         return tk_ids_push(out, id >= 0 ? id : m->unk_id);
     }
     }

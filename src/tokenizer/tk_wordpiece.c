@@ -23,11 +23,20 @@ hr_status tk_wordpiece_parse(const cJSON *j, tk_model *m) {
     return HR_OK;
 }
 
-hr_status tk_wordpiece_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out) {
+static hr_status push_range(tk_ids *offs, size_t a, size_t b) {
+    if (!offs) return HR_OK;
+    HR_TRY(tk_ids_push(offs, (int32_t)a));
+    return tk_ids_push(offs, (int32_t)b);
+}
+
+hr_status tk_wordpiece_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *out, tk_ids *offs) {
     size_t chars = 0;
     for (size_t i = 0; i < n; i++) chars += ((unsigned char)s[i] & 0xC0) != 0x80;
-    if (chars > m->max_input_chars) return tk_ids_push(out, m->unk_id);
-    size_t first = out->n;
+    if (chars > m->max_input_chars) {
+        HR_TRY(push_range(offs, 0, n));
+        return tk_ids_push(out, m->unk_id);
+    }
+    size_t first = out->n, first_off = offs ? offs->n : 0;
     tk_buf sub = {0};
     hr_status st = HR_OK;
     for (size_t start = 0; start < n;) {
@@ -46,10 +55,12 @@ hr_status tk_wordpiece_tokenize(const tk_model *m, const char *s, size_t n, tk_i
         if (found < 0) {
             /* One unknown piece makes the whole word unknown. */
             out->n = first;
+            if (offs) offs->n = first_off;
             st = tk_ids_push(out, m->unk_id);
+            if (st == HR_OK) st = push_range(offs, 0, n);
             break;
         }
-        if ((st = tk_ids_push(out, found)) != HR_OK) break;
+        if ((st = tk_ids_push(out, found)) != HR_OK || (st = push_range(offs, start, end)) != HR_OK) break;
         start = end;
     }
     tk_buf_free(&sub);

@@ -1,5 +1,5 @@
 /* Tokenizer unit tests: known ids for the shared tokenizers, a small BPE
- * built in memory, the NFC fast path against utf8proc over every code
+ * built in memory, normal forms by pieces against utf8proc over every code
  * point, streaming detokenization, and errors on bad input. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -208,41 +208,58 @@ static void test_encode_decode_errors(void **state) {
     hr_tokenizer_free(t);
 }
 
-/* ---- NFC fast path ------------------------------------------------------------------ */
+/* ---- Unicode normal forms by pieces ------------------------------------------------ */
 
-static void check_nfc(const tk_normalizer *nz, tk_ws *ws, tk_buf *out, const int32_t *cps, size_t n) {
+static void check_form(const tk_normalizer *nz, utf8proc_option_t opt, tk_ws *ws, tk_buf *out, const int32_t *cps,
+                       size_t n) {
     char s[32];
     size_t len = 0;
     for (size_t i = 0; i < n; i++) len += tk_utf8_encode(cps[i], s + len);
-    assert_int_equal(tk_normalize(nz, s, len, out, ws), HR_OK);
+    tk_align al[32];
+    for (size_t i = 0; i < len; i++) al[i] = (tk_align){(uint32_t)i, (uint32_t)i + 1};
+    tk_aligns out_al = {0};
+    assert_int_equal(tk_normalize(nz, s, al, len, out, &out_al, ws), HR_OK);
+    assert_int_equal(out_al.n, out->n);
+    tk_aligns_free(&out_al);
     utf8proc_uint8_t *want = NULL;
-    utf8proc_ssize_t wn = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, &want,
-                                       UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    utf8proc_ssize_t wn = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, &want, UTF8PROC_STABLE | opt);
     assert_true(wn >= 0);
     if ((size_t)wn != out->n || memcmp(want, out->p, out->n))
-        fail_msg("NFC differs for U+%04X in context U+%04X..U+%04X", cps[1], cps[0], cps[n - 1]);
+        fail_msg("normal form %d differs for U+%04X in context U+%04X..U+%04X", (int)opt, cps[1], cps[0], cps[n - 1]);
     free(want);
 }
 
-static void test_nfc_fast_path(void **state) {
-    cJSON *j = cJSON_Parse("{\"type\": \"NFC\"}");
-    tk_normalizer *nz;
-    assert_int_equal(tk_normalizer_parse(j, &nz), HR_OK);
-    cJSON_Delete(j);
-    tk_ws ws = {0};
-    tk_buf out = {0};
-    /* Every assigned plane's code points between neighbours that compose,
-     * reorder or decompose. */
-    for (int32_t cp = 0x80; cp < 0x32000; cp++) {
-        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
-        if (cp >= 0x20000 && cp < 0x2F800 && (cp & 0xFF)) continue; /* unified ideographs: sample */
-        check_nfc(nz, &ws, &out, (const int32_t[]){'a', cp, 0x301, 'b'}, 4);
-        check_nfc(nz, &ws, &out, (const int32_t[]){0x1100, cp, 0x1161, 0x11A8}, 4);
-        check_nfc(nz, &ws, &out, (const int32_t[]){0xE9, cp, 0x327, 0x300}, 4);
+/* Normalizing piece by piece between cuts must equal normalizing the whole,
+ * for every code point between neighbours that compose, reorder or
+ * decompose. */
+static void test_normal_forms_by_pieces(void **state) {
+    static const struct {
+        const char *json;
+        utf8proc_option_t opt;
+    } forms[] = {
+        {"{\"type\": \"NFC\"}", UTF8PROC_COMPOSE},
+        {"{\"type\": \"NFD\"}", UTF8PROC_DECOMPOSE},
+        {"{\"type\": \"NFKC\"}", UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
+        {"{\"type\": \"NFKD\"}", UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT},
+    };
+    for (size_t f = 0; f < 4; f++) {
+        cJSON *j = cJSON_Parse(forms[f].json);
+        tk_normalizer *nz;
+        assert_int_equal(tk_normalizer_parse(j, &nz), HR_OK);
+        cJSON_Delete(j);
+        tk_ws ws = {0};
+        tk_buf out = {0};
+        for (int32_t cp = 0x80; cp < 0x32000; cp++) {
+            if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+            if (cp >= 0x20000 && cp < 0x2F800 && (cp & 0xFF)) continue; /* unified ideographs: sample */
+            check_form(nz, forms[f].opt, &ws, &out, (const int32_t[]){'a', cp, 0x301, 'b'}, 4);
+            check_form(nz, forms[f].opt, &ws, &out, (const int32_t[]){0x1100, cp, 0x1161, 0x11A8}, 4);
+            check_form(nz, forms[f].opt, &ws, &out, (const int32_t[]){0xE9, cp, 0x327, 0x300}, 4);
+        }
+        tk_buf_free(&out);
+        tk_ws_clear(&ws);
+        tk_normalizer_free(nz);
     }
-    tk_buf_free(&out);
-    tk_ws_clear(&ws);
-    tk_normalizer_free(nz);
 }
 
 int main(void) {
@@ -254,7 +271,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_bpe),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_encode_decode_errors),
-        cmocka_unit_test(test_nfc_fast_path),
+        cmocka_unit_test(test_normal_forms_by_pieces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

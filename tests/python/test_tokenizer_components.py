@@ -25,12 +25,17 @@ def random_texts(n=40, seed=3):
 TEXTS = CORPUS + random_texts()
 
 
-def compare(ref, texts=TEXTS, decode=True):
+def compare(ref, texts=TEXTS, decode=True, offsets=True):
     ours = Tokenizer.from_str(ref.to_str())
     for text in texts:
         for special in (False, True):
-            want = ref.encode(text, add_special_tokens=special).ids
+            enc = ref.encode(text, add_special_tokens=special)
+            want = enc.ids
             assert ours.encode(text, special) == want, f"ids differ for {text!r} (add_special={special})"
+            if offsets:
+                got = ours.encode_with_offsets(text, special)[1]
+                assert got == enc.offsets, f"offsets differ for {text!r}: " + str(
+                    [(t, a, b) for t, a, b in zip(enc.tokens, got, enc.offsets) if a != b][:3])
             if decode:
                 for skip in (False, True):
                     assert ours.decode(want, skip) == ref.decode(want, skip_special_tokens=skip), \

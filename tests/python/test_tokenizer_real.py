@@ -25,9 +25,11 @@ def pair(request):
 
 def check_text(ours, ref, text):
     for special in (False, True):
-        want = ref.encode(text, add_special_tokens=special).ids
+        enc = ref.encode(text, add_special_tokens=special)
+        want = enc.ids
         got = ours.encode(text, special)
         assert got == want, f"ids differ for {text!r} (add_special={special})"
+        assert ours.encode_with_offsets(text, special) == (want, enc.offsets), f"offsets differ for {text!r}"
     for skip in (False, True):
         assert ours.decode(want, skip) == ref.decode(want, skip_special_tokens=skip), f"decode differs for {text!r}"
 
