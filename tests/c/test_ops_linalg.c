@@ -124,7 +124,8 @@ static void read_f32(const hr_tensor *t, float *dst, int64_t n) {
 /* linear over shapes that cross the tile sizes (K past one K block, M past
  * one M tile, N past one N tile) under every ISA the CPU has; exact. */
 static void test_linear_exact_all_isas(void **state) {
-    static const int64_t shapes[][3] = {{5, 7, 300}, {97, 33, 5}, {2, 300, 17}, {130, 260, 1}, {1, 5, 4097}};
+    static const int64_t shapes[][3] = {{5, 7, 300}, {97, 33, 5}, {2, 300, 17}, {130, 260, 1}, {1, 5, 4097},
+                                        {20, 40, 777}, {200, 41, 777}};
     hr_cpu_isa saved = hr_cpu_isa_get();
     for (int isa = HR_ISA_SCALAR; isa <= (int)saved && isa <= HR_ISA_AVX512; isa++) {
         assert_int_equal(hr_cpu_isa_set((hr_cpu_isa)isa), HR_OK);

@@ -71,6 +71,10 @@ void hr_gemv_bf16_avx512(int64_t k, int rows, const void *x, const void *w, hr_d
 /* dst[0..n) = n contiguous elements of src (f32, bf16 or f16) as f32. */
 void hr_gemm_row_f32_avx2(float *dst, const void *src, hr_dtype dt, int64_t n);
 
+/* dst[p * ldd + i] = 32-bit element p of row i (i < 8, p < n); row i
+ * starts at src + i * lds bytes. */
+void hr_gemm_transpose8_avx2(const char *src, int64_t lds, int64_t n, uint32_t *dst, int64_t ldd);
+
 /* Whether the AVX-512 BF16 kernels may run (ISA setting and CPUID). */
 bool hr_gemm_use_avx512_bf16(void);
 

@@ -99,21 +99,29 @@ static void pack_a_f32(const hr_gemm *g, const family *f, int64_t off, int64_t i
 }
 
 /* B k [k0, k0+kc) x cols [j0, j0+nc) into panels [nc/nr][kc][nr] f32,
- * reading along whichever of B's dims is contiguous. buf holds
- * max(kc, nr) floats. */
+ * reading along whichever of B's dims is contiguous. buf holds 8 * KC
+ * floats. */
 static void pack_b_f32(const hr_gemm *g, const family *f, int64_t off, int64_t k0, int64_t kc, int64_t j0,
                        int64_t nc, float *bp, float *buf) {
     int nr = f->nr;
     int64_t npad = (nc + nr - 1) / nr * nr;
     if (g->b.rs == 1 && g->b.cs != 1) {
-        for (int64_t j = 0; j < npad; j++) {
+        for (int64_t j = 0; j < npad;) {
             float *panel = bp + (j / nr) * kc * nr + j % nr;
+            if (f->avx2 && j + 8 <= nc && (j % nr) + 8 <= nr) {
+                /* eight columns (weight rows) at once, transposed in registers */
+                for (int i = 0; i < 8; i++) load_row(f, buf + i * kc, elem(&g->b, off, k0, j0 + j + i), g->b.dt, kc, 1);
+                hr_gemm_transpose8_avx2((const char *)buf, kc * 4, kc, (uint32_t *)panel, nr);
+                j += 8;
+                continue;
+            }
             if (j < nc) {
                 load_row(f, buf, elem(&g->b, off, k0, j0 + j), g->b.dt, kc, 1);
                 for (int64_t p = 0; p < kc; p++) panel[p * nr] = buf[p];
             } else {
                 for (int64_t p = 0; p < kc; p++) panel[p * nr] = 0.0f;
             }
+            j++;
         }
         return;
     }
@@ -155,21 +163,28 @@ static void pack_a_pairs(const hr_gemm *g, int64_t off, int64_t i0, int64_t mc, 
 static void pack_b_pairs(const hr_gemm *g, int64_t off, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int nr,
                          uint16_t *bp) {
     int64_t npad = (nc + nr - 1) / nr * nr, kp = (kc + 1) / 2, full = kc / 2;
-    for (int64_t j = 0; j < npad; j++) {
+    for (int64_t j = 0; j < npad;) {
         uint16_t *panel = bp + (j / nr) * kp * nr * 2 + (j % nr) * 2;
-        if (j >= nc) {
-            for (int64_t p = 0; p < kp; p++) panel[p * nr * 2] = panel[p * nr * 2 + 1] = 0;
+        if (g->b.rs == 1 && j + 8 <= nc && (j % nr) + 8 <= nr) {
+            /* linear's weight: eight output columns are eight contiguous
+             * rows; their pairs are transposed in registers */
+            hr_gemm_transpose8_avx2(elem(&g->b, off, k0, j0 + j), g->b.cs * 2, full, (uint32_t *)panel, nr);
+            for (int i = 0; full < kp && i < 8; i++) { /* odd kc: the last k pairs with a zero */
+                panel[full * nr * 2 + i * 2] = elem_u16(&g->b, off, k0 + kc - 1, j0 + j + i);
+                panel[full * nr * 2 + i * 2 + 1] = 0;
+            }
+            j += 8;
             continue;
         }
-        int64_t p = 0;
-        if (g->b.rs == 1) { /* linear's weight: each output column is a contiguous row */
-            const char *col = elem(&g->b, off, k0, j0 + j);
-            for (; p < full; p++) memcpy(panel + p * nr * 2, col + 4 * p, 4);
+        if (j >= nc) {
+            for (int64_t p = 0; p < kp; p++) panel[p * nr * 2] = panel[p * nr * 2 + 1] = 0;
+        } else {
+            for (int64_t p = 0; p < kp; p++) {
+                panel[p * nr * 2] = elem_u16(&g->b, off, k0 + 2 * p, j0 + j);
+                panel[p * nr * 2 + 1] = 2 * p + 1 < kc ? elem_u16(&g->b, off, k0 + 2 * p + 1, j0 + j) : 0;
+            }
         }
-        for (; p < kp; p++) {
-            panel[p * nr * 2] = elem_u16(&g->b, off, k0 + 2 * p, j0 + j);
-            panel[p * nr * 2 + 1] = 2 * p + 1 < kc ? elem_u16(&g->b, off, k0 + 2 * p + 1, j0 + j) : 0;
-        }
+        j++;
     }
 }
 
@@ -186,7 +201,7 @@ typedef struct scratch {
     void *ap;        /* packed A panels of one (M tile, K block) */
     void *bp;        /* packed B panels of one N tile, all K blocks of KC * NC_MAX slots */
     float *ctile;    /* [MC][NC_MAX] f32 accumulators */
-    float *rowbuf;   /* [max(KC, NC_MAX)] */
+    float *rowbuf;   /* [8 * KC]: rows being converted (8 * KC >= NC_MAX) */
     float *biasbuf;  /* [NC_MAX] */
 } scratch;
 
@@ -199,9 +214,10 @@ static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
 
 static void scratch_key_init(void) { pthread_key_create(&g_scratch_key, free); }
 
-static bool scratch_get(scratch *s, int64_t k) {
-    size_t nkb = (size_t)((k + KC - 1) / KC);
-    size_t n_ap = MC * KC, n_bp = nkb * KC * NC_MAX, n_c = (size_t)MC * NC_MAX, n_row = KC > NC_MAX ? KC : NC_MAX;
+/* nkb: K blocks of B to hold at once. */
+static bool scratch_get(scratch *s, int64_t nkb_) {
+    size_t nkb = (size_t)(nkb_ > 0 ? nkb_ : 1);
+    size_t n_ap = MC * KC, n_bp = nkb * KC * NC_MAX, n_c = (size_t)MC * NC_MAX, n_row = 8 * KC;
     size_t bytes = (n_ap + n_bp + n_c + n_row + NC_MAX) * sizeof(float);
     pthread_once(&g_scratch_once, scratch_key_init);
     char *block = pthread_getspecific(g_scratch_key);
@@ -234,6 +250,17 @@ static void store_tile(const hr_gemm *g, int64_t offc, int64_t i0, int64_t mc, i
     }
 }
 
+/* Packs K block [k0, k0+KC) of B's column panel [j0, j0+nc) into slot. */
+static void pack_b_block(const hr_gemm *g, const family *f, const scratch *s, int64_t ob, int64_t k0, int64_t j0,
+                         int64_t nc, int64_t slot_index) {
+    int64_t kc = g->k - k0 < KC ? g->k - k0 : KC;
+    float *slot = (float *)s->bp + slot_index * KC * NC_MAX;
+    if (f->pairs)
+        pack_b_pairs(g, ob, k0, kc, j0, nc, f->nr, (uint16_t *)slot);
+    else
+        pack_b_f32(g, f, ob, k0, kc, j0, nc, slot, s->rowbuf);
+}
+
 static void gemm_unit(gemm_ctx *ctx, scratch *s, int64_t u, int64_t *packed_b) {
     const hr_gemm *g = ctx->g;
     const family *f = &ctx->f;
@@ -244,24 +271,21 @@ static void gemm_unit(gemm_ctx *ctx, scratch *s, int64_t u, int64_t *packed_b) {
     batch_offsets(g, bi, &oa, &ob, &oc);
     int64_t ldc = ctx->nc;
     if (g->k == 0) memset(s->ctile, 0, sizeof(float) * MC * NC_MAX);
-    /* B's column panel is packed once for every M tile of (bi, ni) that
-     * this thread runs in a row (units go M-fastest). */
+    /* With several M tiles, B's column panel is packed whole (all K blocks)
+     * once for the tiles of (bi, ni) this thread runs in a row (units go
+     * M-fastest). With one M tile there is no reuse, and one K block at a
+     * time stays in L2 instead. */
+    bool whole = ctx->mt > 1;
     int64_t bkey = bi * ctx->nt + ni;
-    if (*packed_b != bkey) {
-        for (int64_t k0 = 0; k0 < g->k; k0 += KC) {
-            int64_t kc = g->k - k0 < KC ? g->k - k0 : KC;
-            float *slot = (float *)s->bp + (k0 / KC) * KC * NC_MAX;
-            if (f->pairs)
-                pack_b_pairs(g, ob, k0, kc, j0, nc, f->nr, (uint16_t *)slot);
-            else
-                pack_b_f32(g, f, ob, k0, kc, j0, nc, slot, s->rowbuf);
-        }
+    if (whole && *packed_b != bkey) {
+        for (int64_t k0 = 0; k0 < g->k; k0 += KC) pack_b_block(g, f, s, ob, k0, j0, nc, k0 / KC);
         *packed_b = bkey;
     }
     for (int64_t k0 = 0; k0 < g->k; k0 += KC) {
         int64_t kc = g->k - k0 < KC ? g->k - k0 : KC;
         int64_t kdepth = f->pairs ? (kc + 1) / 2 : kc;
-        const char *bslot = (const char *)((float *)s->bp + (k0 / KC) * KC * NC_MAX);
+        if (!whole) pack_b_block(g, f, s, ob, k0, j0, nc, 0);
+        const char *bslot = (const char *)((float *)s->bp + (whole ? k0 / KC : 0) * KC * NC_MAX);
         if (f->pairs)
             pack_a_pairs(g, oa, i0, mc, k0, kc, f->mr, s->ap);
         else
@@ -284,7 +308,7 @@ static void gemm_worker(void *arg, int ith, int nth) {
     hr_split_range(ctx->units, ith, nth, &begin, &end);
     if (begin >= end) return;
     scratch s;
-    if (!scratch_get(&s, ctx->g->k)) {
+    if (!scratch_get(&s, ctx->mt > 1 ? (ctx->g->k + KC - 1) / KC : 1)) {
         atomic_store(&ctx->failed, 1);
         return;
     }

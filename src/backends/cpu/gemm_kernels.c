@@ -1,6 +1,7 @@
 /* Portable GEMM micro-kernels and GEMV blocks: plain C (the reference the
  * others are tested against) and AVX2/FMA (the build baseline). */
 #include <immintrin.h>
+#include <string.h>
 
 #include "backends/cpu/gemm.h"
 #include "core/half.h"
@@ -84,6 +85,33 @@ void hr_gemm_row_f32_avx2(float *dst, const void *src, hr_dtype dt, int64_t n) {
     else
         for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_loadu_ps((const float *)src + i));
     for (; i < n; i++) dst[i] = load_scalar(src, dt, i);
+}
+
+/* dst[p * ldd + i] = element p of row i, for 8 rows of n 32-bit elements;
+ * row i starts at src + i * lds bytes. 8 x 8 blocks are transposed in
+ * registers, so packing a K-contiguous B writes whole panel rows. */
+void hr_gemm_transpose8_avx2(const char *src, int64_t lds, int64_t n, uint32_t *dst, int64_t ldd) {
+    int64_t p = 0;
+    for (; p + 8 <= n; p += 8) {
+        __m256 r[8], t[8], u[8];
+        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps((const float *)(src + i * lds + 4 * p));
+        for (int i = 0; i < 8; i += 2) {
+            t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+            t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+        }
+        for (int i = 0; i < 8; i += 4) {
+            u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+            u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+            u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+            u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+        }
+        for (int i = 0; i < 4; i++) {
+            _mm256_storeu_ps((float *)(dst + (p + i) * ldd), _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+            _mm256_storeu_ps((float *)(dst + (p + i + 4) * ldd), _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+        }
+    }
+    for (; p < n; p++)
+        for (int i = 0; i < 8; i++) memcpy(dst + p * ldd + i, src + i * lds + 4 * p, 4);
 }
 
 /* ---- GEMV ---- */
