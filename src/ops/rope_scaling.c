@@ -13,7 +13,8 @@
  *   - pow of f32 values is f32 pow.
  * torch's f32 pow is SLEEF's 1-ulp powf; here it is the correctly rounded
  * value, so a frequency may differ from transformers' by 1 ulp (a few of
- * 64 with some thetas). Every other step matches bit for bit. */
+ * 64 with some thetas). Every other step matches bit for bit, as long as
+ * the compiler fuses no multiply-add (C11 mode: GCC's -ffp-contract=off). */
 #include <math.h>
 #include <string.h>
 
