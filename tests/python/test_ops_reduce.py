@@ -201,6 +201,20 @@ def test_topk_dims_strides_nan():
         assert_close(v, wv, atol=0, rtol=0)
 
 
+def test_zero_dim_input():
+    x = torch.tensor(3.5)
+    for op in ("sum", "amax", "argmax"):
+        got = getattr(hubrt.ops, op.replace("amax", "max"))(to_hr(x), -1, True)
+        assert_close(got, getattr(torch, op)(x, -1, keepdim=True))
+    assert_close(hubrt.ops.softmax(to_hr(x), 0), torch.softmax(x, 0))
+    assert_close(hubrt.ops.cumsum(to_hr(x), 0), torch.cumsum(x, 0))
+    for k in (0, 1):
+        v, i = hubrt.ops.topk(to_hr(x), k, 0)
+        wv, wi = torch.topk(x, k, 0)
+        assert_close(v, wv)
+        assert_close(i, wi)
+
+
 def test_reduce_errors_name_op_and_input():
     x = to_hr(torch.zeros(2, 3))
     with pytest.raises(hubrt.HubrtError, match=r"op 'sum'.*dim 2 out of range"):
