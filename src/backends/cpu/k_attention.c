@@ -48,7 +48,7 @@ typedef struct attn_scratch {
     float *pp;   /* [BQ/MR][BK][MR] probability panels */
     float *st;   /* [BQ][BK] scores, then probabilities */
     float *ot;   /* [BQ][dvpad] running numerators */
-    float *row;  /* [max(d, dv, BK)] one converted row, or a mask row */
+    float *row;  /* [8 * max(d, dv, BK)] converted rows, or a mask row */
     float m[BQ], l[BQ]; /* running max and denominator per query row */
 } attn_scratch;
 
@@ -133,9 +133,6 @@ static void mask_row(const attn_ctx *c, attn_scratch *s, float *p, int64_t bi, i
             if (pos - (j0 + j) >= c->window) p[j] = -INFINITY;
 }
 
-/* Converts rows [r0, r0+n) of head (bi, hh) of t into panels of width w
- * along the row dim (transposed = K^T: panel element (col, row)) or along
- * the feature dim (V: panel element (row, feature)). */
 /* One row of head (bi, hh) of t, width elements from row r, as f32. */
 static void load_row(const attn_ctx *c, float *dst, const hr_tensor *t, int64_t bi, int64_t hh, int64_t r,
                      int64_t width) {
@@ -145,10 +142,21 @@ static void load_row(const attn_ctx *c, float *dst, const hr_tensor *t, int64_t 
         hr_load_f32(dst, at4(t, bi, hh, r), t->dtype, width, t->strides[3]);
 }
 
+/* Converts rows [r0, r0+n) of head (bi, hh) of t into NR-wide panels:
+ * across rows for K^T (transposed: panel element (feature, row), eight
+ * rows at a time through register transposes), across features for V
+ * (panel element (row, feature)). row holds 8 rows of width floats. */
 static void pack_kv(const attn_ctx *c, const hr_tensor *t, int64_t bi, int64_t hh, int64_t r0, int n, int64_t width,
                     bool transposed, float *dst, float *row) {
     int npad = (n + NR - 1) / NR * NR;
-    for (int j = 0; j < (transposed ? npad : n); j++) {
+    int j = 0;
+    if (transposed && c->avx2)
+        for (; j + 8 <= n; j += 8) {
+            for (int i = 0; i < 8; i++) load_row(c, row + i * width, t, bi, hh, r0 + j + i, width);
+            hr_gemm_transpose8_avx2((const char *)row, width * 4, width,
+                                    (uint32_t *)(dst + (j / NR) * width * NR + j % NR), NR);
+        }
+    for (; j < (transposed ? npad : n); j++) {
         if (j < n)
             load_row(c, row, t, bi, hh, r0 + j, width);
         else
@@ -161,8 +169,8 @@ static void pack_kv(const attn_ctx *c, const hr_tensor *t, int64_t bi, int64_t h
         }
     }
     if (!transposed && width % NR) /* zero the padded features of the last panel */
-        for (int j = 0; j < n; j++)
-            for (int64_t e = width; e < (width + NR - 1) / NR * NR; e++) dst[(e / NR) * BK * NR + j * NR + e % NR] = 0;
+        for (int jr = 0; jr < n; jr++)
+            for (int64_t e = width; e < (width + NR - 1) / NR * NR; e++) dst[(e / NR) * BK * NR + jr * NR + e % NR] = 0;
 }
 
 /* One row of the online softmax: scores p[0..nk) become probabilities
@@ -253,7 +261,7 @@ static void attn_worker(void *arg, int ith, int nth) {
     hr_split_range(c->units, ith, nth, &begin, &end);
     if (begin >= end) return;
     int64_t nrow = c->d > c->dv ? c->d : c->dv;
-    nrow = nrow > BK ? nrow : BK;
+    nrow = 8 * (nrow > BK ? nrow : BK);
     size_t n = (size_t)(BQ * c->d + BK * c->d + c->dvpad * BK + BQ * BK + BQ * BK + BQ * c->dvpad + nrow);
     float *mem = malloc(n * sizeof(float));
     if (!mem) {
