@@ -126,7 +126,6 @@ static hr_status build(tk_added *a, const tk_normalizer *nz) {
     for (int32_t i = 0; i <= a->max_id; i++) a->by_id[i] = -1;
     tk_ws ws = {0};
     tk_buf tmp = {0};
-    tk_aligns tmp_al = {0}, src_al = {0};
     hr_status st = HR_OK;
     /* Normalized contents first: their offsets must be final before use. */
     size_t *norm_off = calloc(a->n + 1, sizeof *norm_off), *norm_len = calloc(a->n + 1, sizeof *norm_len);
@@ -134,11 +133,8 @@ static hr_status build(tk_added *a, const tk_normalizer *nz) {
     for (size_t i = 0; st == HR_OK && i < a->n; i++) {
         added_token *t = &a->v[i];
         if (!t->normalized) continue;
-        /* Alignments are not needed here; any will do. */
-        src_al.n = 0;
-        st = tk_aligns_fill(&src_al, (tk_align){0, 0}, t->len + 1);
-        if (st == HR_OK && nz) st = tk_normalize(nz, t->content, src_al.p, t->len, &tmp, &tmp_al, &ws);
-        else if (st == HR_OK) {
+        if (nz) st = tk_normalize(nz, t->content, NULL, t->len, &tmp, NULL, &ws);
+        else {
             tmp.n = 0;
             st = tk_buf_append(&tmp, t->content, t->len);
         }
@@ -158,8 +154,6 @@ static hr_status build(tk_added *a, const tk_normalizer *nz) {
     free(norm_off);
     free(norm_len);
     tk_buf_free(&tmp);
-    tk_aligns_free(&tmp_al);
-    tk_aligns_free(&src_al);
     tk_ws_clear(&ws);
     return st;
 }
@@ -249,11 +243,11 @@ hr_status tk_added_split(const tk_added *a, bool normalized, const char *s, cons
                 if (!tk_cp_is_whitespace(cp)) break;
                 stop += kk;
             }
-        if (start > done) HR_TRY(tk_pieces_add(out, s + done, al + done, start - done, -1, first && done == 0));
-        HR_TRY(tk_pieces_add(out, s + start, al + start, stop - start, tok->id, first && start == 0));
+        if (start > done) HR_TRY(tk_pieces_add(out, s + done, tk_al_at(al, done), start - done, -1, first && done == 0));
+        HR_TRY(tk_pieces_add(out, s + start, tk_al_at(al, start), stop - start, tok->id, first && start == 0));
         done = stop;
     }
-    if (done < n) HR_TRY(tk_pieces_add(out, s + done, al + done, n - done, -1, first && done == 0));
+    if (done < n) HR_TRY(tk_pieces_add(out, s + done, tk_al_at(al, done), n - done, -1, first && done == 0));
     return HR_OK;
 }
 

@@ -68,25 +68,25 @@ static hr_status input_alignments(const char *text, size_t len, tk_aligns *al) {
     return HR_OK;
 }
 
-static hr_status encode_pieces(const hr_tokenizer *tok, const char *text, size_t len, tk_ws *ws) {
+static hr_status encode_pieces(const hr_tokenizer *tok, const char *text, size_t len, bool track, tk_ws *ws) {
     tk_pieces *raw = &ws->pa, *norm = &ws->pb;
-    tk_pieces_reset(raw);
-    tk_pieces_reset(norm);
-    HR_TRY(input_alignments(text, len, &ws->a1));
-    HR_TRY(tk_added_split(tok->added, false, text, ws->a1.p, len, true, raw));
+    tk_pieces_reset(raw, track);
+    tk_pieces_reset(norm, track);
+    if (track) HR_TRY(input_alignments(text, len, &ws->a1));
+    HR_TRY(tk_added_split(tok->added, false, text, track ? ws->a1.p : NULL, len, true, raw));
     for (size_t i = 0; i < raw->n; i++) {
         const tk_piece *pc = &raw->v[i];
         const char *s = raw->text.p + pc->off;
-        const tk_align *al = raw->al.p + pc->off;
+        const tk_align *al = tk_pieces_al(raw, pc->off);
         if (pc->id >= 0) {
             HR_TRY(tk_pieces_add(norm, s, al, pc->len, pc->id, pc->first));
             continue;
         }
         size_t n = pc->len;
         if (tok->normalizer) {
-            HR_TRY(tk_normalize(tok->normalizer, s, al, n, &ws->t3, &ws->a3, ws));
+            HR_TRY(tk_normalize(tok->normalizer, s, al, n, &ws->t3, track ? &ws->a3 : NULL, ws));
             s = ws->t3.p;
-            al = ws->a3.p;
+            al = track ? ws->a3.p : NULL;
             n = ws->t3.n;
         }
         HR_TRY(tk_added_split(tok->added, true, s, al, n, pc->first, norm));
@@ -109,7 +109,7 @@ static hr_status encode_model(const hr_tokenizer *tok, tk_ws *ws, bool offsets) 
     hr_status st = HR_OK;
     for (size_t i = 0; st == HR_OK && i < ps->n; i++) {
         const tk_piece *pc = &ps->v[i];
-        const tk_align *al = ps->al.p + pc->off;
+        const tk_align *al = tk_pieces_al(ps, pc->off);
         if (pc->id >= 0) {
             st = tk_ids_push(&ws->ids, pc->id);
             if (st == HR_OK && offsets && (st = tk_ids_push(&ws->offs, (int32_t)al[0].start)) == HR_OK)
@@ -137,7 +137,7 @@ static hr_status encode_ws(const hr_tokenizer *tok, const char *text, size_t len
     size_t valid = tk_utf8_valid_prefix(text, len);
     if (valid != len) return hr_error(HR_ERR_INVALID_ARG, "tokenizer: text is not valid UTF-8 at byte %zu", valid);
     if (len > INT32_MAX) return hr_error(HR_ERR_INVALID_ARG, "tokenizer: text of %zu bytes is longer than 2 GiB", len);
-    HR_TRY(encode_pieces(tok, text, len, ws));
+    HR_TRY(encode_pieces(tok, text, len, offsets != NULL, ws));
     HR_TRY(encode_model(tok, ws, offsets != NULL));
     tk_ids fin = {0}, fin_offs = {0};
     hr_status st;

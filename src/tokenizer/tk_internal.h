@@ -64,14 +64,20 @@ typedef struct {
 
 typedef struct {
     tk_buf text;
-    tk_aligns al; /* (text.n) alignment of every text byte */
+    bool track;   /* alignments are kept (offsets were asked for) */
+    tk_aligns al; /* (text.n when track) alignment of every text byte */
     tk_piece *v;  /* (n) */
     size_t n, cap;
 } tk_pieces;
 
-void tk_pieces_reset(tk_pieces *ps);
+void tk_pieces_reset(tk_pieces *ps, bool track);
+
+/* Alignment pointers are NULL when offsets are not tracked. */
+static inline const tk_align *tk_al_at(const tk_align *al, size_t i) { return al ? al + i : NULL; }
+static inline tk_align tk_al_get(const tk_align *al, size_t i) { return al ? al[i] : (tk_align){0, 0}; }
+static inline const tk_align *tk_pieces_al(const tk_pieces *ps, size_t off) { return ps->track ? ps->al.p + off : NULL; }
 void tk_pieces_free(tk_pieces *ps);
-/* Appends a copy of s[0..n), with its alignments al[0..n), as a new piece. */
+/* Appends a copy of s[0..n), with its alignments al[0..n) when tracked, as a new piece. */
 hr_status tk_pieces_add(tk_pieces *ps, const char *s, const tk_align *al, size_t n, int32_t id, bool first);
 
 /* ---- UTF-8 and Unicode helpers (tk_utf8.c) ---------------------------- */
@@ -148,7 +154,8 @@ struct tk_ws {
 hr_status tk_normalizer_parse(const cJSON *j, tk_normalizer **out);
 void tk_normalizer_free(tk_normalizer *n);
 /* Writes the normalized form of s[0..n) into out and the alignment of each
- * output byte into al_out (both cleared first); al gives s's alignments. */
+ * output byte into al_out (both cleared first); al gives s's alignments.
+ * al and al_out are NULL when offsets are not tracked. */
 hr_status tk_normalize(const tk_normalizer *nz, const char *s, const tk_align *al, size_t n, tk_buf *out,
                        tk_aligns *al_out, tk_ws *ws);
 

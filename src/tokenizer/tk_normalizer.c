@@ -134,12 +134,12 @@ typedef struct {
 
 static hr_status put(nz_out o, const char *p, size_t k, tk_align al) {
     HR_TRY(tk_buf_append(o.b, p, k));
-    return tk_aligns_fill(o.a, al, k);
+    return o.a ? tk_aligns_fill(o.a, al, k) : HR_OK;
 }
 
 static hr_status put_src(nz_out o, const char *s, const tk_align *al, size_t k) {
     HR_TRY(tk_buf_append(o.b, s, k));
-    return tk_aligns_append(o.a, al, k);
+    return o.a ? tk_aligns_append(o.a, al, k) : HR_OK;
 }
 
 static hr_status put_cp(nz_out o, int32_t cp, tk_align al) {
@@ -167,10 +167,10 @@ static hr_status utf8proc_form(nz_type t, const char *s, const tk_align *al, siz
     const char *d = (const char *)dst;
     hr_status st = tk_buf_append(o.b, d, (size_t)r);
     size_t in = 0; /* byte offset of the current input character */
-    for (size_t j = 0; st == HR_OK && j < (size_t)r;) {
+    for (size_t j = 0; o.a && st == HR_OK && j < (size_t)r;) {
         size_t k = 1;
         while (j + k < (size_t)r && ((unsigned char)d[j + k] & 0xC0) == 0x80) k++;
-        st = tk_aligns_fill(o.a, n ? al[in] : (tk_align){0, 0}, k);
+        st = tk_aligns_fill(o.a, n ? tk_al_get(al, in) : (tk_align){0, 0}, k);
         j += k;
         size_t next = in + 1;
         while (next < n && ((unsigned char)s[next] & 0xC0) == 0x80) next++;
@@ -236,13 +236,15 @@ static hr_status unicode_form(nz_type t, const char *s, const tk_align *al, size
         bool seg_dirty = !(j == i + k && u_inert(cp, utf8proc_get_property(cp), f));
         /* Changing pieces go to utf8proc one by one, for their alignments. */
         if ((seg_dirty || dirty) && i > run) {
-            HR_TRY(dirty ? utf8proc_form(t, s + run, al + run, i - run, o) : put_src(o, s + run, al + run, i - run));
+            HR_TRY(dirty ? utf8proc_form(t, s + run, tk_al_at(al, run), i - run, o)
+                         : put_src(o, s + run, tk_al_at(al, run), i - run));
             run = i;
         }
         dirty = seg_dirty;
         i = j;
     }
-    return dirty ? utf8proc_form(t, s + run, al + run, n - run, o) : put_src(o, s + run, al + run, n - run);
+    return dirty ? utf8proc_form(t, s + run, tk_al_at(al, run), n - run, o)
+                 : put_src(o, s + run, tk_al_at(al, run), n - run);
 }
 
 static hr_status lowercase(const char *s, const tk_align *al, size_t n, nz_out o) {
@@ -250,11 +252,11 @@ static hr_status lowercase(const char *s, const tk_align *al, size_t n, nz_out o
         int32_t cp;
         size_t k = tk_utf8_decode(s + i, n - i, &cp);
         if (cp == 0x130) /* the one code point whose lowercase is two */
-            HR_TRY(put(o, "i\xCC\x87", 3, al[i]));
+            HR_TRY(put(o, "i\xCC\x87", 3, tk_al_get(al, i)));
         else if (cp < 0x80)
-            HR_TRY(put_cp(o, cp >= 'A' && cp <= 'Z' ? cp + 32 : cp, al[i]));
+            HR_TRY(put_cp(o, cp >= 'A' && cp <= 'Z' ? cp + 32 : cp, tk_al_get(al, i)));
         else
-            HR_TRY(put_cp(o, utf8proc_tolower(cp), al[i]));
+            HR_TRY(put_cp(o, utf8proc_tolower(cp), tk_al_get(al, i)));
         i += k;
     }
     return HR_OK;
@@ -278,7 +280,7 @@ static hr_status strip(const tk_normalizer *nz, const char *s, const tk_align *a
             if (!tk_cp_is_whitespace(cp)) break;
             b -= k;
         }
-    return put_src(o, s + a, al + a, b - a);
+    return put_src(o, s + a, tk_al_at(al, a), b - a);
 }
 
 static hr_status filter_marks(const char *s, const tk_align *al, size_t n, bool nonspacing_only, nz_out o) {
@@ -287,7 +289,7 @@ static hr_status filter_marks(const char *s, const tk_align *al, size_t n, bool 
         size_t k = tk_utf8_decode(s + i, n - i, &cp);
         bool drop = cp >= 0x300 && (nonspacing_only ? utf8proc_category(cp) == UTF8PROC_CATEGORY_MN
                                                     : tk_cp_category(cp) == 'M');
-        if (!drop) HR_TRY(put_src(o, s + i, al + i, k));
+        if (!drop) HR_TRY(put_src(o, s + i, tk_al_at(al, i), k));
         i += k;
     }
     return HR_OK;
@@ -297,10 +299,10 @@ static hr_status replace(const tk_normalizer *nz, const char *s, const tk_align 
     HR_TRY(tk_regex_find(nz->pattern, s, n, &ws->spans));
     for (size_t i = 0; i < ws->spans.n; i++) {
         tk_span sp = ws->spans.v[i];
-        if (!sp.match) HR_TRY(put_src(o, s + sp.start, al + sp.start, sp.end - sp.start));
+        if (!sp.match) HR_TRY(put_src(o, s + sp.start, tk_al_at(al, sp.start), sp.end - sp.start));
         /* The content is inserted after the removed match: it takes the
          * alignment of the match's last byte. */
-        else HR_TRY(put(o, nz->content, nz->content_len, sp.end ? al[sp.end - 1] : (tk_align){0, 0}));
+        else HR_TRY(put(o, nz->content, nz->content_len, sp.end ? tk_al_get(al, sp.end - 1) : (tk_align){0, 0}));
     }
     return HR_OK;
 }
@@ -315,7 +317,7 @@ static hr_status bert_clean(const tk_normalizer *nz, const char *s, const tk_ali
     for (size_t i = 0; i < n;) {
         int32_t cp;
         size_t k = tk_utf8_decode(s + i, n - i, &cp);
-        const tk_align a = al[i];
+        const tk_align a = tk_al_get(al, i);
         i += k;
         if (nz->clean_text) {
             /* Controls go first (U+0085 too, though Rust calls it whitespace). */
@@ -328,11 +330,11 @@ static hr_status bert_clean(const tk_normalizer *nz, const char *s, const tk_ali
         }
         if (nz->chinese && is_chinese(cp)) {
             HR_TRY(put(o, " ", 1, a));
-            HR_TRY(put_src(o, s + i - k, al + i - k, k));
+            HR_TRY(put_src(o, s + i - k, tk_al_at(al, i - k), k));
             HR_TRY(put(o, " ", 1, a));
             continue;
         }
-        HR_TRY(put_src(o, s + i - k, al + i - k, k));
+        HR_TRY(put_src(o, s + i - k, tk_al_at(al, i - k), k));
     }
     return HR_OK;
 }
@@ -340,11 +342,12 @@ static hr_status bert_clean(const tk_normalizer *nz, const char *s, const tk_ali
 static hr_status bert(const tk_normalizer *nz, const char *s, const tk_align *al, size_t n, nz_out o) {
     tk_buf a = {0}, b = {0};
     tk_aligns aa = {0}, ba = {0};
-    hr_status st = bert_clean(nz, s, al, n, (nz_out){&a, &aa});
+    bool track = o.a != NULL;
+    hr_status st = bert_clean(nz, s, al, n, (nz_out){&a, track ? &aa : NULL});
     if (st == HR_OK && nz->strip_accents) {
-        st = unicode_form(NZ_NFD, a.p ? a.p : "", aa.p, a.n, (nz_out){&b, &ba});
+        st = unicode_form(NZ_NFD, a.p ? a.p : "", aa.p, a.n, (nz_out){&b, track ? &ba : NULL});
         a.n = aa.n = 0;
-        if (st == HR_OK) st = filter_marks(b.p ? b.p : "", ba.p, b.n, true, (nz_out){&a, &aa});
+        if (st == HR_OK) st = filter_marks(b.p ? b.p : "", ba.p, b.n, true, (nz_out){&a, track ? &aa : NULL});
     }
     if (st == HR_OK) st = nz->lowercase ? lowercase(a.p ? a.p : "", aa.p, a.n, o) : put_src(o, a.p, aa.p, a.n);
     tk_buf_free(&a);
@@ -355,7 +358,7 @@ static hr_status bert(const tk_normalizer *nz, const char *s, const tk_align *al
 }
 
 static hr_status byte_level(const char *s, const tk_align *al, size_t n, nz_out o) {
-    for (size_t i = 0; i < n; i++) HR_TRY(put_cp(o, tk_byte_to_cp[(unsigned char)s[i]], al[i]));
+    for (size_t i = 0; i < n; i++) HR_TRY(put_cp(o, tk_byte_to_cp[(unsigned char)s[i]], tk_al_get(al, i)));
     return HR_OK;
 }
 
@@ -369,18 +372,20 @@ static hr_status normalize_into(const tk_normalizer *nz, const char *s, const tk
     case NZ_STRIP_ACCENTS: return filter_marks(s, al, n, false, o);
     case NZ_REPLACE: return replace(nz, s, al, n, o, ws);
     case NZ_PREPEND:
-        if (n) HR_TRY(put(o, nz->content, nz->content_len, al[0]));
+        if (n) HR_TRY(put(o, nz->content, nz->content_len, tk_al_get(al, 0)));
         return put_src(o, s, al, n);
     case NZ_BERT: return bert(nz, s, al, n, o);
     case NZ_BYTE_LEVEL: return byte_level(s, al, n, o);
     case NZ_SEQUENCE: {
         tk_buf cur = {0}, next = {0};
         tk_aligns cur_al = {0}, next_al = {0};
-        hr_status st = put_src((nz_out){&cur, &cur_al}, s, al, n);
+        bool track = o.a != NULL;
+        hr_status st = put_src((nz_out){&cur, track ? &cur_al : NULL}, s, al, n);
         for (size_t i = 0; st == HR_OK && i < nz->n_children; i++) {
             next.n = next_al.n = 0;
             st = tk_buf_append(&next, "", 0);
-            if (st == HR_OK) st = normalize_into(nz->children[i], cur.p, cur_al.p, cur.n, (nz_out){&next, &next_al}, ws);
+            if (st == HR_OK)
+                st = normalize_into(nz->children[i], cur.p, cur_al.p, cur.n, (nz_out){&next, track ? &next_al : NULL}, ws);
             tk_buf t = cur;
             cur = next;
             next = t;
@@ -402,7 +407,7 @@ static hr_status normalize_into(const tk_normalizer *nz, const char *s, const tk
 hr_status tk_normalize(const tk_normalizer *nz, const char *s, const tk_align *al, size_t n, tk_buf *out,
                        tk_aligns *al_out, tk_ws *ws) {
     out->n = 0;
-    al_out->n = 0;
+    if (al_out) al_out->n = 0;
     HR_TRY(tk_buf_append(out, "", 0));
     return normalize_into(nz, s, al, n, (nz_out){out, al_out}, ws);
 }

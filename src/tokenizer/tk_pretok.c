@@ -190,16 +190,17 @@ static hr_status byte_level(const tk_pretok *p, const char *s, const tk_align *a
     /* A prepended space shares the first character's alignment. */
     if (p->add_prefix_space && n && s[0] != ' ') {
         HR_TRY(tk_buf_append(src, " ", 1));
-        HR_TRY(tk_aligns_fill(src_al, al[0], 1));
+        if (al) HR_TRY(tk_aligns_fill(src_al, al[0], 1));
     }
     HR_TRY(tk_buf_append(src, s, n));
-    HR_TRY(tk_aligns_append(src_al, al, n));
+    if (al) HR_TRY(tk_aligns_append(src_al, al, n));
+    const tk_align *sal = al ? src_al->p : NULL;
     size_t start = out->n;
     if (p->use_regex) {
         HR_TRY(tk_regex_find(p->re, src->p, src->n, &ws->spans));
-        HR_TRY(tk_split_apply(&ws->spans, TK_SPLIT_ISOLATED, src->p, src_al->p, first, out));
+        HR_TRY(tk_split_apply(&ws->spans, TK_SPLIT_ISOLATED, src->p, sal, first, out));
     } else if (src->n) {
-        HR_TRY(tk_pieces_add(out, src->p, src_al->p, src->n, -1, first));
+        HR_TRY(tk_pieces_add(out, src->p, sal, src->n, -1, first));
     }
     /* Map every new piece's bytes to the printable alphabet, rewriting the
      * tail of out: each byte becomes one character (one or two bytes) with
@@ -210,27 +211,32 @@ static hr_status byte_level(const tk_pretok *p, const char *s, const tk_align *a
     mapped->n = mapped_al->n = 0;
     size_t raw_n = out->text.n - text_start;
     HR_TRY(tk_buf_reserve(mapped, 2 * raw_n + 1));
-    HR_TRY(tk_aligns_fill(mapped_al, (tk_align){0, 0}, 2 * raw_n));
+    if (out->track) HR_TRY(tk_aligns_fill(mapped_al, (tk_align){0, 0}, 2 * raw_n));
     for (size_t i = start; i < out->n; i++) {
         tk_piece *pc = &out->v[i];
         uint32_t off = (uint32_t)(text_start + mapped->n);
         const unsigned char *raw = (const unsigned char *)out->text.p + pc->off;
-        const tk_align *raw_al = out->al.p + pc->off;
         char *dst = mapped->p + mapped->n;
-        tk_align *dst_al = mapped_al->p + mapped->n;
-        for (uint32_t k = 0; k < pc->len; k++) {
-            size_t w = tk_utf8_encode(tk_byte_to_cp[raw[k]], dst);
-            for (size_t q = 0; q < w; q++) *dst_al++ = raw_al[k];
-            dst += w;
+        if (out->track) {
+            const tk_align *raw_al = out->al.p + pc->off;
+            tk_align *dst_al = mapped_al->p + mapped->n;
+            for (uint32_t k = 0; k < pc->len; k++) {
+                size_t w = tk_utf8_encode(tk_byte_to_cp[raw[k]], dst);
+                for (size_t q = 0; q < w; q++) *dst_al++ = raw_al[k];
+                dst += w;
+            }
+        } else {
+            for (uint32_t k = 0; k < pc->len; k++) dst += tk_utf8_encode(tk_byte_to_cp[raw[k]], dst);
         }
         mapped->n = (size_t)(dst - mapped->p);
         pc->len = (uint32_t)(text_start + mapped->n) - off;
         pc->off = off;
     }
-    mapped_al->n = mapped->n;
     out->text.n = text_start;
-    out->al.n = text_start;
-    HR_TRY(tk_aligns_append(&out->al, mapped_al->p, mapped_al->n));
+    if (out->track) {
+        out->al.n = text_start;
+        HR_TRY(tk_aligns_append(&out->al, mapped_al->p, mapped->n));
+    }
     return tk_buf_append(&out->text, mapped->p, mapped->n);
 }
 
@@ -243,15 +249,16 @@ static hr_status metaspace(const tk_pretok *p, const char *s, const tk_align *al
     bool prepend = p->scheme == PREPEND_ALWAYS || (p->scheme == PREPEND_FIRST && first);
     if (prepend && n && !(starts_with_rep || s[0] == ' ')) {
         HR_TRY(tk_buf_append(b, p->rep, p->rep_len));
-        HR_TRY(tk_aligns_fill(ba, al[0], p->rep_len));
+        if (al) HR_TRY(tk_aligns_fill(ba, al[0], p->rep_len));
     }
     for (size_t i = 0; i < n; i++) {
         HR_TRY(tk_buf_append(b, s[i] == ' ' ? p->rep : s + i, s[i] == ' ' ? p->rep_len : 1));
-        HR_TRY(tk_aligns_fill(ba, al[i], s[i] == ' ' ? p->rep_len : 1));
+        if (al) HR_TRY(tk_aligns_fill(ba, al[i], s[i] == ' ' ? p->rep_len : 1));
     }
-    if (!p->split) return b->n ? tk_pieces_add(out, b->p, ba->p, b->n, -1, first) : HR_OK;
+    const tk_align *bal = al ? ba->p : NULL;
+    if (!p->split) return b->n ? tk_pieces_add(out, b->p, bal, b->n, -1, first) : HR_OK;
     HR_TRY(find_chars(pred_equal, p->rep_cp, b->p, b->n, &ws->spans));
-    return tk_split_apply(&ws->spans, TK_SPLIT_MERGED_WITH_NEXT, b->p, ba->p, first, out);
+    return tk_split_apply(&ws->spans, TK_SPLIT_MERGED_WITH_NEXT, b->p, bal, first, out);
 }
 
 static hr_status split_piece(const tk_pretok *p, const char *s, const tk_align *al, size_t n, bool first,
@@ -282,11 +289,11 @@ static hr_status split_piece(const tk_pretok *p, const char *s, const tk_align *
 }
 
 static hr_status apply_one(const tk_pretok *p, const tk_pieces *in, tk_pieces *out, tk_ws *ws) {
-    tk_pieces_reset(out);
+    tk_pieces_reset(out, in->track);
     for (size_t i = 0; i < in->n; i++) {
         const tk_piece *pc = &in->v[i];
         const char *s = in->text.p + pc->off;
-        const tk_align *al = in->al.p + pc->off;
+        const tk_align *al = tk_pieces_al(in, pc->off);
         if (pc->id >= 0) HR_TRY(tk_pieces_add(out, s, al, pc->len, pc->id, pc->first));
         else HR_TRY(split_piece(p, s, al, pc->len, pc->first, out, ws));
     }
@@ -312,9 +319,9 @@ hr_status tk_pretokenize(const tk_pretok *p, const tk_pieces *in, tk_pieces *out
         cur = dst;
     }
     if (st == HR_OK && n_steps == 0) {
-        tk_pieces_reset(out);
+        tk_pieces_reset(out, in->track);
         for (size_t i = 0; st == HR_OK && i < in->n; i++)
-            st = tk_pieces_add(out, in->text.p + in->v[i].off, in->al.p + in->v[i].off, in->v[i].len, in->v[i].id,
+            st = tk_pieces_add(out, in->text.p + in->v[i].off, tk_pieces_al(in, in->v[i].off), in->v[i].len, in->v[i].id,
                                in->v[i].first);
     }
     tk_pieces_free(&tmp[0]);

@@ -20,7 +20,7 @@ hr_status tk_split_behavior_parse(const cJSON *j, const char *field, tk_split_be
 
 static hr_status emit(const char *s, const tk_align *al, const tk_span *sp, bool first, tk_pieces *out) {
     if (sp->end <= sp->start) return HR_OK;
-    return tk_pieces_add(out, s + sp->start, al + sp->start, sp->end - sp->start, -1, first && sp->start == 0);
+    return tk_pieces_add(out, s + sp->start, tk_al_at(al, sp->start), sp->end - sp->start, -1, first && sp->start == 0);
 }
 
 hr_status tk_split_apply(tk_spans *spans, tk_split_behavior b, const char *s, const tk_align *al, bool first,

@@ -79,7 +79,8 @@ void tk_aligns_free(tk_aligns *v) {
     memset(v, 0, sizeof *v);
 }
 
-void tk_pieces_reset(tk_pieces *ps) {
+void tk_pieces_reset(tk_pieces *ps, bool track) {
+    ps->track = track;
     ps->text.n = 0;
     ps->al.n = 0;
     ps->n = 0;
@@ -97,7 +98,7 @@ hr_status tk_pieces_add(tk_pieces *ps, const char *s, const tk_align *al, size_t
     HR_TRY(grow((void **)&ps->v, &ps->cap, ps->n + 1, sizeof *ps->v));
     uint32_t off = (uint32_t)ps->text.n;
     HR_TRY(tk_buf_append(&ps->text, s, n));
-    HR_TRY(tk_aligns_append(&ps->al, al, n));
+    if (ps->track) HR_TRY(al ? tk_aligns_append(&ps->al, al, n) : tk_aligns_fill(&ps->al, (tk_align){0, 0}, n));
     ps->v[ps->n++] = (tk_piece){off, (uint32_t)n, id, first};
     return HR_OK;
 }
