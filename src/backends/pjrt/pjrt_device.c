@@ -161,7 +161,8 @@ static char *build_op_module(void *ctx) {
     for (int i = 0; i < m->n_in; i++) in[i] = hr_shlo_view_load(&b, &m->in[i]);
     hr_status s = hr_shlo_lowering_get(m->op)->lower(&b, m->attrs, in, m->n_in, m->meta, out, m->n_out);
     if (s != HR_OK) hr_shlo_fail(&b, s, "%s", hr_last_error());
-    for (int i = 0; i < m->n_out && b.status == HR_OK; i++) res[i] = hr_shlo_view_store(&b, &m->out[i], out[i], m->donate[i] ? i : -1);
+    for (int i = 0; i < m->n_out && b.status == HR_OK; i++)
+        res[i] = hr_shlo_view_store(&b, &m->out[i], out[i], m->donate[i] ? i : -1);
     char name[64];
     snprintf(name, sizeof name, "hubrt_%s", hr_op_name(m->op));
     char *text = b.status == HR_OK ? hr_shlo_finish(&b, name, res, m->n_out) : NULL;
@@ -311,15 +312,8 @@ static char *build_all_reduce(void *ctx) {
     hr_shlo_value x = hr_shlo_view_load(&b, &m->view);
     hr_shlo_value r = hr_shlo_named(hr_shlo_new_id(&b), x.dt, x.ndim, x.shape);
     char t[256];
-    const char *et = strchr(hr_shlo_type(t, sizeof t, x.dt, 0, NULL), '<') + 1;
-    char elem[16];
-    snprintf(elem, sizeof elem, "%.*s", (int)strlen(et) - 1, et);
-    int a = hr_shlo_new_id(&b), c = hr_shlo_new_id(&b), s = hr_shlo_new_id(&b);
     hr_shlo_text(&b, "    %%v%d = \"stablehlo.all_reduce\"(%%v%d) ({\n", r.id, x.id);
-    hr_shlo_text(&b, "    ^bb0(%%v%d: tensor<%s>, %%v%d: tensor<%s>):\n", a, elem, c, elem);
-    hr_shlo_text(&b, "      %%v%d = \"stablehlo.add\"(%%v%d, %%v%d) : (tensor<%s>, tensor<%s>) -> tensor<%s>\n", s, a, c,
-                 elem, elem, elem);
-    hr_shlo_text(&b, "      \"stablehlo.return\"(%%v%d) : (tensor<%s>) -> ()\n", s, elem);
+    hr_shlo_region(&b, x.dt, "add");
     hr_shlo_text(&b, "    }) {replica_groups = dense<[[");
     for (int i = 0; i < m->n; i++) hr_shlo_text(&b, i ? ", %d" : "%d", i);
     hr_shlo_text(&b, "]]> : tensor<1x%dxi64>} : (%s) -> %s\n", m->n, hr_shlo_vtype(t, sizeof t, &x),

@@ -36,6 +36,8 @@ hr_status hr_shlo_fail(hr_shlo_builder *b, hr_status code, const char *fmt, ...)
  * or NULL with the builder's error. */
 char *hr_shlo_finish(hr_shlo_builder *b, const char *name, const hr_shlo_value *results, int n);
 
+/* MLIR element type of dt: "f32", "bf16", "i64", "ui8", "i1", ... */
+const char *hr_shlo_elem(hr_dtype dt);
 /* "tensor<2x3xf32>" into buf. */
 const char *hr_shlo_type(char *buf, size_t n, hr_dtype dt, int ndim, const int64_t *shape);
 const char *hr_shlo_vtype(char *buf, size_t n, const hr_shlo_value *v);
@@ -79,6 +81,9 @@ hr_shlo_value hr_shlo_gather_flat(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_v
 /* Flat scatter (overwrite): v[idx[i]] = upd[i] for 1-D v. */
 hr_shlo_value hr_shlo_scatter_flat(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value idx,
                                    hr_shlo_value upd);
+/* The body of a reducer region on 0-dim dt values: "^bb0(%a, %b): return
+ * fn(a, b)", or return %b (overwrite, for scatters) when fn is NULL. */
+void hr_shlo_region(hr_shlo_builder *b, hr_dtype dt, const char *fn);
 /* Emits raw text into the body (regions, ops the helpers don't cover). */
 void hr_shlo_text(hr_shlo_builder *b, const char *fmt, ...) HR_PRINTF(2, 3);
 int hr_shlo_new_id(hr_shlo_builder *b);

@@ -72,7 +72,7 @@ static void sig_text(hr_shlo_builder *b, const char *fmt, ...) {
     va_end(ap);
 }
 
-static const char *elem_type(hr_dtype dt) {
+const char *hr_shlo_elem(hr_dtype dt) {
     switch (dt) {
     case HR_F32: return "f32";
     case HR_BF16: return "bf16";
@@ -92,7 +92,7 @@ const char *hr_shlo_type(char *buf, size_t n, hr_dtype dt, int ndim, const int64
     size_t used = (size_t)snprintf(buf, n, "tensor<");
     for (int i = 0; i < ndim && used < n; i++)
         used += (size_t)snprintf(buf + used, n - used, "%lldx", (long long)shape[i]);
-    if (used < n) snprintf(buf + used, n - used, "%s>", elem_type(dt));
+    if (used < n) snprintf(buf + used, n - used, "%s>", hr_shlo_elem(dt));
     return buf;
 }
 
@@ -175,7 +175,7 @@ hr_shlo_value hr_shlo_const(hr_shlo_builder *b, hr_dtype dt, double value) {
     else
         snprintf(text, sizeof text, "%lld", (long long)value);
     hr_shlo_value r = hr_shlo_named(hr_shlo_new_id(b), lit, 0, NULL);
-    hr_shlo_text(b, "    %%v%d = stablehlo.constant dense<%s> : tensor<%s>\n", r.id, text, elem_type(lit));
+    hr_shlo_text(b, "    %%v%d = stablehlo.constant dense<%s> : tensor<%s>\n", r.id, text, hr_shlo_elem(lit));
     return lit == dt ? r : hr_shlo_convert(b, r, dt);
 }
 
@@ -296,10 +296,9 @@ hr_shlo_value hr_shlo_slice(hr_shlo_builder *b, hr_shlo_value v, const int64_t *
     return hr_shlo_op(b, "slice", &v, 1, attr, v.dt, v.ndim, shape);
 }
 
-/* A region "^bb0(%a: tensor<T>, %b: tensor<T>): %r = fn(a, b); return %r". */
-static void binary_region(hr_shlo_builder *b, hr_dtype dt, const char *fn) {
+void hr_shlo_region(hr_shlo_builder *b, hr_dtype dt, const char *fn) {
     int a = hr_shlo_new_id(b), c = hr_shlo_new_id(b), r = hr_shlo_new_id(b);
-    const char *t = elem_type(dt);
+    const char *t = hr_shlo_elem(dt);
     hr_shlo_text(b, "    ^bb0(%%v%d: tensor<%s>, %%v%d: tensor<%s>):\n", a, t, c, t);
     if (fn)
         hr_shlo_text(b, "      %%v%d = \"stablehlo.%s\"(%%v%d, %%v%d) : (tensor<%s>, tensor<%s>) -> tensor<%s>\n", r,
@@ -323,7 +322,7 @@ hr_shlo_value hr_shlo_reduce(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value 
     hr_shlo_value r = hr_shlo_named(hr_shlo_new_id(b), v.dt, n, shape);
     char t1[256], t2[256], t3[256], attr[256];
     hr_shlo_text(b, "    %%v%d = \"stablehlo.reduce\"(%%v%d, %%v%d) ({\n", r.id, v.id, init.id);
-    binary_region(b, v.dt, fn);
+    hr_shlo_region(b, v.dt, fn);
     dims_attr(attr, sizeof attr, "dimensions", rd, nr);
     hr_shlo_text(b, "    }) {%s} : (%s, %s) -> %s\n", attr, hr_shlo_vtype(t1, sizeof t1, &v),
                  hr_shlo_vtype(t2, sizeof t2, &init), hr_shlo_vtype(t3, sizeof t3, &r));
@@ -347,7 +346,7 @@ hr_shlo_value hr_shlo_scatter_flat(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_
     hr_shlo_value r = hr_shlo_named(hr_shlo_new_id(b), v.dt, v.ndim, v.shape);
     char t1[256], t2[256], t3[256];
     hr_shlo_text(b, "    %%v%d = \"stablehlo.scatter\"(%%v%d, %%v%d, %%v%d) ({\n", r.id, v.id, idx.id, upd.id);
-    binary_region(b, v.dt, NULL);
+    hr_shlo_region(b, v.dt, NULL);
     hr_shlo_text(b,
                  "    }) {indices_are_sorted = false, scatter_dimension_numbers = "
                  "#stablehlo.scatter<inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], "

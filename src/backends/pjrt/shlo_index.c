@@ -3,7 +3,6 @@
  * indices where the cpu kernels report them, so callers validate ids on
  * the host when they come from users. */
 #include <stdio.h>
-#include <string.h>
 
 #include "backends/pjrt/shlo.h"
 #include "core/error.h"
@@ -103,13 +102,8 @@ static hr_status lower_index_copy(hr_shlo_builder *b, const void *attrs, const h
     char uws[128], t1[256], t2[256], t3[256];
     int_list(uws, sizeof uws, uw, k);
     hr_shlo_value r = hr_shlo_named(hr_shlo_new_id(b), dst.dt, dst.ndim, dst.shape);
-    int ea = hr_shlo_new_id(b), eb = hr_shlo_new_id(b);
-    const char *et = strchr(hr_shlo_type(t1, sizeof t1, dst.dt, 0, NULL), '<') + 1;
-    char elem[16];
-    snprintf(elem, sizeof elem, "%.*s", (int)strlen(et) - 1, et);
     hr_shlo_text(b, "    %%v%d = \"stablehlo.scatter\"(%%v%d, %%v%d, %%v%d) ({\n", r.id, dst.id, idx.id, src.id);
-    hr_shlo_text(b, "    ^bb0(%%v%d: tensor<%s>, %%v%d: tensor<%s>):\n", ea, elem, eb, elem);
-    hr_shlo_text(b, "      \"stablehlo.return\"(%%v%d) : (tensor<%s>) -> ()\n", eb, elem);
+    hr_shlo_region(b, dst.dt, NULL);
     hr_shlo_text(b,
                  "    }) {indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<"
                  "update_window_dims = [%s], inserted_window_dims = [%d], scatter_dims_to_operand_dims = [%d], "

@@ -104,8 +104,9 @@ static hr_status lower_rope(hr_shlo_builder *b, const void *attrs, const hr_shlo
     hr_shlo_value x1 = last_slice(b, x, 0, half), x2 = last_slice(b, x, half, rot);
     hr_shlo_value c1 = last_slice(b, c, 0, half), c2 = last_slice(b, c, half, rot);
     hr_shlo_value s1 = last_slice(b, s, 0, half), s2 = last_slice(b, s, half, rot);
+    hr_shlo_value minus_x2 = hr_shlo_unary(b, "negate", x2);
     hr_shlo_value y1 = hr_shlo_binary(b, "add", round_to(b, hr_shlo_binary(b, "multiply", c1, x1), mid),
-                                      round_to(b, hr_shlo_binary(b, "multiply", s1, hr_shlo_unary(b, "negate", x2)), mid));
+                                      round_to(b, hr_shlo_binary(b, "multiply", s1, minus_x2), mid));
     hr_shlo_value y2 = hr_shlo_binary(b, "add", round_to(b, hr_shlo_binary(b, "multiply", c2, x2), mid),
                                       round_to(b, hr_shlo_binary(b, "multiply", s2, x1), mid));
     hr_shlo_value parts[3] = {y1, y2, last_slice(b, x, rot, d)};

@@ -3,7 +3,6 @@
  * stays f64); integer sums in i64, as the dtype rules say. */
 #include <math.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "backends/pjrt/shlo.h"
 #include "core/error.h"
@@ -155,20 +154,16 @@ static hr_status lower_cumsum(hr_shlo_builder *b, const void *attrs, const hr_sh
     char t[256], win[256], pad[512];
     size_t wn = 0, pn = 0;
     for (int i = 0; i < x.ndim; i++) {
-        wn += (size_t)snprintf(win + wn, sizeof win - wn, "%s%lld", i ? ", " : "", (long long)(i == d ? x.shape[d] : 1));
+        long long w = i == d ? (long long)x.shape[d] : 1;
+        wn += (size_t)snprintf(win + wn, sizeof win - wn, "%s%lld", i ? ", " : "", w);
         pn += (size_t)snprintf(pad + pn, sizeof pad - pn, "%s[%lld, 0]", i ? ", " : "",
                                (long long)(i == d ? x.shape[d] - 1 : 0));
     }
-    int ea = hr_shlo_new_id(b), eb = hr_shlo_new_id(b), es = hr_shlo_new_id(b);
-    const char *et = hr_dtype_is_float(x.dt) ? (x.dt == HR_F64 ? "f64" : "f32") : "i64";
     hr_shlo_text(b, "    %%v%d = \"stablehlo.reduce_window\"(%%v%d, %%v%d) ({\n", r.id, x.id, init.id);
-    hr_shlo_text(b, "    ^bb0(%%v%d: tensor<%s>, %%v%d: tensor<%s>):\n", ea, et, eb, et);
-    hr_shlo_text(b, "      %%v%d = \"stablehlo.add\"(%%v%d, %%v%d) : (tensor<%s>, tensor<%s>) -> tensor<%s>\n", es,
-                 ea, eb, et, et, et);
-    hr_shlo_text(b, "      \"stablehlo.return\"(%%v%d) : (tensor<%s>) -> ()\n", es, et);
+    hr_shlo_region(b, x.dt, "add");
     hr_shlo_text(b, "    }) {padding = dense<[%s]> : tensor<%dx2xi64>, window_dimensions = array<i64: %s>} : (%s, ",
                  pad, x.ndim, win, hr_shlo_vtype(t, sizeof t, &x));
-    hr_shlo_text(b, "tensor<%s>) -> %s\n", et, hr_shlo_vtype(t, sizeof t, &r));
+    hr_shlo_text(b, "tensor<%s>) -> %s\n", hr_shlo_elem(x.dt), hr_shlo_vtype(t, sizeof t, &r));
     out[0] = hr_shlo_convert(b, r, m->dtype);
     return b->status;
 }
@@ -183,31 +178,27 @@ static hr_status lower_topk(hr_shlo_builder *b, const void *attrs, const hr_shlo
     hr_shlo_value idx = hr_shlo_iota(b, HR_I64, d, x.ndim, x.shape);
     int r1 = hr_shlo_new_id(b);
     char t1[256], t2[256];
-    const char *et = strchr(hr_shlo_type(t2, sizeof t2, x.dt, 0, NULL), '<') + 1;
-    char elem[16];
-    snprintf(elem, sizeof elem, "%.*s", (int)strlen(et) - 1, et);
+    const char *elem = hr_shlo_elem(x.dt);
     int e0 = hr_shlo_new_id(b), e1 = hr_shlo_new_id(b), e2 = hr_shlo_new_id(b), e3 = hr_shlo_new_id(b),
         ec = hr_shlo_new_id(b);
     const char *type = hr_dtype_is_float(x.dt) ? "FLOAT" : x.dt == HR_U8 ? "UNSIGNED" : "SIGNED";
     hr_shlo_text(b, "    %%v%d:2 = \"stablehlo.sort\"(%%v%d, %%v%d) ({\n", r1, x.id, idx.id);
-    hr_shlo_text(b, "    ^bb0(%%v%d: tensor<%s>, %%v%d: tensor<%s>, %%v%d: tensor<i64>, %%v%d: tensor<i64>):\n", e0, elem,
-                 e1, elem, e2, e3);
+    hr_shlo_text(b, "    ^bb0(%%v%d: tensor<%s>, %%v%d: tensor<%s>, %%v%d: tensor<i64>, %%v%d: tensor<i64>):\n",
+                 e0, elem, e1, elem, e2, e3);
     hr_shlo_text(b,
                  "      %%v%d = \"stablehlo.compare\"(%%v%d, %%v%d) {comparison_direction = "
                  "#stablehlo<comparison_direction %s>, compare_type = #stablehlo<comparison_type %s>} : "
                  "(tensor<%s>, tensor<%s>) -> tensor<i1>\n",
                  ec, e0, e1, a->largest ? "GT" : "LT", type, elem, elem);
     hr_shlo_text(b, "      \"stablehlo.return\"(%%v%d) : (tensor<i1>) -> ()\n", ec);
-    hr_shlo_text(b, "    }) {dimension = %d : i64, is_stable = true} : (%s, %s) -> (%s, %s)\n", d,
-                 hr_shlo_vtype(t1, sizeof t1, &x), hr_shlo_vtype(t2, sizeof t2, &idx), hr_shlo_vtype(t1, sizeof t1, &x),
-                 hr_shlo_vtype(t2, sizeof t2, &idx));
+    hr_shlo_vtype(t1, sizeof t1, &x);
+    hr_shlo_vtype(t2, sizeof t2, &idx);
+    hr_shlo_text(b, "    }) {dimension = %d : i64, is_stable = true} : (%s, %s) -> (%s, %s)\n", d, t1, t2, t1, t2);
     /* %vN#0 / %vN#1 are renamed to plain values for the helpers. */
     hr_shlo_value sv = hr_shlo_named(hr_shlo_new_id(b), x.dt, x.ndim, x.shape);
     hr_shlo_value si = hr_shlo_named(hr_shlo_new_id(b), HR_I64, x.ndim, x.shape);
-    hr_shlo_text(b, "    %%v%d = \"stablehlo.reshape\"(%%v%d#0) : (%s) -> %s\n", sv.id, r1, hr_shlo_vtype(t1, sizeof t1, &x),
-                 hr_shlo_vtype(t1, sizeof t1, &x));
-    hr_shlo_text(b, "    %%v%d = \"stablehlo.reshape\"(%%v%d#1) : (%s) -> %s\n", si.id, r1,
-                 hr_shlo_vtype(t2, sizeof t2, &idx), hr_shlo_vtype(t2, sizeof t2, &idx));
+    hr_shlo_text(b, "    %%v%d = \"stablehlo.reshape\"(%%v%d#0) : (%s) -> %s\n", sv.id, r1, t1, t1);
+    hr_shlo_text(b, "    %%v%d = \"stablehlo.reshape\"(%%v%d#1) : (%s) -> %s\n", si.id, r1, t2, t2);
     int64_t start[HR_MAX_DIMS] = {0}, limit[HR_MAX_DIMS];
     for (int i = 0; i < x.ndim; i++) limit[i] = i == d ? a->k : x.shape[i];
     out[0] = hr_shlo_reshape(b, hr_shlo_slice(b, sv, start, limit, NULL), m[0].ndim, m[0].shape);
