@@ -216,7 +216,8 @@ def test_linear(dtype, bias):
 @pytest.mark.parametrize("causal,window,softcap,mask", [(True, 0, 0.0, None), (False, 0, 0.0, "bool"),
                                                         (True, 3, 0.0, None), (False, 0, 5.0, "add")])
 def test_sdpa(dtype, causal, window, softcap, mask):
-    q, k, v = rand(1, 4, 3, 8, dtype=dtype), rand(1, 2, 7, 8, dtype=dtype, seed=10), rand(1, 2, 7, 8, dtype=dtype, seed=11)
+    q = rand(1, 4, 3, 8, dtype=dtype)
+    k, v = rand(1, 2, 7, 8, dtype=dtype, seed=10), rand(1, 2, 7, 8, dtype=dtype, seed=11)
     m = None
     if mask == "bool":
         m = torch.rand(1, 1, 3, 7, generator=torch.Generator().manual_seed(3)) > 0.3
@@ -365,7 +366,8 @@ def test_rope_cos_sin_and_rope(dtype):
     freqs = pos[..., None].float() * inv
     emb = torch.cat([freqs, freqs], -1)
     cos, sin = (emb.cos() * 0.5).to(TD[dtype]), (emb.sin() * 0.5).to(TD[dtype])
-    check("rope_cos_sin", [pos, inv], (cos, sin), attention_scaling=0.5, dtype=dtype, atol=2e-5 if dtype == "f32" else None)
+    atol = 2e-5 if dtype == "f32" else None
+    check("rope_cos_sin", [pos, inv], (cos, sin), attention_scaling=0.5, dtype=dtype, atol=atol)
     # partial rotary: the first 16 of 24 features rotate, cos broadcasts over heads
     x = rand(1, 2, 5, 24, dtype=dtype)
     c, s = cos[:, None], sin[:, None]
