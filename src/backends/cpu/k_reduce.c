@@ -272,16 +272,20 @@ static bool is_float(hr_dtype dt) { return dt == HR_F32 || dt == HR_BF16 || dt =
 
 /* ---- sum, mean, max, min, argmax ----------------------------------------- */
 
-/* One position of a float reduction: n elements sd_in apart at p. */
+/* One position of a float reduction: n elements sd_in apart at p. Chunk
+ * sums (f32, 32 lanes) add up in double, so a long row keeps the accuracy
+ * of torch's cascade sum. */
 static float reduce_vector_f32(const reduce_ctx *c, const char *p, int64_t *idx) {
     float buf[CHUNK], acc = 0;
+    double total = 0;
     int64_t isz = (int64_t)hr_dtype_size(c->in_dt);
     *idx = 0;
     for (int64_t k0 = 0; k0 < c->n; k0 += CHUNK) {
         int64_t cnt = c->n - k0 < CHUNK ? c->n - k0 : CHUNK;
         const float *x = VIEW_F32(buf, p + k0 * c->sd_in * isz, c->in_dt, cnt, c->sd_in);
         if (c->op == HR_OP_sum || c->op == HR_OP_mean) {
-            acc += sum_f32(x, cnt);
+            total += sum_f32(x, cnt);
+            acc = (float)total;
             continue;
         }
         bool is_min = c->op == HR_OP_min;
@@ -416,7 +420,8 @@ static float softmax_factor(bool is_log, float sum) { return is_log ? logf(sum) 
 
 /* One position: three passes over the n values (max, sum, write). */
 static void softmax_vector(const reduce_ctx *c, const char *in, char *out) {
-    float buf[CHUNK], m = 0, s = 0;
+    float buf[CHUNK], m = 0;
+    double s = 0; /* chunk sums add up in double, as in reduce_vector_f32 */
     int64_t isz = (int64_t)hr_dtype_size(c->in_dt), osz = (int64_t)hr_dtype_size(c->out_dt);
     bool is_log = c->op == HR_OP_log_softmax;
     /* softmax into a contiguous f32 row keeps exp(x - m) there for the last
@@ -433,7 +438,7 @@ static void softmax_vector(const reduce_ctx *c, const char *in, char *out) {
         exp_shift_to(dst, VIEW_F32(buf, in + k0 * c->sd_in * isz, c->in_dt, cnt, c->sd_in), &m, 0, cnt);
         s += sum_f32(dst, cnt);
     }
-    float f = softmax_factor(is_log, s);
+    float f = softmax_factor(is_log, (float)s);
     for (int64_t k0 = 0; k0 < c->n; k0 += CHUNK) {
         int64_t cnt = c->n - k0 < CHUNK ? c->n - k0 : CHUNK;
         if (keep) {
