@@ -176,6 +176,22 @@ static void pack_b_pairs(const hr_gemm *g, int64_t off, int64_t k0, int64_t kc, 
             j += 8;
             continue;
         }
+        if (g->b.cs == 1 && j % nr == 0) {
+            /* row-major B [k, n]: interleave two K rows of one panel */
+            int64_t w = nc - j < nr ? (nc - j > 0 ? nc - j : 0) : nr;
+            for (int64_t p = 0; p < kp; p++) {
+                const uint16_t *r0 = (const uint16_t *)elem(&g->b, off, k0 + 2 * p, j0 + j);
+                const uint16_t *r1 = 2 * p + 1 < kc ? r0 + g->b.rs : NULL;
+                uint16_t *dst = panel + p * nr * 2;
+                for (int64_t i = 0; i < w; i++) {
+                    dst[2 * i] = r0[i];
+                    dst[2 * i + 1] = r1 ? r1[i] : 0;
+                }
+                for (int64_t i = w; i < nr; i++) dst[2 * i] = dst[2 * i + 1] = 0;
+            }
+            j += nr;
+            continue;
+        }
         if (j >= nc) {
             for (int64_t p = 0; p < kp; p++) panel[p * nr * 2] = panel[p * nr * 2 + 1] = 0;
         } else {
