@@ -131,3 +131,44 @@ def test_launch_errors():
     r = subprocess.run([CLI, "launch", "--nproc", "1", "--", "/nonexistent/cmd"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 127 and "cannot run '/nonexistent/cmd'" in r.stderr
+
+
+STATS_CODE = """
+import ctypes, hubrt, numpy as np
+from hubrt._lib import fn
+class Stats(ctypes.Structure):
+    _fields_ = [("requests", ctypes.c_int64), ("hits", ctypes.c_int64), ("misses", ctypes.c_int64),
+                ("compile_seconds", ctypes.c_double), ("disk_hits", ctypes.c_int64)]
+x = hubrt.from_numpy(np.arange(12, dtype=np.float32).reshape(3, 4)).to("xla_cpu")
+y = hubrt.ops.softmax(hubrt.ops.mul(x, x.transpose(0, 1).transpose(0, 1)), dim=-1)
+s = Stats()
+assert fn("hr_pjrt_cache_stats_get", [ctypes.c_char_p, ctypes.POINTER(Stats)])(b"xla_cpu", ctypes.byref(s)) == 0
+print(s.misses, s.disk_hits, np.round(y.numpy()[2], 5).tolist())
+"""
+
+
+def test_disk_cache_across_processes(tmp_path):
+    need_plugin()
+    env = {"HUBRT_CACHE_DIR": str(tmp_path)}
+    first = run_python(STATS_CODE, **env)
+    assert first.returncode == 0, first.stderr
+    misses, disk_hits, row = first.stdout.split(" ", 2)
+    assert int(misses) >= 2 and int(disk_hits) == 0
+    entries = sorted((tmp_path / "pjrt").iterdir())
+    assert len(entries) == int(misses)
+    second = run_python(STATS_CODE, **env)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == f"{misses} {misses} {row}"  # every module loaded, none compiled
+    # A damaged entry is ignored with a warning and rebuilt, never trusted.
+    data = bytearray(entries[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    entries[0].write_bytes(bytes(data))
+    third = run_python(STATS_CODE, **env)
+    assert third.returncode == 0, third.stderr
+    assert third.stdout == f"{misses} {int(misses) - 1} {row}"
+    assert "PJRT disk cache: ignoring" in third.stderr
+    fourth = run_python(STATS_CODE, **env)  # the rebuilt entry loads again
+    assert fourth.returncode == 0 and "ignoring" not in fourth.stderr
+    assert fourth.stdout == f"{misses} {misses} {row}"
+    off = run_python(STATS_CODE, HUBRT_CACHE="0", HUBRT_CACHE_DIR=str(tmp_path / "off"))
+    assert off.returncode == 0 and not (tmp_path / "off").exists()

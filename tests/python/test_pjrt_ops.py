@@ -307,7 +307,7 @@ def test_cache_hits_and_stats():
 
     class Stats(ctypes.Structure):
         _fields_ = [("requests", ctypes.c_int64), ("hits", ctypes.c_int64), ("misses", ctypes.c_int64),
-                    ("compile_seconds", ctypes.c_double)]
+                    ("compile_seconds", ctypes.c_double), ("disk_hits", ctypes.c_int64)]
 
     get = fn("hr_pjrt_cache_stats_get", [ctypes.c_char_p, ctypes.POINTER(Stats)])
 

@@ -22,10 +22,13 @@ typedef struct hr_pjrt_info {
  * the paths searched when there is none. */
 HR_API hr_status hr_pjrt_backend_info(const char *backend, hr_pjrt_info *out);
 
-/* Executable cache counters of one backend, all devices together. */
+/* Executable cache counters of one backend, all devices together: misses
+ * of the memory tier, of which disk_hits were loaded from the disk tier
+ * and the rest compiled (in compile_seconds). */
 typedef struct hr_pjrt_cache_stats {
     int64_t requests, hits, misses;
     double compile_seconds;
+    int64_t disk_hits;
 } hr_pjrt_cache_stats;
 
 HR_API hr_status hr_pjrt_cache_stats_get(const char *backend, hr_pjrt_cache_stats *out);
@@ -33,9 +36,5 @@ HR_API hr_status hr_pjrt_cache_stats_get(const char *backend, hr_pjrt_cache_stat
 /* Sums the tensors (one per device of the same backend, same shape and
  * dtype) with a cross-replica all_reduce; each receives the sum in place. */
 HR_API hr_status hr_pjrt_all_reduce_sum(hr_tensor *const *ts, int n);
-
-/* The checks applied to a plugin's reported PJRT C API version: the major
- * version must equal the one hubrt was built against. */
-hr_status hr_pjrt_version_check(const char *path, int major, int minor);
 
 #endif

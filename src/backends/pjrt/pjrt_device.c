@@ -412,7 +412,6 @@ hr_status hr_pjrt_cache_stats_get(const char *backend, hr_pjrt_cache_stats *out)
     return open_of(backend, 0, NULL);
 }
 hr_status hr_pjrt_all_reduce_sum(hr_tensor *const *ts, int n) { return open_of("xla_cpu", 0, NULL); }
-hr_status hr_pjrt_version_check(const char *path, int major, int minor) { return open_of("pjrt", 0, NULL); }
 #endif
 
 static int xla_cpu_count(void) { return count_of("xla_cpu"); }

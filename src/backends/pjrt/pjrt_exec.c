@@ -99,19 +99,17 @@ static bool dump_module(const char *dir, const char *name, uint64_t hash, const 
     return true;
 }
 
-static hr_status compile_text(hr_pjrt_plugin *p, const char *text, const char *name, uint64_t hash,
-                              int num_replicas, const int *device_ids, PJRT_LoadedExecutable **out) {
+static hr_status compile_text(hr_pjrt_plugin *p, const char *text, const char *name, uint64_t hash, const pb *opts,
+                              PJRT_LoadedExecutable **out) {
     char path[768] = "";
     const char *dir = getenv("HUBRT_DUMP_DIR");
     bool dumped = dir && *dir && dump_module(dir, name, hash, text, path, sizeof path);
-    pb opts;
-    compile_options(&opts, num_replicas, device_ids);
     static const char format[] = "mlir";
     PJRT_Program prog = {.struct_size = PJRT_Program_STRUCT_SIZE, .code = (char *)text,
                          .code_size = strlen(text), .format = format, .format_size = sizeof format - 1};
     PJRT_Client_Compile_Args ca = {.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE, .client = p->client,
-                                   .program = &prog, .compile_options = (const char *)opts.b,
-                                   .compile_options_size = opts.n};
+                                   .program = &prog, .compile_options = (const char *)opts->b,
+                                   .compile_options_size = opts->n};
     char what[160];
     snprintf(what, sizeof what, "StableHLO compile of '%s' failed", name);
     hr_status s = hr_pjrt_check(p, p->api->PJRT_Client_Compile(&ca), what);
@@ -155,9 +153,17 @@ hr_status hr_pjrt_exec_get(hr_pjrt_plugin *p, const int64_t *key, size_t key_len
     else if (!text)
         s = hr_last_error()[0] ? HR_ERR_UNSUPPORTED : hr_error(HR_ERR_INTERNAL, "%s: no module built", name);
     if (s == HR_OK) {
-        double t0 = now_seconds();
-        s = compile_text(p, text, name, h, num_replicas, device_ids, &e->exe);
-        p->stats.compile_seconds += now_seconds() - t0;
+        pb opts;
+        compile_options(&opts, num_replicas, device_ids);
+        uint64_t disk_key = hr_pjrt_disk_key(p, text, opts.b, opts.n);
+        if (hr_pjrt_disk_load(p, disk_key, &e->exe)) {
+            p->stats.disk_hits++;
+        } else {
+            double t0 = now_seconds();
+            s = compile_text(p, text, name, h, &opts, &e->exe);
+            p->stats.compile_seconds += now_seconds() - t0;
+            if (s == HR_OK) hr_pjrt_disk_store(p, disk_key, e->exe);
+        }
     }
     free(text);
     if (s == HR_OK) {
@@ -172,21 +178,6 @@ hr_status hr_pjrt_exec_get(hr_pjrt_plugin *p, const int64_t *key, size_t key_len
     }
     pthread_mutex_unlock(&p->lock);
     return s;
-}
-
-void hr_pjrt_cache_clear(hr_pjrt_plugin *p) {
-    pthread_mutex_lock(&p->lock);
-    for (size_t b = 0; p->cache && b < p->cache_buckets; b++)
-        for (hr_pjrt_exec_entry *e = p->cache[b], *next; e; e = next) {
-            next = e->next;
-            PJRT_LoadedExecutable_Destroy_Args d = {.struct_size = PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE,
-                                                    .executable = e->exe};
-            hr_pjrt_check(p, p->api->PJRT_LoadedExecutable_Destroy(&d), "PJRT_LoadedExecutable_Destroy");
-            free(e);
-        }
-    free(p->cache);
-    p->cache = NULL;
-    pthread_mutex_unlock(&p->lock);
 }
 
 /* ---- execution ------------------------------------------------------------ */

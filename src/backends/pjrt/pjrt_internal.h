@@ -74,7 +74,13 @@ hr_status hr_pjrt_execute(hr_pjrt_plugin *p, PJRT_LoadedExecutable *exe, PJRT_De
                           PJRT_Buffer **const *outs, const char *what);
 /* Awaits every execution still running. */
 hr_status hr_pjrt_sync(hr_pjrt_plugin *p);
-/* Frees the executable cache. */
-void hr_pjrt_cache_clear(hr_pjrt_plugin *p);
+/* ---- disk tier (pjrt_disk.c) ---- */
+
+/* Names a module compiled with `opts` by this plugin build. */
+uint64_t hr_pjrt_disk_key(const hr_pjrt_plugin *p, const char *text, const void *opts, size_t opts_len);
+/* Loads the executable stored under key; false when absent or unusable. */
+bool hr_pjrt_disk_load(hr_pjrt_plugin *p, uint64_t key, PJRT_LoadedExecutable **out);
+/* Stores exe under key (best effort: failures are logged). */
+void hr_pjrt_disk_store(hr_pjrt_plugin *p, uint64_t key, PJRT_LoadedExecutable *exe);
 
 #endif

@@ -56,7 +56,8 @@ static void plugin_candidates(const char *backend, candidates *c) {
     add_site_glob(c, getenv("VIRTUAL_ENV"), rel);
 }
 
-hr_status hr_pjrt_version_check(const char *path, int major, int minor) {
+/* The major version must equal the one hubrt was built against. */
+static hr_status version_check(const char *path, int major, int minor) {
     if (major != PJRT_API_MAJOR)
         return hr_error(HR_ERR_DEVICE,
                         "PJRT plugin %s implements PJRT C API %d.%d, but hubrt was built against %d.%d; "
@@ -70,8 +71,7 @@ hr_status hr_pjrt_version_check(const char *path, int major, int minor) {
 
 hr_status hr_pjrt_api_check(const PJRT_Api *api, const char *path) {
     if (!api) return hr_error(HR_ERR_DEVICE, "PJRT plugin %s: GetPjrtApi returned NULL", path);
-    return hr_pjrt_version_check(path, api->pjrt_api_version.major_version,
-                                 api->pjrt_api_version.minor_version);
+    return version_check(path, api->pjrt_api_version.major_version, api->pjrt_api_version.minor_version);
 }
 
 hr_status hr_pjrt_check(const hr_pjrt_plugin *p, PJRT_Error *err, const char *what) {
