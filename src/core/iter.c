@@ -126,118 +126,63 @@ void hr_iter_parallel(const hr_iter *it, hr_row_fn fn, void *ctx) {
     hr_parallel_run(par_body, &p, nth);
 }
 
-#define LOAD_LOOP(T, EXPR)                                   \
-    do {                                                     \
-        const T *s = src;                                    \
-        if (stride == 1)                                     \
-            for (int64_t i = 0; i < n; i++) dst[i] = (EXPR(s[i])); \
-        else                                                 \
-            for (int64_t i = 0; i < n; i++) dst[i] = (EXPR(s[i * stride])); \
-    } while (0)
-#define ID_(x) (x)
-
-void hr_load_f32(float *dst, const void *src, hr_dtype dt, int64_t n, int64_t stride) {
-    switch (dt) {
-    case HR_F32: LOAD_LOOP(float, ID_); break;
-    case HR_BF16: LOAD_LOOP(uint16_t, hr_bf16_to_f32); break;
-    case HR_F16: LOAD_LOOP(uint16_t, hr_f16_to_f32); break;
-    case HR_F64: LOAD_LOOP(double, (float)); break;
-    case HR_I64: LOAD_LOOP(int64_t, (float)); break;
-    case HR_I32: LOAD_LOOP(int32_t, (float)); break;
-    case HR_I16: LOAD_LOOP(int16_t, (float)); break;
-    case HR_I8: LOAD_LOOP(int8_t, (float)); break;
-    case HR_U8: LOAD_LOOP(uint8_t, (float)); break;
-    case HR_BOOL: LOAD_LOOP(uint8_t, (float)(bool)); break;
-    default: break;
-    }
-}
-
-void hr_load_f64(double *dst, const void *src, hr_dtype dt, int64_t n, int64_t stride) {
-    switch (dt) {
-    case HR_F32: LOAD_LOOP(float, (double)); break;
-    case HR_BF16: LOAD_LOOP(uint16_t, (double)hr_bf16_to_f32); break;
-    case HR_F16: LOAD_LOOP(uint16_t, (double)hr_f16_to_f32); break;
-    case HR_F64: LOAD_LOOP(double, ID_); break;
-    case HR_I64: LOAD_LOOP(int64_t, (double)); break;
-    case HR_I32: LOAD_LOOP(int32_t, (double)); break;
-    case HR_I16: LOAD_LOOP(int16_t, (double)); break;
-    case HR_I8: LOAD_LOOP(int8_t, (double)); break;
-    case HR_U8: LOAD_LOOP(uint8_t, (double)); break;
-    case HR_BOOL: LOAD_LOOP(uint8_t, (double)(bool)); break;
-    default: break;
-    }
-}
-
-/* Float to integer conversions truncate toward zero, as torch's casts do. */
-void hr_load_i64(int64_t *dst, const void *src, hr_dtype dt, int64_t n, int64_t stride) {
-    switch (dt) {
-    case HR_F32: LOAD_LOOP(float, (int64_t)); break;
-    case HR_BF16: LOAD_LOOP(uint16_t, (int64_t)hr_bf16_to_f32); break;
-    case HR_F16: LOAD_LOOP(uint16_t, (int64_t)hr_f16_to_f32); break;
-    case HR_F64: LOAD_LOOP(double, (int64_t)); break;
-    case HR_I64: LOAD_LOOP(int64_t, ID_); break;
-    case HR_I32: LOAD_LOOP(int32_t, (int64_t)); break;
-    case HR_I16: LOAD_LOOP(int16_t, (int64_t)); break;
-    case HR_I8: LOAD_LOOP(int8_t, (int64_t)); break;
-    case HR_U8: LOAD_LOOP(uint8_t, (int64_t)); break;
-    case HR_BOOL: LOAD_LOOP(uint8_t, (int64_t)(bool)); break;
-    default: break;
-    }
-}
-
-#define STORE_LOOP(T, EXPR)                                  \
-    do {                                                     \
-        T *d = dst;                                          \
-        if (stride == 1)                                     \
-            for (int64_t i = 0; i < n; i++) d[i] = (EXPR(src[i])); \
-        else                                                 \
-            for (int64_t i = 0; i < n; i++) d[i * stride] = (EXPR(src[i])); \
+#define LOAD_LOOP(T, EXPR)                                                  \
+    do {                                                                    \
+        const T *s = src;                                                   \
+        if (stride == 1)                                                    \
+            for (int64_t i = 0; i < n; i++) dst[i] = EXPR(s[i]);            \
+        else                                                                \
+            for (int64_t i = 0; i < n; i++) dst[i] = EXPR(s[i * stride]);   \
     } while (0)
 
-void hr_store_f32(void *dst, hr_dtype dt, const float *src, int64_t n, int64_t stride) {
-    switch (dt) {
-    case HR_F32: STORE_LOOP(float, ID_); break;
-    case HR_BF16: STORE_LOOP(uint16_t, hr_f32_to_bf16); break;
-    case HR_F16: STORE_LOOP(uint16_t, hr_f32_to_f16); break;
-    case HR_F64: STORE_LOOP(double, (double)); break;
-    case HR_I64: STORE_LOOP(int64_t, (int64_t)); break;
-    case HR_I32: STORE_LOOP(int32_t, (int32_t)); break;
-    case HR_I16: STORE_LOOP(int16_t, (int16_t)); break;
-    case HR_I8: STORE_LOOP(int8_t, (int8_t)); break;
-    case HR_U8: STORE_LOOP(uint8_t, (uint8_t)); break;
-    case HR_BOOL: STORE_LOOP(uint8_t, (uint8_t)(bool)); break;
-    default: break;
+/* One switch for every load: DST is the row type, each dtype converts
+ * through its own scalar rule (bf16/f16 through f32; float to integer
+ * truncates toward zero, as torch's casts do). */
+#define LOAD_CASES(DST)                                                     \
+    switch (dt) {                                                           \
+    case HR_F32: LOAD_LOOP(float, (DST)); break;                            \
+    case HR_BF16: LOAD_LOOP(uint16_t, (DST)hr_bf16_to_f32); break;          \
+    case HR_F16: LOAD_LOOP(uint16_t, (DST)hr_f16_to_f32); break;            \
+    case HR_F64: LOAD_LOOP(double, (DST)); break;                           \
+    case HR_I64: LOAD_LOOP(int64_t, (DST)); break;                          \
+    case HR_I32: LOAD_LOOP(int32_t, (DST)); break;                          \
+    case HR_I16: LOAD_LOOP(int16_t, (DST)); break;                          \
+    case HR_I8: LOAD_LOOP(int8_t, (DST)); break;                            \
+    case HR_U8: LOAD_LOOP(uint8_t, (DST)); break;                           \
+    case HR_BOOL: LOAD_LOOP(uint8_t, (DST)(bool)); break;                   \
+    default: break;                                                         \
     }
-}
 
-void hr_store_f64(void *dst, hr_dtype dt, const double *src, int64_t n, int64_t stride) {
-    switch (dt) {
-    case HR_F32: STORE_LOOP(float, (float)); break;
-    case HR_BF16: STORE_LOOP(uint16_t, hr_f32_to_bf16); break;
-    case HR_F16: STORE_LOOP(uint16_t, hr_f32_to_f16); break;
-    case HR_F64: STORE_LOOP(double, ID_); break;
-    case HR_I64: STORE_LOOP(int64_t, (int64_t)); break;
-    case HR_I32: STORE_LOOP(int32_t, (int32_t)); break;
-    case HR_I16: STORE_LOOP(int16_t, (int16_t)); break;
-    case HR_I8: STORE_LOOP(int8_t, (int8_t)); break;
-    case HR_U8: STORE_LOOP(uint8_t, (uint8_t)); break;
-    case HR_BOOL: STORE_LOOP(uint8_t, (uint8_t)(bool)); break;
-    default: break;
-    }
-}
+void hr_load_f32(float *dst, const void *src, hr_dtype dt, int64_t n, int64_t stride) { LOAD_CASES(float) }
+void hr_load_f64(double *dst, const void *src, hr_dtype dt, int64_t n, int64_t stride) { LOAD_CASES(double) }
+void hr_load_i64(int64_t *dst, const void *src, hr_dtype dt, int64_t n, int64_t stride) { LOAD_CASES(int64_t) }
 
-void hr_store_i64(void *dst, hr_dtype dt, const int64_t *src, int64_t n, int64_t stride) {
-    switch (dt) {
-    case HR_F32: STORE_LOOP(float, (float)); break;
-    case HR_BF16: STORE_LOOP(uint16_t, hr_f32_to_bf16); break;
-    case HR_F16: STORE_LOOP(uint16_t, hr_f32_to_f16); break;
-    case HR_F64: STORE_LOOP(double, (double)); break;
-    case HR_I64: STORE_LOOP(int64_t, ID_); break;
-    case HR_I32: STORE_LOOP(int32_t, (int32_t)); break;
-    case HR_I16: STORE_LOOP(int16_t, (int16_t)); break;
-    case HR_I8: STORE_LOOP(int8_t, (int8_t)); break;
-    case HR_U8: STORE_LOOP(uint8_t, (uint8_t)); break;
-    case HR_BOOL: STORE_LOOP(uint8_t, (uint8_t)(bool)); break;
-    default: break;
+#define STORE_LOOP(T, EXPR)                                                 \
+    do {                                                                    \
+        T *d = dst;                                                         \
+        if (stride == 1)                                                    \
+            for (int64_t i = 0; i < n; i++) d[i] = EXPR(src[i]);            \
+        else                                                                \
+            for (int64_t i = 0; i < n; i++) d[i * stride] = EXPR(src[i]);   \
+    } while (0)
+#define TO_BF16_(x) hr_f32_to_bf16((float)(x))
+#define TO_F16_(x) hr_f32_to_f16((float)(x))
+
+#define STORE_CASES                                                         \
+    switch (dt) {                                                           \
+    case HR_F32: STORE_LOOP(float, (float)); break;                         \
+    case HR_BF16: STORE_LOOP(uint16_t, TO_BF16_); break;                    \
+    case HR_F16: STORE_LOOP(uint16_t, TO_F16_); break;                      \
+    case HR_F64: STORE_LOOP(double, (double)); break;                       \
+    case HR_I64: STORE_LOOP(int64_t, (int64_t)); break;                     \
+    case HR_I32: STORE_LOOP(int32_t, (int32_t)); break;                     \
+    case HR_I16: STORE_LOOP(int16_t, (int16_t)); break;                     \
+    case HR_I8: STORE_LOOP(int8_t, (int8_t)); break;                        \
+    case HR_U8: STORE_LOOP(uint8_t, (uint8_t)); break;                      \
+    case HR_BOOL: STORE_LOOP(uint8_t, (uint8_t)(bool)); break;              \
+    default: break;                                                         \
     }
-}
+
+void hr_store_f32(void *dst, hr_dtype dt, const float *src, int64_t n, int64_t stride) { STORE_CASES }
+void hr_store_f64(void *dst, hr_dtype dt, const double *src, int64_t n, int64_t stride) { STORE_CASES }
+void hr_store_i64(void *dst, hr_dtype dt, const int64_t *src, int64_t n, int64_t stride) { STORE_CASES }

@@ -1,6 +1,7 @@
 /* Eager dispatch: validate, infer, allocate, run on the inputs' device, or
  * fall back to the CPU (with a one-time warning) when the device cannot. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -27,6 +28,17 @@ const hr_infer_fn *hr_infer_table(void) {
 
 /* One warning per (backend, op) when an op falls back to the CPU. */
 static atomic_bool g_fallback_warned[8][HR_OP_COUNT];
+
+/* Prefixes "op 'name'" unless the message already starts with the name
+ * (inference helpers name their op themselves). */
+static hr_status op_context(hr_status s, const char *name) {
+    const char *msg = hr_last_error();
+    size_t n = strlen(name);
+    if (strncmp(msg, name, n) || msg[n] != ':') return hr_error_context(s, "op '%s'", name);
+    char rest[1024];
+    snprintf(rest, sizeof rest, "%s", msg + n + 1);
+    return hr_error(s, "op '%s':%s", name, rest);
+}
 
 static hr_status validate(hr_op op, const hr_tensor *const *in, int n_in, hr_tensor **outs,
                           int n_out) {
@@ -85,7 +97,7 @@ hr_status hr_op_run_on(hr_device *dev, hr_op op, const void *attrs, const hr_ten
     hr_tensor_meta meta[HR_MAX_OP_OUTPUTS];
     memset(meta, 0, sizeof meta);
     hr_status s = infer(attrs, in, n_in, meta, n_out);
-    if (s != HR_OK) return hr_error_context(s, "op '%s'", name);
+    if (s != HR_OK) return op_context(s, name);
 
     bool allocated[HR_MAX_OP_OUTPUTS] = {0};
     for (int i = 0; i < n_out && s == HR_OK; i++) {
@@ -121,7 +133,7 @@ hr_status hr_op_run_on(hr_device *dev, hr_op op, const void *attrs, const hr_ten
             else
                 s = run_fallback(dev, op, attrs, in, n_in, outs, n_out);
             hr_capture_leave_op();
-            if (s != HR_OK) s = hr_error_context(s, "op '%s'", name);
+            if (s != HR_OK) s = op_context(s, name);
         }
         if (s == HR_OK) hr_capture_record(op, attrs, in, n_in, outs, n_out);
     }
