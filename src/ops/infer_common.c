@@ -23,11 +23,11 @@ hr_status hr_broadcast_shapes(const char *op, int na, const int64_t *a, int nb, 
 hr_status hr_binary_dtype(const char *op, const hr_tensor *a, const hr_tensor *b, hr_dtype *out) {
     /* A float scalar would be truncated into an integer tensor; torch
      * promotes instead. Refuse rather than silently differ. */
-    bool fa = hr_dtype_is_float(a->dtype), fb = hr_dtype_is_float(b->dtype);
-    if (a->dtype != b->dtype && fa != fb && (a->ndim == 0 || b->ndim == 0))
-        return hr_error(HR_ERR_DTYPE, "%s: %s %s with a %s %s would truncate the float (cast one first)", op,
-                        a->ndim == 0 ? "scalar" : "tensor", hr_dtype_name(a->dtype),
-                        b->ndim == 0 ? "scalar" : "tensor", hr_dtype_name(b->dtype));
+    const hr_tensor *scalar = b->ndim == 0 ? b : a->ndim == 0 ? a : NULL;
+    const hr_tensor *other = scalar == b ? a : b;
+    if (scalar && scalar != other && hr_dtype_is_float(scalar->dtype) && !hr_dtype_is_float(other->dtype))
+        return hr_error(HR_ERR_DTYPE, "%s: a %s scalar with a %s tensor would truncate the float (cast one first)",
+                        op, hr_dtype_name(scalar->dtype), hr_dtype_name(other->dtype));
     if (a->dtype == b->dtype || b->ndim == 0) {
         *out = a->dtype;
         return HR_OK;
