@@ -1,0 +1,392 @@
+"""Benchmark bookkeeping for bench/run.sh.
+
+    python bench/report.py case --engine E --model M --case C --timeout S --out F -- CMD ...
+        runs one engine process for one case, with a time limit, and writes one
+        JSON piece (its last stdout line, or the error / timeout in its place)
+    python bench/report.py merge WORKDIR [--results bench/results]
+        merges WORKDIR's pieces into latest.json, latest.md and latest.png
+
+Every figure is given as a ratio to the best peer (transformers eager,
+transformers + torch.compile, llama.cpp) and as a fraction of the bound that
+the limits measured in the same run (bench/limits.py) put on that case:
+    decode: each step reads every weight the step uses (the embedding table
+      only as the lm_head) and the KV cache so far, and does 2 FLOP per
+      weight per row plus 4*heads*head_dim FLOP per attended position per
+      layer; a step takes at least max(bytes / read bandwidth, FLOPs / bf16
+      peak), summed over the gen-1 timed steps;
+    prefill: weights read once, and the FLOPs of every prompt token (lm_head
+      once per prompt, causal attention counted as the lower triangle only).
+The binding limit is whichever of the two terms is larger."""
+import argparse
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PEERS = ("transformers-eager", "transformers-compile", "llama.cpp")
+ENGINES = ("hubrt", "hubrt-compiled", "hubrt-xla_cpu") + PEERS
+METRICS = (("prefill", "b1", "prefill_tok_s", "prefill 512"),
+           ("decode_b1", "b1", "decode_tok_s", "decode b1"),
+           ("decode_b16", "b16", "decode_tok_s", "decode b16"),
+           ("decode_b64", "b64", "decode_tok_s", "decode b64"))
+BF16_BYTES = 2
+COLORS = ("#1f4e9c", "#4f8fe0", "#9cc3f0", "#d62728", "#ff9896", "#2ca02c")  # hubrt blues, peers warm/green
+
+
+# ---------------------------------------------------------------- one case
+
+def loadavg():
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def last_json(text):
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                pass
+    return None
+
+
+def run_case(a, cmd):
+    piece = {"engine": a.engine, "model": a.model, "case": a.case, "cmd": " ".join(cmd),
+             "loadavg_before": loadavg()}
+    t0 = time.perf_counter()
+    try:
+        # own process group: a timeout also ends the engine's helpers (inductor compile workers)
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, err = p.communicate(timeout=a.timeout)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            rc = None
+    except OSError as e:
+        out, err, rc = "", str(e), 127
+    piece["wall_s"] = round(time.perf_counter() - t0, 2)
+    piece["loadavg_after"] = loadavg()
+    data = last_json(out) if rc is not None else None
+    if data:
+        piece.update({k: v for k, v in data.items() if k not in piece or k == "engine"})
+        piece["engine"] = a.engine
+    if rc is None:
+        piece["error"] = f"timeout (>{a.timeout:.0f} s)"
+    elif rc != 0 and "error" not in piece:
+        tail = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or [f"exit status {rc}"]
+        piece["error"] = tail[0].strip()[:300]
+    piece["stderr_tail"] = err[-2000:]
+    Path(a.out).write_text(json.dumps(piece) + "\n")
+    status = piece.get("error") or "ok"
+    print(f"[bench] {a.model} {a.case} {a.engine}: {status} ({piece['wall_s']} s)", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- bounds
+
+def model_shape(model_dir):
+    """Parameter counts from config.json and the safetensors headers."""
+    cfg = json.loads((model_dir / "config.json").read_text())
+    tensors = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            n = struct.unpack("<Q", fh.read(8))[0]
+            hdr = json.loads(fh.read(n))
+        tensors.update({k: v for k, v in hdr.items() if k != "__metadata__"})
+    numel = {k: _prod(v["shape"]) for k, v in tensors.items()}
+    embed = sum(n for k, n in numel.items() if "embed_tokens" in k)
+    head = sum(n for k, n in numel.items() if k.startswith("lm_head")) or embed  # tied: the table is the head
+    body = sum(n for k, n in numel.items() if "embed_tokens" not in k and not k.startswith("lm_head"))
+    n_layers = cfg["num_hidden_layers"]
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    kv_heads = cfg.get("num_key_value_heads", heads)
+    return {"params": sum(numel.values()), "checkpoint_bytes": sum(numel.values()) * BF16_BYTES,
+            "body_params": body, "head_params": head, "layers": n_layers, "heads": heads,
+            "kv_heads": kv_heads, "head_dim": head_dim,
+            "kv_bytes_per_token": n_layers * 2 * kv_heads * head_dim * BF16_BYTES}
+
+
+def _prod(xs):
+    r = 1
+    for x in xs:
+        r *= x
+    return r
+
+
+def bound(shape, kind, batch, plen, gen, bw_gbs, peak_gflops):
+    """Best tok/s the limits allow for a case, and which limit binds."""
+    attn = 4 * shape["layers"] * shape["heads"] * shape["head_dim"]  # FLOP per attended position
+    weights = (shape["body_params"] + shape["head_params"]) * BF16_BYTES
+    bw, peak = bw_gbs * 1e9, peak_gflops * 1e9
+    if kind == "prefill":
+        flops = batch * (2 * shape["body_params"] * plen + 2 * shape["head_params"] + attn * plen * (plen + 1) / 2)
+        t_mem, t_cmp = weights / bw, flops / peak
+        toks = batch * plen
+    else:
+        t_mem = t_cmp = 0.0
+        for i in range(gen - 1):
+            ctx = plen + 1 + i + 1  # positions attended by the token at position plen+1+i
+            t_mem += (weights + batch * ctx * shape["kv_bytes_per_token"]) / bw
+            t_cmp += batch * (2 * (shape["body_params"] + shape["head_params"]) + attn * ctx) / peak
+        toks = batch * (gen - 1)
+    # a step cannot beat either limit; steps are summed, so this is the larger total
+    t = max(t_mem, t_cmp)
+    return {"tok_s": round(toks / t, 2), "binds": "bandwidth" if t_mem >= t_cmp else "bf16 compute",
+            "mem_s": round(t_mem, 4), "compute_s": round(t_cmp, 4)}
+
+
+# ---------------------------------------------------------------- merge
+
+def merge(a):
+    work, res_dir = Path(a.workdir), Path(a.results)
+    pieces = [json.loads(p.read_text()) for p in sorted(work.glob("case-*.json"))]
+    limits = best_limits([_read_json(work / f"limits-{w}.json") for w in ("start", "end")])
+    meta = _read_json(work / "meta.json") or {}
+    tok = _read_json(work / "tokenizer.json")
+    bw = (limits.get("read_gbs") or {}).get("2")
+    peak = (limits.get("bf16_peak_gflops") or {}).get("2")
+    models = {}
+    for name in meta.get("models", sorted({p["model"] for p in pieces})):
+        d = ROOT / "fixtures" / name
+        if not (d / "config.json").exists():
+            continue
+        shape = model_shape(d)
+        bounds = {}
+        if bw and peak:
+            for key, case, field, _ in METRICS:
+                c = meta["cases"][case]
+                kind = "prefill" if field == "prefill_tok_s" else "decode"
+                bounds[key] = bound(shape, kind, c["batch"], c["prompt_len"], c["gen"], bw, peak)
+        models[name] = {"shape": shape, "bounds": bounds}
+    table = {}
+    for p in pieces:
+        for key, case, field, _ in METRICS:
+            if p["case"] != case:
+                continue
+            cell = {"value": p.get(field), "error": p.get("error")}
+            if key == "prefill" and p["engine"] == "transformers-compile":
+                cell["note"] = "eager prefill"
+            table.setdefault(p["model"], {}).setdefault(p["engine"], {})[key] = cell
+        if p["case"] == "b1":
+            row = table.setdefault(p["model"], {}).setdefault(p["engine"], {})
+            row["load_s"], row["peak_rss_mb"], row["compile_s"] = p.get("load_s"), p.get("peak_rss_mb"), p.get("compile_s")
+    for model, rows in table.items():
+        for key, *_ in METRICS:
+            peer_vals = [rows[e][key]["value"] for e in PEERS if e in rows and key in rows[e]
+                         and rows[e][key]["value"] and not rows[e][key]["error"]]
+            best = max(peer_vals) if peer_vals else None
+            b = models.get(model, {}).get("bounds", {}).get(key)
+            for e, row in rows.items():
+                cell = row.get(key)
+                if not cell or cell["value"] is None or cell["error"]:
+                    continue
+                cell["x_best_peer"] = round(cell["value"] / best, 3) if best else None
+                cell["of_limit"] = round(cell["value"] / b["tok_s"], 4) if b else None
+    out = {"date_utc": meta.get("date_utc") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "machine": meta.get("machine", {}), "settings": {k: meta.get(k) for k in ("threads", "dtype", "cases")},
+           "versions": meta.get("versions", {}), "limits": limits, "models": models, "table": table,
+           "tokenizer": tok, "tokenizer_error": None if tok else _last_line(work / "tokenizer.err"), "runs": [{k: v for k, v in p.items() if k != "stderr_tail"} for p in pieces],
+           "elapsed_s": meta.get("elapsed_s")}
+    res_dir.mkdir(parents=True, exist_ok=True)
+    (res_dir / "latest.json").write_text(json.dumps(out, indent=1) + "\n")
+    (res_dir / "latest.md").write_text(markdown(out))
+    try:
+        chart(out, res_dir / "latest.png")
+    except Exception as e:  # matplotlib missing: the table still stands
+        print(f"[bench] no chart: {e}", file=sys.stderr)
+    print(f"[bench] wrote {res_dir}/latest.json, latest.md, latest.png", file=sys.stderr)
+
+
+def best_limits(runs):
+    """The higher figure of each limit over the runs (start and end of the benchmark):
+    load from other processes can only lower a measured limit."""
+    runs = [r for r in runs if r]
+    if not runs:
+        return {}
+    out = dict(runs[0], runs=runs)
+    for key in ("read_gbs", "bf16_peak_gflops"):
+        out[key] = {}
+        for r in runs:
+            for t, v in (r.get(key) or {}).items():
+                if v is not None and v > (out[key].get(t) or 0):
+                    out[key][t] = v
+    return out
+
+
+def _last_line(p):
+    try:
+        lines = [ln.strip() for ln in Path(p).read_text().splitlines() if ln.strip()]
+    except OSError:
+        return None
+    return lines[-1][:300] if lines else None
+
+
+def _read_json(p):
+    try:
+        return json.loads(Path(p).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _fmt(v, digits=1):
+    if v is None:
+        return "-"
+    if v >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}f}"
+
+
+def _cell(cell, notes):
+    if not cell:
+        return "not run"
+    if cell.get("error"):
+        if cell["error"] not in notes:
+            notes.append(cell["error"])
+        return f"✗ [{notes.index(cell['error']) + 1}]"
+    s = _fmt(cell["value"])
+    extra = []
+    if cell.get("x_best_peer") is not None:
+        extra.append(f"{cell['x_best_peer']:.2f}×")
+    if cell.get("of_limit") is not None:
+        extra.append(f"{100 * cell['of_limit']:.0f}%")
+    if cell.get("note"):
+        extra.append(cell["note"])
+    return f"{s} ({' · '.join(extra)})" if extra else s
+
+
+def _label(lab, cases):
+    """"prefill 512" names the b1 case's prompt length, whatever the run used."""
+    if lab.startswith("prefill") and "b1" in cases:
+        return f"prefill {cases['b1']['prompt_len']}"
+    return lab
+
+
+def markdown(r):
+    m, lim = r["machine"], r["limits"]
+    bw, peak = lim.get("read_gbs", {}), lim.get("bf16_peak_gflops", {})
+    lines = [f"### Benchmark ({r['date_utc'][:10]}, {m.get('cpu', '?')}, {m.get('cores', '?')} cores, "
+             f"{r['settings'].get('threads')} threads, bf16)", "",
+             f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, {m.get('mem_gb', '?')} GB RAM, "
+             f"kernel {m.get('kernel', '?')}; run {r['date_utc']}, {_fmt(r.get('elapsed_s'), 0)} s; "
+             f"load average at start {m.get('loadavg_start', '?')} (shared machine: absolute figures drift, "
+             "ratios measured in the same run hold better).",
+             f"Limits measured in this run: read bandwidth {bw.get('1', '?')} GB/s (1 thread), "
+             f"{bw.get('2', '?')} GB/s (2 threads); bf16 peak ({lim.get('bf16_unit', '?')}) "
+             f"{_fmt(peak.get('1'), 0)} GFLOP/s (1), {_fmt(peak.get('2'), 0)} GFLOP/s (2) "
+             "(the higher of two measurements, at the start and the end of the run).", "",
+             "Cells: tokens/s (× the best peer · % of the bound the measured limits put on that case). "
+             "Peers: transformers eager, transformers static cache + torch.compile, llama.cpp (BF16 GGUF). "
+             "✗ [n]: the run failed, note n says why.", ""]
+    notes = []
+    cases = r["settings"].get("cases") or {}
+    for model, rows in r["table"].items():
+        bounds = r["models"].get(model, {}).get("bounds", {})
+        shape = r["models"].get(model, {}).get("shape", {})
+        lines.append(f"**{model}** ({shape.get('params', 0) / 1e6:.0f}M parameters, "
+                     f"{shape.get('checkpoint_bytes', 0) / 1e9:.2f} GB bf16)")
+        lines.append("")
+        hdr = ["engine"] + [_label(lab, cases) for *_, lab in METRICS] + ["compile s", "load s", "peak RSS MB"]
+        lines.append("| " + " | ".join(hdr) + " |")
+        lines.append("|" + "---|" * len(hdr))
+        for e in ENGINES:
+            if e not in rows:
+                continue
+            row = rows[e]
+            cells = [e] + [_cell(row.get(k), notes) for k, *_ in METRICS]
+            cells += [_fmt(row.get("compile_s"), 2), _fmt(row.get("load_s"), 2), _fmt(row.get("peak_rss_mb"), 0)]
+            lines.append("| " + " | ".join(cells) + " |")
+        if bounds:
+            cells = ["*bound*"] + [f"{_fmt(bounds[k]['tok_s'])} ({bounds[k]['binds']})" if k in bounds else "-"
+                                   for k, *_ in METRICS] + ["", "", ""]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    if cases:
+        lines.append("Cases: " + "; ".join(
+            f"{k}: batch {c['batch']}, prompt {c['prompt_len']}, {c['gen']} new tokens" for k, c in cases.items())
+            + ". Prefill is from the b1 run; decode tok/s counts the tokens after the first.")
+        lines.append("")
+    tok = r.get("tokenizer")
+    if tok and tok.get("models"):
+        lines += [f"**Tokenizers** (single thread, {tok.get('doc_mb')} MB document; tokenizers "
+                  f"{tok.get('tokenizers_version')})", "",
+                  "| tokenizer | load s hubrt | load s tokenizers | encode doc MB/s hubrt | tokenizers | × | "
+                  "encode lines MB/s hubrt | tokenizers | × | ids equal |", "|" + "---|" * 10]
+        for name, t in tok["models"].items():
+            ld, doc, ln = t["load_s"], t["encode_doc_mb_s"], t["encode_lines_mb_s"]
+            lines.append(f"| {name} | {ld['hubrt']:.3f} | {ld['tokenizers']:.3f} | {doc['hubrt']:.2f} | "
+                         f"{doc['tokenizers']:.2f} | {doc['hubrt'] / doc['tokenizers']:.2f} | {ln['hubrt']:.2f} | "
+                         f"{ln['tokenizers']:.2f} | {ln['hubrt'] / ln['tokenizers']:.2f} | {t['ids_equal']} |")
+        lines.append("")
+    else:
+        why = (r.get("tokenizer_error") or "no result").replace("|", "/")
+        lines += [f"Tokenizers: the tokenizer benchmark failed this run: {why}", ""]
+    if notes:
+        lines.append("Notes:")
+        lines.append("")
+        for i, n in enumerate(notes, 1):
+            lines.append(f"{i}. {n.replace('|', '/')}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def chart(r, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    models = list(r["table"])
+    fig, axes = plt.subplots(1, max(1, len(models)), figsize=(7 * max(1, len(models)), 4.5), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        rows = r["table"][model]
+        engines = [e for e in ENGINES if e in rows
+                   and any((rows[e].get(k) or {}).get("of_limit") is not None for k, *_ in METRICS)]
+        width = 0.8 / max(1, len(engines))
+        for j, e in enumerate(engines):
+            xs, ys, labels = [], [], []
+            for i, (k, *_rest) in enumerate(METRICS):
+                cell = rows[e].get(k) or {}
+                if cell.get("of_limit") is not None:
+                    xs.append(i + (j - (len(engines) - 1) / 2) * width)
+                    ys.append(100 * cell["of_limit"])
+                    labels.append(_fmt(cell["value"]))
+            bars = ax.bar(xs, ys, width, label=e, color=COLORS[ENGINES.index(e)])
+            for b, lab in zip(bars, labels):
+                ax.text(b.get_x() + b.get_width() / 2, b.get_height(), lab, ha="center", va="bottom", fontsize=6)
+        ax.set_xticks(range(len(METRICS)), [_label(lab, r["settings"].get("cases") or {}) for *_, lab in METRICS])
+        ax.set_ylabel("% of the bound from measured limits")
+        ax.set_title(f"{model} (tok/s on bars)")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"hubrt vs peers, {r['settings'].get('threads')} threads, bf16, {r['date_utc'][:10]}, "
+                 f"{r['machine'].get('cpu', '')}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("case")
+    for f in ("engine", "model", "case", "out"):
+        c.add_argument(f"--{f}", required=True)
+    c.add_argument("--timeout", type=float, default=600)
+    c.add_argument("command", nargs=argparse.REMAINDER)
+    m = sub.add_parser("merge")
+    m.add_argument("workdir")
+    m.add_argument("--results", default=str(ROOT / "bench" / "results"))
+    a = ap.parse_args()
+    if a.cmd == "case":
+        cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
+        run_case(a, cmd)
+    else:
+        merge(a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# `make bench`: hubrt beside transformers (eager and torch.compile) and
+# llama.cpp on the same bf16 checkpoints, 2 threads, with the machine's
+# limits measured in the same run. Writes bench/results/latest.{json,md,png}.
+# Method and budget: docs/benchmarks.md.
+#
+# Knobs (environment): HUBRT_BUILD (build folder with the hubrt CLI, default
+# build), BENCH_MODELS (default: both shapes), BENCH_ENGINES (default: all),
+# BENCH_CASE_SPEC (name:batch:prompt:gen list), BENCH_RUN_TIMEOUT (seconds per engine
+# process, default 420), BENCH_BUDGET (seconds for all model cases, default
+# 2700: later runs are recorded as skipped), BENCH_THREADS (default 2),
+# BENCH_RESULTS (output folder, default bench/results), BENCH_SKIP_INSTALL=1
+# (use the packages already in .venv).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PY:-$ROOT/.venv/bin/python}
+BUILD=${HUBRT_BUILD:-build}
+HUBRT=$ROOT/$BUILD/hubrt
+THREADS=${BENCH_THREADS:-2}
+RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-420}
+BUDGET=${BENCH_BUDGET:-2700}
+MODELS=${BENCH_MODELS:-"qwen3-0.6b-shaped llama-3.2-1b-shaped"}
+ENGINES=${BENCH_ENGINES:-"hubrt hubrt-compiled hubrt-xla_cpu transformers-eager transformers-compile llama.cpp"}
+RESULTS=${BENCH_RESULTS:-$ROOT/bench/results}
+WORK=$RESULTS/run.tmp
+FIX=$ROOT/fixtures
+START=$(date +%s)
+log() { echo "[bench] $*" >&2; }
+
+# The same thread count for every engine and every library under it.
+export OMP_NUM_THREADS=$THREADS HUBRT_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS \
+       OPENBLAS_NUM_THREADS=$THREADS TOKENIZERS_PARALLELISM=false
+
+# name:batch:prompt_len:gen. b1 gives prefill 512 and decode 128 at batch 1;
+# b16/b64 give decode throughput (short prompts keep their prefill cheap).
+CASE_SPEC=${BENCH_CASE_SPEC:-"b1:1:512:128 b16:16:32:32 b64:64:32:32"}
+declare -A CASE_ARGS=()
+for spec in $CASE_SPEC; do
+  IFS=: read -r name b p g <<< "$spec"
+  CASE_ARGS[$name]="--prompt-len $p --gen $g --batch $b"
+done
+
+rm -rf "$WORK" && mkdir -p "$WORK"
+
+# --- peers and tools (a no-op once installed; the llama.cpp build is cached as a wheel by pip)
+if [[ -z ${BENCH_SKIP_INSTALL:-} ]]; then
+  log "installing bench requirements (first time: llama.cpp builds from source, ~30 min on 2 cores)"
+  CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+  "$PY" -m pip install -q --disable-pip-version-check -r bench/requirements-bench.txt \
+  > "$WORK/pip.log" 2>&1 || log "pip install failed (see $WORK/pip.log); the engines it lacks are recorded as errors"
+fi
+
+# --- checkpoints: random-weight bf16 checkpoints in the Hub layout, and their BF16 GGUFs
+"$PY" scripts/make_fixtures.py bench > "$WORK/fixtures.log" 2>&1 || log "make_fixtures failed (see $WORK/fixtures.log)"
+for m in $MODELS; do
+  gguf=$FIX/$m.bf16.gguf
+  if [[ ! -f $gguf || $FIX/$m/model.safetensors -nt $gguf ]]; then
+    log "converting $m to $gguf with llama.cpp's convert_hf_to_gguf.py"
+    "$PY" bench/bench_llamacpp.py convert "$FIX/$m" "$gguf" > "$WORK/convert-$m.log" 2>&1 \
+      || log "GGUF conversion of $m failed (see $WORK/convert-$m.log)"
+  fi
+done
+
+# --- machine description, versions and cases for the report
+"$PY" - "$WORK/meta.json" "$THREADS" "$MODELS" "$CASE_SPEC" <<'PYEOF'
+import json, os, platform, re, subprocess, sys
+from datetime import datetime, timezone
+out, threads, models = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+cases = {n: dict(batch=int(b), prompt_len=int(p), gen=int(g))
+         for n, b, p, g in (s.split(":") for s in sys.argv[4].split())}
+cpu = re.search(r"model name\s*:\s*(.*)", open("/proc/cpuinfo").read())
+mem = int(re.search(r"MemTotal:\s*(\d+)", open("/proc/meminfo").read()).group(1)) / 2**20
+def ver(mod):
+    try:
+        return __import__(mod).__version__
+    except Exception as e:
+        return f"unavailable ({type(e).__name__})"
+try:
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+except OSError:
+    git = ""
+json.dump({"date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "machine": {"cpu": cpu.group(1).strip() if cpu else platform.processor(), "cores": os.cpu_count(),
+                       "mem_gb": round(mem, 1), "kernel": platform.release(),
+                       "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
+           "threads": threads, "dtype": "bf16", "cases": cases, "models": models,
+           "versions": {"hubrt_git": git, "torch": ver("torch"), "transformers": ver("transformers"),
+                        "llama_cpp_python": ver("llama_cpp"), "python": platform.python_version()}},
+          open(out, "w"))
+PYEOF
+
+# --- limits, measured now on this machine
+measure_limits() {  # $1: start or end
+  log "measuring limits (read bandwidth, bf16 peak), at the $1"
+  "$PY" bench/limits.py > "$WORK/limits-$1.json" 2> "$WORK/limits-$1.err" || log "limits.py failed (see $WORK/limits-$1.err)"
+}
+measure_limits start
+
+# --- tokenizers
+log "tokenizer throughput"
+HUBRT_LIBRARY=$ROOT/$BUILD/libhubrt.so timeout "$RUN_TIMEOUT" "$PY" bench/bench_tokenizer.py \
+  > "$WORK/tokenizer.out" 2> "$WORK/tokenizer.err" || log "bench_tokenizer.py failed (see $WORK/tokenizer.err)"
+tail -n 1 "$WORK/tokenizer.out" > "$WORK/tokenizer.json"
+
+# --- model cases: one process per engine, model and case
+hubrt_has() { "$HUBRT" bench 2>&1 | grep -q -- "$1"; }
+engine_cmd() {  # engine model-dir case-args -> the command line, or nothing when the engine cannot run
+  local e=$1 d=$2; shift 2
+  case $e in
+    hubrt) echo "$HUBRT bench $d $* --dtype bf16" ;;
+    hubrt-compiled) hubrt_has "--compile" && echo "$HUBRT bench $d $* --dtype bf16 --compile" ;;
+    hubrt-xla_cpu) echo "$HUBRT bench $d $* --dtype bf16 --device xla_cpu" ;;
+    transformers-eager) echo "$PY bench/bench_transformers.py $d $* --mode eager --threads $THREADS" ;;
+    transformers-compile) echo "$PY bench/bench_transformers.py $d $* --mode compile --threads $THREADS" ;;
+    llama.cpp) echo "$PY bench/bench_llamacpp.py run $FIX/$(basename "$d").bf16.gguf $* --threads $THREADS" ;;
+  esac
+}
+record_skip() {  # engine model case why
+  printf '{"engine":"%s","model":"%s","case":"%s","error":"%s"}\n' "$1" "$2" "$3" "$4" > "$WORK/case-$2.$3.$1.json"
+}
+# b1 of every model first, then the batch cases: if the budget runs out, the headline cases are in.
+for spec in $CASE_SPEC; do
+  c=${spec%%:*}
+  for m in $MODELS; do
+    for e in $ENGINES; do
+      # xla_cpu compiles per op through StableHLO: only the headline case of the first model fits the budget
+      if [[ $e == hubrt-xla_cpu && ( $c != b1 || $m != ${MODELS%% *} ) ]]; then continue; fi
+      if (( $(date +%s) - START > BUDGET )); then
+        record_skip "$e" "$m" "$c" "skipped: the run's time budget (BENCH_BUDGET=${BUDGET} s) was spent"
+        continue
+      fi
+      cmd=$(engine_cmd "$e" "$FIX/$m" ${CASE_ARGS[$c]})
+      if [[ -z $cmd ]]; then
+        record_skip "$e" "$m" "$c" "not available: $BUILD/hubrt bench has no --compile option yet"
+        continue
+      fi
+      # shellcheck disable=SC2086
+      "$PY" bench/report.py case --engine "$e" --model "$m" --case "$c" --timeout "$RUN_TIMEOUT" \
+        --out "$WORK/case-$m.$c.$e.json" -- $cmd
+    done
+  done
+done
+
+# Again at the end: other load on a shared machine only lowers a measured limit, so
+# the report takes the higher of the two (the fractions of the limit are not flattered).
+measure_limits end
+
+"$PY" - "$WORK/meta.json" "$START" <<'PYEOF'
+import json, sys, time
+meta = json.load(open(sys.argv[1]))
+meta["elapsed_s"] = round(time.time() - int(sys.argv[2]))
+json.dump(meta, open(sys.argv[1], "w"))
+PYEOF
+"$PY" bench/report.py merge "$WORK" --results "$RESULTS"
+cat "$RESULTS/latest.md"
