@@ -2,8 +2,10 @@
  *
  * The first byte picks the mode. Mode 0: the rest is a tokenizer.json; one
  * that loads must encode and decode a few fixed texts. Otherwise the rest is
- * text for a fixed tokenizer that chains many components; its ids must
- * decode, and the input read as ids must decode or fail cleanly. */
+ * text for a fixed tokenizer that chains many components. Either way, ids
+ * must come out the same with and without offsets, offsets must lie in the
+ * text, own ids must decode, and the input read as ids must decode or fail
+ * cleanly. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,17 @@ static void roundtrip(const hr_tokenizer *t, const char *text, size_t len) {
     if (hr_tokenizer_decode(t, ids, n, false, &out, &out_len) != HR_OK) abort(); /* own ids always decode */
     sink += out_len + strlen(out);
     hr_tokenizer_free_array(out);
+    /* With offsets: the same ids, and every range inside the text. */
+    int32_t *ids2;
+    hr_offset *offs;
+    size_t n2;
+    if (hr_tokenizer_encode_offsets(t, text, len, true, &ids2, &offs, &n2) != HR_OK || n2 != n ||
+        memcmp(ids, ids2, n * sizeof *ids))
+        abort();
+    for (size_t i = 0; i < n; i++)
+        if (offs[i].start > offs[i].end || offs[i].end > len) abort();
+    hr_tokenizer_free_array(offs);
+    hr_tokenizer_free_array(ids2);
     hr_tokenizer_free_array(ids);
 }
 
