@@ -21,6 +21,12 @@
 #include "core/error.h"
 #include "ops/op_impl.h"
 
+/* The last bits above depend on no multiply-add being fused: GCC keeps
+ * them apart in ISO C mode, clang needs telling. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 hr_rope_type hr_rope_type_parse(const char *name, bool *ok) {
     static const char *const names[] = {"default", "linear", "dynamic", "yarn", "llama3", "longrope"};
     if (ok) *ok = true;

@@ -23,6 +23,12 @@
 #include "core/threadpool.h"
 #include "ops/op_impl.h"
 
+/* The last bits above depend on no multiply-add being fused: GCC keeps
+ * them apart in ISO C mode, clang needs telling. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #define CHUNK 256
 
 typedef float v8f __attribute__((vector_size(32)));
