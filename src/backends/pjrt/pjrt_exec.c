@@ -99,11 +99,15 @@ static bool dump_module(const char *dir, const char *name, uint64_t hash, const 
     return true;
 }
 
-static hr_status compile_text(hr_pjrt_plugin *p, const char *text, const char *name, uint64_t hash, const pb *opts,
-                              PJRT_LoadedExecutable **out) {
-    char path[768] = "";
+/* Writes the module to HUBRT_DUMP_DIR when set; path receives its name. */
+static bool dump_if_asked(const char *text, const char *name, uint64_t hash, char *path, size_t n) {
     const char *dir = getenv("HUBRT_DUMP_DIR");
-    bool dumped = dir && *dir && dump_module(dir, name, hash, text, path, sizeof path);
+    return dir && *dir && dump_module(dir, name, hash, text, path, n);
+}
+
+/* `dumped`: the module's file in HUBRT_DUMP_DIR, or "" when not written. */
+static hr_status compile_text(hr_pjrt_plugin *p, const char *text, const char *name, uint64_t hash, const pb *opts,
+                              const char *dumped, PJRT_LoadedExecutable **out) {
     static const char format[] = "mlir";
     PJRT_Program prog = {.struct_size = PJRT_Program_STRUCT_SIZE, .code = (char *)text,
                          .code_size = strlen(text), .format = format, .format_size = sizeof format - 1};
@@ -115,12 +119,16 @@ static hr_status compile_text(hr_pjrt_plugin *p, const char *text, const char *n
     hr_status s = hr_pjrt_check(p, p->api->PJRT_Client_Compile(&ca), what);
     if (s != HR_OK) {
         /* Point at the module: the plugin's message names lines in it. */
-        if (!dumped) {
+        char path[768];
+        bool ok = dumped[0];
+        if (ok) {
+            snprintf(path, sizeof path, "%s", dumped);
+        } else {
             char tmp[256];
             snprintf(tmp, sizeof tmp, "%s/hubrt-dump-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-            dumped = dump_module(tmp, name, hash, text, path, sizeof path);
+            ok = dump_module(tmp, name, hash, text, path, sizeof path);
         }
-        return hr_error_context(s, "module dumped to %s", dumped ? path : "(dump failed)");
+        return hr_error_context(s, "module dumped to %s", ok ? path : "(dump failed)");
     }
     *out = ca.executable;
     return HR_OK;
@@ -156,11 +164,13 @@ hr_status hr_pjrt_exec_get(hr_pjrt_plugin *p, const int64_t *key, size_t key_len
         pb opts;
         compile_options(&opts, num_replicas, device_ids);
         uint64_t disk_key = hr_pjrt_disk_key(p, text, opts.b, opts.n);
+        char dumped[768] = "";
+        if (!dump_if_asked(text, name, h, dumped, sizeof dumped)) dumped[0] = '\0';
         if (hr_pjrt_disk_load(p, disk_key, &e->exe)) {
             p->stats.disk_hits++;
         } else {
             double t0 = now_seconds();
-            s = compile_text(p, text, name, h, &opts, &e->exe);
+            s = compile_text(p, text, name, h, &opts, dumped, &e->exe);
             p->stats.compile_seconds += now_seconds() - t0;
             if (s == HR_OK) hr_pjrt_disk_store(p, disk_key, e->exe);
         }
