@@ -58,6 +58,8 @@ HR_API hr_status hr_tokenizer_token_to_id(const hr_tokenizer *tok, const char *t
 /* *token points into the tokenizer (not NUL-terminated; *len bytes). */
 HR_API hr_status hr_tokenizer_id_to_token(const hr_tokenizer *tok, int32_t id, const char **token, size_t *len);
 HR_API bool hr_tokenizer_is_special(const hr_tokenizer *tok, int32_t id);
+/* The model type of tokenizer.json: "BPE", "WordPiece", "WordLevel" or "Unigram". */
+HR_API const char *hr_tokenizer_model_type(const hr_tokenizer *tok);
 
 /* Special ids from tokenizer_config.json / special_tokens_map.json; -1 when unset. */
 HR_API int32_t hr_tokenizer_bos_id(const hr_tokenizer *tok);

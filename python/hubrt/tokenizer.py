@@ -35,6 +35,7 @@ _id_to_token = fn("hr_tokenizer_id_to_token", [_P, ctypes.c_int32, ctypes.POINTE
 _is_special = fn("hr_tokenizer_is_special", [_P, ctypes.c_int32], ctypes.c_bool)
 _special_ids = {k: fn(f"hr_tokenizer_{k}_id", [_P], ctypes.c_int32) for k in ("bos", "eos", "pad", "unk")}
 _chat_template = fn("hr_tokenizer_chat_template", [_P], ctypes.c_char_p)
+_model_type = fn("hr_tokenizer_model_type", [_P], ctypes.c_char_p)
 _detok_init = fn("hr_detokenizer_init", [_P, ctypes.c_bool, ctypes.POINTER(_P)])
 _detok_push = fn("hr_detokenizer_push", [_P, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_SZ)])
 _detok_flush = fn("hr_detokenizer_flush", [_P, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_SZ)])
@@ -171,6 +172,10 @@ class Tokenizer:
         t = _chat_template(self._h)
         return t.decode() if t is not None else None
 
+    @property
+    def model_type(self):
+        return _model_type(self._h).decode()
+
 
 class Detokenizer:
     def __init__(self, tok, skip_special_tokens=False):
@@ -199,7 +204,9 @@ class PreTrainedTokenizer:
 
     def __init__(self, tok):
         self._tok = tok
-        self.clean_up_tokenization_spaces = bool(tok._config.get("clean_up_tokenization_spaces", False))
+        # As transformers 5: the clean-up is never applied to BPE models.
+        self.clean_up_tokenization_spaces = (bool(tok._config.get("clean_up_tokenization_spaces", False))
+                                             and tok.model_type != "BPE")
 
     @property
     def backend(self):

@@ -158,3 +158,14 @@ const char *tk_model_id_to_token(const tk_model *m, int32_t id, size_t *len) {
 }
 
 size_t tk_model_vocab_size(const tk_model *m) { return m->vocab.n; }
+
+const char *hr_tokenizer_model_type(const hr_tokenizer *tok) {
+    if (!tok) return NULL;
+    switch (tok->model->type) {
+    case TK_MODEL_BPE: return "BPE";
+    case TK_MODEL_WORDPIECE: return "WordPiece";
+    case TK_MODEL_WORDLEVEL: return "WordLevel";
+    case TK_MODEL_UNIGRAM: return "Unigram";
+    }
+    return NULL;
+}
