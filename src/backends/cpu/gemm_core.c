@@ -18,6 +18,10 @@
 #define NC_MAX 256
 #define KC 256
 #define GEMV_CHUNK 64
+/* Rows the GEMV route takes: kernels run 4 at a time over the same four
+ * weight rows, which stay in L1 between the passes, so the weights still
+ * stream from memory once; beyond this, packing for the GEMM pays. */
+#define GEMV_ROWS 16
 
 typedef struct family {
     hr_gemm_ukr_fn ukr;
@@ -352,14 +356,15 @@ static hr_status gemm_tiled(const hr_gemm *g) {
     return HR_OK;
 }
 
-/* ---- GEMV: rows of A (<= HR_GEMV_MAX_ROWS) against K-contiguous B ---- */
+/* ---- GEMV: rows of A (<= GEMV_ROWS) against K-contiguous B ---- */
 
 typedef struct gemv_ctx {
     const hr_gemm *g;
     hr_gemv_fn fn;
-    const void *x; /* [rows][k] f32, or bf16 for the avx512 kernel */
+    const char *x; /* [rows][k] f32, or bf16 for the avx512 kernel */
+    size_t xsz;    /* its element size */
     int rows;
-    int64_t row_off_c[HR_GEMV_MAX_ROWS]; /* element offset of each C row */
+    int64_t row_off_c[GEMV_ROWS]; /* element offset of each C row */
     int64_t blocks; /* of 4 output columns */
 } gemv_ctx;
 
@@ -368,7 +373,7 @@ static void gemv_worker(void *arg, int ith, int nth) {
     const hr_gemm *g = ctx->g;
     int64_t begin, end;
     hr_split_range(ctx->blocks, ith, nth, &begin, &end);
-    float y[HR_GEMV_MAX_ROWS][GEMV_CHUNK], bias[GEMV_CHUNK];
+    float y[GEMV_ROWS][GEMV_CHUNK], bias[GEMV_CHUNK];
     size_t wsz = hr_dtype_size(g->b.dt);
     for (int64_t j0 = begin * 4; j0 < end * 4 && j0 < g->n; j0 += GEMV_CHUNK) {
         int64_t jend = j0 + GEMV_CHUNK < end * 4 ? j0 + GEMV_CHUNK : end * 4;
@@ -376,7 +381,10 @@ static void gemv_worker(void *arg, int ith, int nth) {
         for (int64_t j = j0; j < jend; j += 4) {
             int nw = jend - j < 4 ? (int)(jend - j) : 4;
             const char *w = g->b.base + j * g->b.cs * (int64_t)wsz;
-            ctx->fn(g->k, ctx->rows, ctx->x, w, g->b.dt, g->b.cs, nw, &y[0][j - j0], GEMV_CHUNK);
+            for (int r = 0; r < ctx->rows; r += HR_GEMV_MAX_ROWS)
+                ctx->fn(g->k, ctx->rows - r < HR_GEMV_MAX_ROWS ? ctx->rows - r : HR_GEMV_MAX_ROWS,
+                        ctx->x + (size_t)r * (size_t)g->k * ctx->xsz, w, g->b.dt, g->b.cs, nw, &y[r][j - j0],
+                        GEMV_CHUNK);
         }
         int64_t nc = jend - j0;
         if (g->bias) hr_load_f32(bias, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt),
@@ -393,7 +401,7 @@ static hr_status gemv(const hr_gemm *g, int rows) {
     gemv_ctx ctx = {.g = g, .rows = rows, .blocks = (g->n + 3) / 4};
     bool bf16 = g->a.dt == HR_BF16 && g->b.dt == HR_BF16 && hr_gemm_use_avx512_bf16();
     ctx.fn = bf16 ? hr_gemv_bf16_avx512 : hr_cpu_isa_get() >= HR_ISA_AVX2 ? hr_gemv_avx2 : hr_gemv_scalar;
-    size_t esz = bf16 ? 2 : 4;
+    size_t esz = ctx.xsz = bf16 ? 2 : 4;
     char *x = malloc((size_t)rows * (size_t)g->k * esz + 64);
     if (!x) return hr_error(HR_ERR_OOM, "gemv: out of memory for %d x %lld activations", rows, (long long)g->k);
     for (int r = 0; r < rows; r++) {
@@ -421,6 +429,6 @@ hr_status hr_gemm_run(const hr_gemm *g) {
     int64_t rows = batch_count(g) * g->m;
     bool shared_b = true;
     for (int d = 0; d < g->nb; d++) shared_b &= g->bstride_b[d] == 0 || g->bshape[d] == 1;
-    if (rows <= HR_GEMV_MAX_ROWS && g->k > 0 && shared_b && (g->b.rs == 1 || g->k == 1)) return gemv(g, (int)rows);
+    if (rows <= GEMV_ROWS && g->k > 0 && shared_b && (g->b.rs == 1 || g->k == 1)) return gemv(g, (int)rows);
     return gemm_tiled(g);
 }
