@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "backends/pjrt/pjrt.h"
 #include "backends/pjrt/shlo.h"
 #include "hubrt.h"
+#include "hubrt/graph.h"
 
 #ifdef HUBRT_HAVE_PJRT
 #include <unistd.h>
@@ -129,6 +131,73 @@ static void test_missing_plugin_lists_paths(void **state) {
     hr_device *d;
     assert_int_not_equal(hr_device_get("tpu", &d), HR_OK);
 }
+/* A compiled function (hr_jit: capture, plan, replay) on xla_cpu: the
+ * replay matches eager runs and updates a device KV cache in place. */
+typedef struct {
+    hr_tensor *w;     /* [6, 4] */
+    hr_tensor *cache; /* [5, 6], rows written at positions */
+} jit_model;
+
+static hr_status jit_fn(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
+    jit_model *m = ctx;
+    hr_tensor *y = NULL;
+    hr_status s = hr_linear(in[0], m->w, NULL, &y); /* [1, 6] */
+    if (s == HR_OK) s = hr_index_copy_(m->cache, 0, in[1], y);
+    if (s == HR_OK) s = hr_silu(y, &out[0]);
+    hr_tensor_free(y);
+    return s;
+}
+
+static hr_tensor *dev_tensor(hr_device *d, hr_dtype dt, int ndim, const int64_t *shape, const void *data, size_t n) {
+    hr_tensor *t = NULL;
+    assert_int_equal(hr_tensor_from_host(d, dt, ndim, shape, data, n, &t), HR_OK);
+    return t;
+}
+
+static void test_jit_replay_on_device(void **state) {
+    plugin_or_skip();
+    hr_device *d;
+    assert_int_equal(hr_device_get("xla_cpu", &d), HR_OK);
+    float w[24], zeros[30] = {0};
+    for (int i = 0; i < 24; i++) w[i] = 0.1f * (float)(i % 7) - 0.3f;
+    jit_model m = {.w = dev_tensor(d, HR_F32, 2, (int64_t[]){6, 4}, w, sizeof w),
+                   .cache = dev_tensor(d, HR_F32, 2, (int64_t[]){5, 6}, zeros, sizeof zeros)};
+    hr_tensor_set_name(m.w, "w");
+    hr_tensor_set_name(m.cache, "cache");
+    setenv("HUBRT_CACHE", "0", 1);
+    hr_jit *jit = NULL;
+    hr_jit_options o = {.name = "pjrt_step", .fn = jit_fn, .ctx = &m};
+    assert_int_equal(hr_jit_create(&o, &jit), HR_OK);
+    float want_cache[30] = {0};
+    for (int64_t step = 0; step < 3; step++) {
+        float x[4] = {1.0f + (float)step, -0.5f, 0.25f * (float)step, 2.0f};
+        hr_tensor *xt = dev_tensor(d, HR_F32, 2, (int64_t[]){1, 4}, x, sizeof x);
+        hr_tensor *pos = dev_tensor(d, HR_I64, 1, (int64_t[]){1}, &step, sizeof step);
+        const hr_tensor *in[2] = {xt, pos};
+        hr_tensor *got = NULL;
+        assert_int_equal(hr_jit_call(jit, in, 2, &got, 1), HR_OK);
+        assert_ptr_equal(hr_tensor_device(got), d);
+        float g[6];
+        assert_int_equal(hr_tensor_read(got, g, sizeof g), HR_OK);
+        for (int j = 0; j < 6; j++) {
+            float y = 0;
+            for (int k = 0; k < 4; k++) y += x[k] * w[j * 4 + k];
+            want_cache[step * 6 + j] = y;
+            assert_true(fabsf(g[j] - y / (1.0f + expf(-y))) < 1e-5f);
+        }
+        float c[30];
+        assert_int_equal(hr_tensor_read(m.cache, c, sizeof c), HR_OK);
+        for (int i = 0; i < 30; i++) assert_true(fabsf(c[i] - want_cache[i]) < 1e-5f);
+        hr_tensor_free(got);
+        hr_tensor_free(xt);
+        hr_tensor_free(pos);
+    }
+    assert_int_equal(hr_jit_num_plans(jit), 1);
+    hr_jit_free(jit);
+    unsetenv("HUBRT_CACHE");
+    hr_tensor_free(m.w);
+    hr_tensor_free(m.cache);
+}
 #else
 static void test_built_without_headers(void **state) {
     hr_pjrt_info info;
@@ -187,6 +256,7 @@ int main(void) {
         cmocka_unit_test(test_all_reduce_two_devices),
         cmocka_unit_test(test_compile_error_points_at_dump),
         cmocka_unit_test(test_missing_plugin_lists_paths),
+        cmocka_unit_test(test_jit_replay_on_device),
 #else
         cmocka_unit_test(test_built_without_headers),
 #endif

@@ -52,39 +52,52 @@ hr_status hr_pjrt_upload_i64(hr_device *dev, int64_t value, PJRT_Buffer **out) {
     return HR_OK;
 }
 
+/* buf->data is a slot holding the PJRT_Buffer*. Device arrays are
+ * immutable, so every write replaces the array; the slot stays put, and
+ * whoever copied buf->data (a compiled plan binding its buffers) still sees
+ * the current array. */
+static hr_pjrt_slot *slot_of(const hr_buffer *buf) { return buf->data; }
+
 void hr_pjrt_buffer_set(hr_buffer *buf, PJRT_Buffer *pb) {
-    hr_pjrt_buffer_destroy(hr_pjrt_of(buf->device), buf->data);
-    buf->data = pb;
+    hr_pjrt_slot *slot = slot_of(buf);
+    hr_pjrt_buffer_destroy(hr_pjrt_of(buf->device), slot->pb);
+    slot->pb = pb;
 }
 
 /* Buffers start empty: the first full write (an op output or an upload)
  * creates the device array, so nothing is zero-filled for nothing. */
 hr_status hr_pjrt_buffer_get(hr_buffer *buf, PJRT_Buffer **out) {
-    if (!buf->data) {
+    hr_pjrt_slot *slot = slot_of(buf);
+    if (!slot->pb) {
         void *zeros = calloc(1, buf->nbytes ? buf->nbytes : 1);
         if (!zeros) return hr_error(HR_ERR_OOM, "out of memory zero-filling a %zu-byte buffer", buf->nbytes);
-        PJRT_Buffer *pb;
-        hr_status s = hr_pjrt_upload(buf->device, zeros, (int64_t)buf->nbytes, &pb);
+        hr_status s = hr_pjrt_upload(buf->device, zeros, (int64_t)buf->nbytes, &slot->pb);
         free(zeros);
         HR_TRY(s);
-        buf->data = pb;
     }
-    *out = buf->data;
+    *out = slot->pb;
     return HR_OK;
 }
 
 static hr_status pjrt_buffer_alloc(hr_device *dev, size_t nbytes, hr_buffer **out) {
     hr_buffer *buf = calloc(1, sizeof *buf);
-    if (!buf) return hr_error(HR_ERR_OOM, "%s: out of memory allocating a buffer header", dev->backend);
+    hr_pjrt_slot *slot = calloc(1, sizeof *slot);
+    if (!buf || !slot) {
+        free(buf);
+        free(slot);
+        return hr_error(HR_ERR_OOM, "%s: out of memory allocating a buffer header", dev->backend);
+    }
     atomic_init(&buf->refcount, 1);
     buf->device = dev;
+    buf->data = slot;
     buf->nbytes = nbytes;
     *out = buf;
     return HR_OK;
 }
 
 static void pjrt_buffer_free(hr_buffer *buf) {
-    hr_pjrt_buffer_destroy(hr_pjrt_of(buf->device), buf->data);
+    hr_pjrt_buffer_destroy(hr_pjrt_of(buf->device), slot_of(buf)->pb);
+    free(buf->data);
     free(buf);
 }
 
@@ -106,14 +119,15 @@ static hr_status check_range(hr_device *dev, const hr_buffer *b, size_t off, siz
 static hr_status pjrt_copy_to_host(hr_device *dev, const hr_buffer *src, size_t off, void *dst, size_t n) {
     HR_TRY(check_range(dev, src, off, n));
     if (n == 0) return HR_OK;
-    if (!src->data) {
+    PJRT_Buffer *pb = slot_of(src)->pb;
+    if (!pb) {
         memset(dst, 0, n);
         return HR_OK;
     }
-    if (off == 0 && n == src->nbytes) return download(dev, src->data, dst, n);
+    if (off == 0 && n == src->nbytes) return download(dev, pb, dst, n);
     char *tmp = malloc(src->nbytes);
     if (!tmp) return hr_error(HR_ERR_OOM, "%s: out of memory (%zu bytes)", dev->backend, src->nbytes);
-    hr_status s = download(dev, src->data, tmp, src->nbytes);
+    hr_status s = download(dev, pb, tmp, src->nbytes);
     if (s == HR_OK) memcpy(dst, tmp + off, n);
     free(tmp);
     return s;

@@ -51,10 +51,16 @@ static inline PJRT_Device *hr_pjrt_device_of(const hr_device *dev) {
 
 /* ---- buffers (pjrt_device.c) ---- */
 
-/* The PJRT buffer behind an hr_buffer, created (zero-filled) if nothing
+/* What hr_buffer.data points at: the buffer's current device array (NULL
+ * until first written). */
+typedef struct hr_pjrt_slot {
+    PJRT_Buffer *pb;
+} hr_pjrt_slot;
+
+/* The device array behind an hr_buffer, created (zero-filled) if nothing
  * wrote it yet. */
 hr_status hr_pjrt_buffer_get(hr_buffer *buf, PJRT_Buffer **out);
-/* Replaces the PJRT buffer behind buf (destroying the old one). */
+/* Replaces the device array behind buf (destroying the old one). */
 void hr_pjrt_buffer_set(hr_buffer *buf, PJRT_Buffer *pb);
 /* A device buffer of raw bytes (ui8[n]) on dev. */
 hr_status hr_pjrt_upload(hr_device *dev, const void *data, int64_t nbytes, PJRT_Buffer **out);
