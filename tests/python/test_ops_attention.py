@@ -1,29 +1,16 @@
 """sdpa against F.scaled_dot_product_attention (enable_gqa, explicit masks)
 and, for what torch's op lacks (bottom-right causal with s < t, sliding
 window, softcap, zeros for fully masked rows), an explicit torch reference."""
-import ctypes
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import hubrt
-from hubrt._lib import lib
+from cpu_isa import isa  # noqa: F401 (fixture)
 from oracle import TORCH_DTYPE, assert_close, to_hr
 
 DTYPES = ["f32", "bf16", "f16"]
-ISA = {"scalar": 0, "avx2": 1, "avx512": 2}
-lib.hr_cpu_isa_get.restype = ctypes.c_int
-lib.hr_cpu_isa_set.argtypes = [ctypes.c_int]
-
-
-@pytest.fixture(params=["avx512", "avx2", "scalar"])
-def isa(request):
-    before = lib.hr_cpu_isa_get()
-    if lib.hr_cpu_isa_set(ISA[request.param]) != 0:
-        pytest.skip(f"this CPU has no {request.param} path")
-    yield request.param
-    lib.hr_cpu_isa_set(before)
 
 
 def rand(*shape, dtype="f32", seed=0):

@@ -1,7 +1,6 @@
 """matmul and linear against torch.matmul / F.linear: dtypes, odd shapes,
 1-d operands, batch broadcast, strided inputs and outputs, every CPU ISA
 path the machine has, and bad input."""
-import ctypes
 import math
 
 import pytest
@@ -9,24 +8,10 @@ import torch
 import torch.nn.functional as F
 
 import hubrt
-from hubrt._lib import lib
+from cpu_isa import isa  # noqa: F401 (fixture)
 from oracle import TOL, TORCH_DTYPE, assert_close, to_hr, to_torch
 
 DTYPES = ["f32", "bf16", "f16"]
-ISA = {"scalar": 0, "avx2": 1, "avx512": 2}
-
-lib.hr_cpu_isa_get.restype = ctypes.c_int
-lib.hr_cpu_isa_set.argtypes = [ctypes.c_int]
-
-
-@pytest.fixture(params=["avx512", "avx2", "scalar"])
-def isa(request):
-    """Runs the test under one kernel ISA (skipped where the CPU lacks it)."""
-    before = lib.hr_cpu_isa_get()
-    if lib.hr_cpu_isa_set(ISA[request.param]) != 0:
-        pytest.skip(f"this CPU has no {request.param} path")
-    yield request.param
-    lib.hr_cpu_isa_set(before)
 
 
 def rand(*shape, dtype="f32", seed=0):
