@@ -191,3 +191,18 @@ def test_sdpa_errors():
         hubrt.ops.sdpa(q, k, v, to_hr(torch.ones(3, 5, dtype=torch.int64)))
     with pytest.raises(hubrt.HubrtError, match=r"sdpa.*window"):
         hubrt.ops.sdpa(q, k, v, window=-1)
+
+
+def test_sdpa_feature_strides_and_strided_mask(isa):
+    """head_dim strided (every other element of a wider buffer) for q, k and
+    v, and an additive mask read through a transposed view."""
+    q, k, v = qkv(1, 4, 2, 5, 19, 64)
+
+    def every_other(x):
+        return to_hr(torch.stack([x, torch.zeros_like(x)], dim=-1).flatten(-2)).slice(3, 0, None, 2)
+
+    add = rand(1, 4, 19, 5, seed=8)  # stored [.., t, s]: the [.., s, t] view is transposed
+    hm = to_hr(add).transpose(2, 3)
+    assert not hm.is_contiguous()
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=add.transpose(2, 3), enable_gqa=True)
+    assert_close(hubrt.ops.sdpa(every_other(q), every_other(k), every_other(v), hm), want, atol=2e-5)
