@@ -33,13 +33,10 @@ struct tk_decoder {
     size_t n_children;
 };
 
-static const struct {
-    const char *name;
-    dc_type type;
-} dc_names[] = {
-    {"ByteLevel", DC_BYTE_LEVEL}, {"Metaspace", DC_METASPACE}, {"Replace", DC_REPLACE},
-    {"ByteFallback", DC_BYTE_FALLBACK}, {"Fuse", DC_FUSE}, {"Strip", DC_STRIP}, {"WordPiece", DC_WORDPIECE},
-    {"BPEDecoder", DC_BPE}, {"CTC", DC_CTC}, {"Sequence", DC_SEQUENCE},
+static const char *const dc_names[] = {
+    [DC_BYTE_LEVEL] = "ByteLevel", [DC_METASPACE] = "Metaspace", [DC_REPLACE] = "Replace",
+    [DC_BYTE_FALLBACK] = "ByteFallback", [DC_FUSE] = "Fuse", [DC_STRIP] = "Strip", [DC_WORDPIECE] = "WordPiece",
+    [DC_BPE] = "BPEDecoder", [DC_CTC] = "CTC", [DC_SEQUENCE] = "Sequence",
 };
 
 void tk_decoder_free(tk_decoder *d) {
@@ -113,14 +110,11 @@ static hr_status parse_fields(const cJSON *j, tk_decoder *d) {
 hr_status tk_decoder_parse(const cJSON *j, tk_decoder **out) {
     *out = NULL;
     if (!j || cJSON_IsNull(j)) return HR_OK;
-    const char *type = tk_json_type(j);
-    if (!type) return hr_error(HR_ERR_FORMAT, "decoder: missing string field 'type'");
-    size_t k = 0;
-    while (k < sizeof dc_names / sizeof dc_names[0] && strcmp(dc_names[k].name, type)) k++;
-    if (k == sizeof dc_names / sizeof dc_names[0]) return hr_error(HR_ERR_UNSUPPORTED, "unsupported decoder '%s'", type);
+    int k;
+    HR_TRY(tk_json_type_index(j, dc_names, (int)(sizeof dc_names / sizeof dc_names[0]), "decoder", &k));
     tk_decoder *d = calloc(1, sizeof *d);
     if (!d) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
-    d->type = dc_names[k].type;
+    d->type = (dc_type)k;
     hr_status st = parse_fields(j, d);
     if (st != HR_OK) {
         tk_decoder_free(d);

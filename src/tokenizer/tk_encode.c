@@ -171,7 +171,7 @@ static hr_status encode(const hr_tokenizer *tok, const char *text, size_t len, b
     *n_ids = 0;
     if (!text) text = "";
     hr_tokenizer *t = (hr_tokenizer *)tok; /* only the workspace pool changes */
-    tk_ws *ws;
+    tk_ws *ws = NULL;
     HR_TRY(tk_ws_acquire(t, &ws));
     hr_status st = encode_ws(tok, text, len, add_special, ws, ids, offsets, n_ids);
     tk_ws_release(t, ws);

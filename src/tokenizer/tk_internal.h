@@ -231,6 +231,9 @@ hr_status tk_json_string(const cJSON *obj, const char *key, const char *what, co
 hr_status tk_json_opt_string(const cJSON *obj, const char *key, const char *what, const char **out);
 bool tk_json_bool(const cJSON *obj, const char *key, bool dflt);
 const char *tk_json_type(const cJSON *obj);
+/* Position of the object's "type" in names[0..n) (indexed by a component
+ * enum); errors name the component kind `what` ("unsupported decoder 'X'"). */
+hr_status tk_json_type_index(const cJSON *obj, const char *const *names, int n, const char *what, int *index);
 
 /* ---- the tokenizer ---------------------------------------------------- */
 

@@ -1,4 +1,6 @@
 /* cJSON field access with errors that name the component and field. */
+#include <string.h>
+
 #include "tokenizer/tk_internal.h"
 
 const cJSON *tk_json_get(const cJSON *obj, const char *key) {
@@ -29,4 +31,15 @@ bool tk_json_bool(const cJSON *obj, const char *key, bool dflt) {
 const char *tk_json_type(const cJSON *obj) {
     const cJSON *t = tk_json_get(obj, "type");
     return cJSON_IsString(t) ? t->valuestring : NULL;
+}
+
+hr_status tk_json_type_index(const cJSON *obj, const char *const *names, int n, const char *what, int *index) {
+    const char *type = tk_json_type(obj);
+    if (!type) return hr_error(HR_ERR_FORMAT, "%s: missing string field 'type'", what);
+    for (int i = 0; i < n; i++)
+        if (names[i] && !strcmp(names[i], type)) {
+            *index = i;
+            return HR_OK;
+        }
+    return hr_error(HR_ERR_UNSUPPORTED, "unsupported %s '%s'", what, type);
 }

@@ -33,14 +33,10 @@ struct tk_normalizer {
     size_t n_children;
 };
 
-static const struct {
-    const char *name;
-    nz_type type;
-} nz_names[] = {
-    {"NFC", NZ_NFC}, {"NFD", NZ_NFD}, {"NFKC", NZ_NFKC}, {"NFKD", NZ_NFKD},
-    {"Lowercase", NZ_LOWERCASE}, {"Strip", NZ_STRIP}, {"StripAccents", NZ_STRIP_ACCENTS},
-    {"Replace", NZ_REPLACE}, {"Prepend", NZ_PREPEND}, {"BertNormalizer", NZ_BERT},
-    {"ByteLevel", NZ_BYTE_LEVEL}, {"Sequence", NZ_SEQUENCE},
+static const char *const nz_names[] = {
+    [NZ_NFC] = "NFC", [NZ_NFD] = "NFD", [NZ_NFKC] = "NFKC", [NZ_NFKD] = "NFKD", [NZ_LOWERCASE] = "Lowercase",
+    [NZ_STRIP] = "Strip", [NZ_STRIP_ACCENTS] = "StripAccents", [NZ_REPLACE] = "Replace", [NZ_PREPEND] = "Prepend",
+    [NZ_BERT] = "BertNormalizer", [NZ_BYTE_LEVEL] = "ByteLevel", [NZ_SEQUENCE] = "Sequence",
 };
 
 void tk_normalizer_free(tk_normalizer *n) {
@@ -104,14 +100,11 @@ static hr_status parse_fields(const cJSON *j, tk_normalizer *n) {
 hr_status tk_normalizer_parse(const cJSON *j, tk_normalizer **out) {
     *out = NULL;
     if (!j || cJSON_IsNull(j)) return HR_OK;
-    const char *type = tk_json_type(j);
-    if (!type) return hr_error(HR_ERR_FORMAT, "normalizer: missing string field 'type'");
-    size_t k = 0;
-    while (k < sizeof nz_names / sizeof nz_names[0] && strcmp(nz_names[k].name, type)) k++;
-    if (k == sizeof nz_names / sizeof nz_names[0]) return hr_error(HR_ERR_UNSUPPORTED, "unsupported normalizer '%s'", type);
+    int k;
+    HR_TRY(tk_json_type_index(j, nz_names, (int)(sizeof nz_names / sizeof nz_names[0]), "normalizer", &k));
     tk_normalizer *n = calloc(1, sizeof *n);
     if (!n) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
-    n->type = nz_names[k].type;
+    n->type = (nz_type)k;
     hr_status st = parse_fields(j, n);
     if (st != HR_OK) {
         tk_normalizer_free(n);

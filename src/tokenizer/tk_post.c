@@ -97,7 +97,7 @@ hr_status tk_post_parse(const cJSON *j, tk_post **out) {
         st = parse_template(j, p);
     } else if (!strcmp(type, "BertProcessing") || !strcmp(type, "RobertaProcessing")) {
         p->type = type[0] == 'B' ? PP_BERT : PP_ROBERTA;
-        int32_t cls, sep;
+        int32_t cls = 0, sep = 0;
         if ((st = pair_id(j, "cls", type, &cls)) == HR_OK && (st = pair_id(j, "sep", type, &sep)) == HR_OK &&
             (st = add_item(p, false, &cls, 1)) == HR_OK && (st = add_item(p, true, NULL, 0)) == HR_OK)
             st = add_item(p, false, &sep, 1);

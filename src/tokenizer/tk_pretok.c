@@ -37,13 +37,10 @@ struct tk_pretok {
     size_t n_children;
 };
 
-static const struct {
-    const char *name;
-    pt_type type;
-} pt_names[] = {
-    {"Split", PT_SPLIT}, {"ByteLevel", PT_BYTE_LEVEL}, {"Metaspace", PT_METASPACE}, {"Digits", PT_DIGITS},
-    {"Punctuation", PT_PUNCTUATION}, {"Whitespace", PT_WHITESPACE}, {"WhitespaceSplit", PT_WHITESPACE_SPLIT},
-    {"BertPreTokenizer", PT_BERT}, {"CharDelimiterSplit", PT_CHAR_DELIMITER}, {"Sequence", PT_SEQUENCE},
+static const char *const pt_names[] = {
+    [PT_SPLIT] = "Split", [PT_BYTE_LEVEL] = "ByteLevel", [PT_METASPACE] = "Metaspace", [PT_DIGITS] = "Digits",
+    [PT_PUNCTUATION] = "Punctuation", [PT_WHITESPACE] = "Whitespace", [PT_WHITESPACE_SPLIT] = "WhitespaceSplit",
+    [PT_BERT] = "BertPreTokenizer", [PT_CHAR_DELIMITER] = "CharDelimiterSplit", [PT_SEQUENCE] = "Sequence",
 };
 
 /* GPT-2's pattern, as tokenizers' ByteLevel spells it. */
@@ -127,15 +124,12 @@ static hr_status parse_fields(const cJSON *j, tk_pretok *p, const char *type) {
 hr_status tk_pretok_parse(const cJSON *j, tk_pretok **out) {
     *out = NULL;
     if (!j || cJSON_IsNull(j)) return HR_OK;
-    const char *type = tk_json_type(j);
-    if (!type) return hr_error(HR_ERR_FORMAT, "pre-tokenizer: missing string field 'type'");
-    size_t k = 0;
-    while (k < sizeof pt_names / sizeof pt_names[0] && strcmp(pt_names[k].name, type)) k++;
-    if (k == sizeof pt_names / sizeof pt_names[0]) return hr_error(HR_ERR_UNSUPPORTED, "unsupported pre-tokenizer '%s'", type);
+    int k;
+    HR_TRY(tk_json_type_index(j, pt_names, (int)(sizeof pt_names / sizeof pt_names[0]), "pre-tokenizer", &k));
     tk_pretok *p = calloc(1, sizeof *p);
     if (!p) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
-    p->type = pt_names[k].type;
-    hr_status st = parse_fields(j, p, type);
+    p->type = (pt_type)k;
+    hr_status st = parse_fields(j, p, pt_names[k]);
     if (st != HR_OK) {
         tk_pretok_free(p);
         return st;
