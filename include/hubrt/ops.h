@@ -238,7 +238,7 @@ typedef struct hr_rope_config {
     double beta_fast, beta_slow;              /* yarn (defaults 32, 1) */
     double mscale, mscale_all_dim;            /* yarn (0 = unset) */
     double attention_factor;                  /* yarn, longrope (0 = unset) */
-    bool truncate;                            /* yarn (default true) */
+    bool no_truncate; /* yarn: true when config says truncate: false (zeroed = transformers default) */
     const double *short_factor, *long_factor; /* longrope, rotary_dim/2 each */
 } hr_rope_config;
 

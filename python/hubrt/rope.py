@@ -24,7 +24,7 @@ class RopeConfig(ctypes.Structure):
                 ("max_position_embeddings", ctypes.c_int64),
                 ("original_max_position_embeddings", ctypes.c_int64),
                 ("low_freq_factor", _D), ("high_freq_factor", _D), ("beta_fast", _D), ("beta_slow", _D),
-                ("mscale", _D), ("mscale_all_dim", _D), ("attention_factor", _D), ("truncate", ctypes.c_bool),
+                ("mscale", _D), ("mscale_all_dim", _D), ("attention_factor", _D), ("no_truncate", ctypes.c_bool),
                 ("short_factor", _DP), ("long_factor", _DP)]
 
 
@@ -49,7 +49,7 @@ def inv_freq(rope_parameters, head_dim, max_position_embeddings, seq_len=None):
                    max_position_embeddings=max_position_embeddings,
                    original_max_position_embeddings=int(rp.get("original_max_position_embeddings")
                                                         or max_position_embeddings),
-                   truncate=bool(rp.get("truncate", True)))
+                   no_truncate=not bool(rp.get("truncate", True)))
     for key in ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale",
                 "mscale_all_dim", "attention_factor"):
         setattr(c, key, float(rp.get(key) or 0.0))

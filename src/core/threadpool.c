@@ -29,6 +29,7 @@ typedef struct {
     void *ctx;
     int nth;
     int n_workers; /* threads besides the caller */
+    unsigned start_generation; /* the generation when the workers were created */
     pthread_t *threads;
     atomic_bool stop;
 } pool;
@@ -41,7 +42,8 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void *worker_main(void *arg) {
     int ith = (int)(intptr_t)arg;
-    unsigned seen = 0;
+    /* Regions started before this worker existed are not its business. */
+    unsigned seen = g_pool.start_generation;
     tl_in_region = true; /* nested regions inside a worker run serially */
     for (;;) {
         unsigned gen;
@@ -66,7 +68,7 @@ static void *worker_main(void *arg) {
 }
 
 static void pool_stop(void) {
-    if (!g_pool.n_workers) return;
+    if (!g_pool.threads) return;
     pthread_mutex_lock(&g_pool.lock);
     atomic_store(&g_pool.stop, true);
     atomic_fetch_add(&g_pool.generation, 1);
@@ -80,6 +82,7 @@ static void pool_stop(void) {
 }
 
 static void pool_start(int n) {
+    g_pool.start_generation = atomic_load(&g_pool.generation);
     g_pool.threads = calloc((size_t)(n > 1 ? n - 1 : 1), sizeof(pthread_t));
     int started = 0;
     for (int i = 1; g_pool.threads && i < n; i++) {

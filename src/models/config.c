@@ -61,7 +61,9 @@ static hr_status parse_rope(hr_json_obj root, hr_model_config *cfg) {
     HR_TRY(hr_json_get_f64(rp, "mscale", 0.0, &r->mscale));
     HR_TRY(hr_json_get_f64(rp, "mscale_all_dim", 0.0, &r->mscale_all_dim));
     HR_TRY(hr_json_get_f64(rp, "attention_factor", 0.0, &r->attention_factor));
-    HR_TRY(hr_json_get_bool(rp, "truncate", true, &r->truncate));
+    bool truncate = true;
+    HR_TRY(hr_json_get_bool(rp, "truncate", true, &truncate));
+    r->no_truncate = !truncate;
     if (r->type == HR_ROPE_LONGROPE) {
         HR_TRY(read_factors(rp, "short_factor", r->rotary_dim / 2, &cfg->rope_short));
         HR_TRY(read_factors(rp, "long_factor", r->rotary_dim / 2, &cfg->rope_long));

@@ -90,7 +90,7 @@ static void yarn_inv_freq(const hr_rope_config *c, double factor, float *inv, do
     double beta_slow = c->beta_slow != 0 ? c->beta_slow : 1;
     double low = yarn_correction_dim(beta_fast, dim, c->theta, omax);
     double high = yarn_correction_dim(beta_slow, dim, c->theta, omax);
-    if (c->truncate) {
+    if (!c->no_truncate) {
         low = floor(low);
         high = ceil(high);
     }

@@ -199,6 +199,16 @@ static void test_thread_pool(void **state) {
         for (int i = 0; i < n; i++) assert_int_equal(atomic_load(&hits[i]), 1);
         assert_int_equal(atomic_load(&hits[63]), n * n);
     }
+    /* Resizing the pool: new workers must not replay an old region. */
+    for (int size = 3; size >= 1; size--) {
+        assert_int_equal(hr_set_num_threads(size), HR_OK);
+        atomic_int again[64] = {0};
+        hr_parallel_run(count_body, again, 0);
+        for (int i = 0; i < size; i++) assert_int_equal(atomic_load(&again[i]), 1);
+        assert_int_equal(atomic_load(&again[63]), size * size);
+    }
+    assert_int_equal(hr_set_num_threads(n), HR_OK);
+    assert_int_equal(hr_set_num_threads(0), HR_ERR_INVALID_ARG);
     atomic_int hits[64] = {0};
     hr_parallel_run(nested_body, hits, 0);
     for (int i = 0; i < n; i++) assert_int_equal(atomic_load(&hits[i]), 1);

@@ -238,7 +238,7 @@ static void test_rope_inv_freq_formulas(void **state) {
     assert_float_equal(f3[31], (float)(1.0 / pow(500000.0, 62.0 / 64)) / 8, 1e-12);
     /* yarn's default attention factor */
     hr_rope_config y = {.type = HR_ROPE_YARN, .theta = 10000, .rotary_dim = 64, .factor = 4,
-                        .original_max_position_embeddings = 1024, .truncate = true};
+                        .original_max_position_embeddings = 1024};
     assert_int_equal(hr_rope_inv_freq(&y, 1, f3, &sc), HR_OK);
     assert_float_equal(sc, 0.1 * log(4.0) + 1, 1e-15);
     /* longrope picks long factors past the original length */
