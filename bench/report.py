@@ -165,7 +165,10 @@ def merge(a):
                 c = meta["cases"][case]
                 kind = "prefill" if field == "prefill_tok_s" else "decode"
                 bounds[key] = bound(shape, kind, c["batch"], c["prompt_len"], c["gen"], bw, peak)
-        models[name] = {"shape": shape, "bounds": bounds}
+        b1 = meta.get("cases", {}).get("b1")
+        # what generation must hold: the weights and the b1 case's KV cache (the memory target's base)
+        need = shape["checkpoint_bytes"] + (b1["prompt_len"] + b1["gen"]) * shape["kv_bytes_per_token"] if b1 else None
+        models[name] = {"shape": shape, "bounds": bounds, "b1_weights_kv_mb": round(need / 2**20, 1) if need else None}
     table = {}
     for p in pieces:
         for key, case, field, _ in METRICS:
@@ -293,7 +296,9 @@ def markdown(r):
         lines.append(f"**{model}** ({shape.get('params', 0) / 1e6:.0f}M parameters, "
                      f"{shape.get('checkpoint_bytes', 0) / 1e9:.2f} GB bf16)")
         lines.append("")
-        hdr = ["engine"] + [_label(lab, cases) for *_, lab in METRICS] + ["compile s", "load s", "peak RSS MB"]
+        need = r["models"].get(model, {}).get("b1_weights_kv_mb")
+        hdr = ["engine"] + [_label(lab, cases) for *_, lab in METRICS] + [
+            "compile s", "load s", "peak RSS MB" + (f" (× {need:,.0f} MB weights+KV)" if need else "")]
         lines.append("| " + " | ".join(hdr) + " |")
         lines.append("|" + "---|" * len(hdr))
         for e in ENGINES:
@@ -301,7 +306,9 @@ def markdown(r):
                 continue
             row = rows[e]
             cells = [e] + [_cell(row.get(k), notes) for k, *_ in METRICS]
-            cells += [_fmt(row.get("compile_s"), 2), _fmt(row.get("load_s"), 2), _fmt(row.get("peak_rss_mb"), 0)]
+            rss = row.get("peak_rss_mb")
+            rss_s = _fmt(rss, 0) + (f" ({rss / need:.2f}×)" if rss and need else "")
+            cells += [_fmt(row.get("compile_s"), 2), _fmt(row.get("load_s"), 2), rss_s]
             lines.append("| " + " | ".join(cells) + " |")
         if bounds:
             cells = ["*bound*"] + [f"{_fmt(bounds[k]['tok_s'])} ({bounds[k]['binds']})" if k in bounds else "-"

@@ -34,7 +34,7 @@ export OMP_NUM_THREADS=$THREADS HUBRT_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THRE
 
 # name:batch:prompt_len:gen. b1 gives prefill 512 and decode 128 at batch 1;
 # b16/b64 give decode throughput (short prompts keep their prefill cheap).
-CASE_SPEC=${BENCH_CASE_SPEC:-"b1:1:512:128 b16:16:32:32 b64:64:32:32"}
+CASE_SPEC=${BENCH_CASE_SPEC:-"b1:1:512:128 b16:16:16:32 b64:64:16:32"}
 declare -A CASE_ARGS=()
 for spec in $CASE_SPEC; do
   IFS=: read -r name b p g <<< "$spec"
