@@ -43,7 +43,7 @@ typedef void (*hr_gemm_ukr_fn)(int64_t kc, const void *ap, const void *bp, float
 
 #define HR_GEMM_F32_MR 6
 #define HR_GEMM_F32_NR 16
-#define HR_GEMM_BF16_MR 8
+#define HR_GEMM_BF16_MR 12
 #define HR_GEMM_BF16_NR 32
 
 void hr_gemm_ukr_f32_scalar(int64_t kc, const void *ap, const void *bp, float *c, int64_t ldc,

@@ -19,18 +19,18 @@ TARGET_ void hr_gemm_ukr_bf16_avx512(int64_t kc, const void *ap, const void *bp,
     const uint32_t *a = ap;
     const uint16_t *b = bp;
     __m512 acc[MR][2];
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (int64_t p = 0; p < kc; p++, a += MR, b += 2 * HR_GEMM_BF16_NR) {
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 32);
-#pragma GCC unroll 8
+#pragma GCC unroll 12
         for (int i = 0; i < MR; i++) {
             __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);
             acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
             acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
         }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
         float *ci = c + i * ldc;
         if (accumulate) {
