@@ -30,21 +30,18 @@ hr_status hr_model_weight(hr_model *m, const char *name, int ndim, const int64_t
                         hr_dtype_name(info.dtype));
     hr_tensor *t = NULL;
     HR_TRY(hr_checkpoint_tensor(m->ckpt, name, &t));
-    if (info.dtype != m->dtype) {
-        hr_tensor *c = NULL;
-        s = hr_cast(t, m->dtype, &c);
+    /* cast at load when the dtypes differ; copy to the device when not the cpu */
+    for (int step = 0; step < 2; step++) {
+        bool needed = step == 0 ? info.dtype != m->dtype : m->dev != hr_device_cpu();
+        if (!needed) continue;
+        hr_tensor *n = NULL;
+        s = step == 0 ? hr_cast(t, m->dtype, &n) : hr_tensor_to(t, m->dev, &n);
         hr_tensor_free(t);
-        if (s != HR_OK) return hr_error_context(s, "casting '%s' to %s", name, hr_dtype_name(m->dtype));
-        hr_tensor_set_name(c, name);
-        t = c;
-    }
-    if (m->dev != hr_device_cpu()) {
-        hr_tensor *d = NULL;
-        s = hr_tensor_to(t, m->dev, &d);
-        hr_tensor_free(t);
-        if (s != HR_OK) return hr_error_context(s, "moving '%s' to %s", name, hr_device_name(m->dev));
-        hr_tensor_set_name(d, name);
-        t = d;
+        if (s != HR_OK)
+            return hr_error_context(s, "%s '%s' to %s", step == 0 ? "casting" : "moving", name,
+                                    step == 0 ? hr_dtype_name(m->dtype) : hr_device_name(m->dev));
+        hr_tensor_set_name(n, name);
+        t = n;
     }
     *out = t;
     return HR_OK;

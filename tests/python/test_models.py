@@ -79,13 +79,15 @@ def task_ids(batch, seq, seed):
 # bf16 weights mapped zero-copy, and f32 weights cast to bf16 at load
 @pytest.mark.parametrize("name,dtype", [("tiny-qwen3-bf16-trained", "auto"), ("tiny-llama-trained", "bfloat16")])
 def test_logits_bf16_top1_agreement(name, dtype):
-    ids = task_ids(16, 64, seed=5)  # 1,024 positions
+    ids = task_ids(16, 66, seed=5)
     model = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name, dtype=dtype)
     assert model.dtype == "bf16"
     got = model(ids).logits
     with torch.no_grad():
         want = hf_model(name, torch.bfloat16)(torch.tensor(ids)).logits.float().numpy()
-    agree = (got.argmax(-1) == want.argmax(-1)).mean()
+    # 1,024 positions; the first two of a row cannot know the sequence's
+    # step, so the model is as unsure there as a random one
+    agree = (got[:, 2:].argmax(-1) == want[:, 2:].argmax(-1)).mean()
     assert agree >= 0.99, agree
     assert rel_err(got, want) < 0.05
 
@@ -147,11 +149,15 @@ def edit_config(path, **changes):
     (path / "config.json").write_text(json.dumps(cfg))
 
 
+def drop_tensor(path, name):
+    weights = load_file(path / "model.safetensors")
+    del weights[name]
+    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+
+
 def test_missing_tensor_is_named(tmp_path):
     path = copy_fixture(tmp_path)
-    weights = load_file(path / "model.safetensors")
-    del weights["model.layers.1.mlp.up_proj.weight"]
-    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    drop_tensor(path, "model.layers.1.mlp.up_proj.weight")
     with pytest.raises(hubrt.HubrtError, match="missing tensor 'model.layers.1.mlp.up_proj.weight'"):
         hubrt.AutoModelForCausalLM.from_pretrained(path)
 
@@ -166,9 +172,7 @@ def test_wrong_shape_is_named(tmp_path):
 
 def test_untied_checkpoint_without_lm_head_is_refused(tmp_path):
     path = copy_fixture(tmp_path)
-    weights = load_file(path / "model.safetensors")
-    del weights["lm_head.weight"]
-    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    drop_tensor(path, "lm_head.weight")
     with pytest.raises(hubrt.HubrtError, match="missing tensor 'lm_head.weight'"):
         hubrt.AutoModelForCausalLM.from_pretrained(path)
 
