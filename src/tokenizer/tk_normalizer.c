@@ -1,11 +1,13 @@
 /* Normalizers: NFC/NFD/NFKC/NFKD, Lowercase, Strip, StripAccents, Replace,
- * Prepend, BertNormalizer, ByteLevel and Sequence, as in tokenizers. */
+ * Prepend, BertNormalizer, ByteLevel, Precompiled and Sequence, as in
+ * tokenizers. */
 #include <stdlib.h>
 #include <string.h>
 
 #include <utf8proc.h>
 
 #include "tokenizer/tk_internal.h"
+#include "tokenizer/tk_precompiled.h"
 
 typedef enum {
     NZ_NFC,
@@ -19,6 +21,7 @@ typedef enum {
     NZ_PREPEND,
     NZ_BERT,
     NZ_BYTE_LEVEL,
+    NZ_PRECOMPILED,
     NZ_SEQUENCE,
 } nz_type;
 
@@ -29,6 +32,7 @@ struct tk_normalizer {
     char *content;                                         /* Replace content, Prepend text */
     size_t content_len;
     bool clean_text, chinese, strip_accents, lowercase;    /* BertNormalizer */
+    tk_charsmap *charsmap;                                 /* Precompiled, NULL for none */
     tk_normalizer **children;                              /* Sequence (n_children) */
     size_t n_children;
 };
@@ -36,7 +40,7 @@ struct tk_normalizer {
 static const char *const nz_names[] = {
     [NZ_NFC] = "NFC", [NZ_NFD] = "NFD", [NZ_NFKC] = "NFKC", [NZ_NFKD] = "NFKD", [NZ_LOWERCASE] = "Lowercase",
     [NZ_STRIP] = "Strip", [NZ_STRIP_ACCENTS] = "StripAccents", [NZ_REPLACE] = "Replace", [NZ_PREPEND] = "Prepend",
-    [NZ_BERT] = "BertNormalizer", [NZ_BYTE_LEVEL] = "ByteLevel", [NZ_SEQUENCE] = "Sequence",
+    [NZ_BERT] = "BertNormalizer", [NZ_BYTE_LEVEL] = "ByteLevel", [NZ_PRECOMPILED] = "Precompiled", [NZ_SEQUENCE] = "Sequence",
 };
 
 void tk_normalizer_free(tk_normalizer *n) {
@@ -44,6 +48,7 @@ void tk_normalizer_free(tk_normalizer *n) {
     for (size_t i = 0; i < n->n_children; i++) tk_normalizer_free(n->children[i]);
     free(n->children);
     tk_regex_free(n->pattern);
+    tk_charsmap_free(n->charsmap);
     free(n->content);
     free(n);
 }
@@ -79,6 +84,10 @@ static hr_status parse_fields(const cJSON *j, tk_normalizer *n) {
         n->strip_accents = tk_json_bool(j, "strip_accents", n->lowercase);
         return HR_OK;
     }
+    case NZ_PRECOMPILED:
+        /* A null or empty charsmap normalizes nothing. */
+        HR_TRY(tk_json_opt_string(j, "precompiled_charsmap", "normalizer 'Precompiled'", &s));
+        return s && *s ? tk_charsmap_parse(s, &n->charsmap) : HR_OK;
     case NZ_SEQUENCE: {
         const cJSON *arr = tk_json_get(j, "normalizers");
         if (!cJSON_IsArray(arr)) return hr_error(HR_ERR_FORMAT, "normalizer 'Sequence': field 'normalizers' must be an array");
@@ -369,6 +378,8 @@ static hr_status normalize_into(const tk_normalizer *nz, const char *s, const tk
         return put_src(o, s, al, n);
     case NZ_BERT: return bert(nz, s, al, n, o);
     case NZ_BYTE_LEVEL: return byte_level(s, al, n, o);
+    case NZ_PRECOMPILED:
+        return nz->charsmap ? tk_charsmap_normalize(nz->charsmap, s, al, n, o.b, o.a) : put_src(o, s, al, n);
     case NZ_SEQUENCE: {
         tk_buf cur = {0}, next = {0};
         tk_aligns cur_al = {0}, next_al = {0};

@@ -251,3 +251,83 @@ def test_bad_merges_and_regex():
     d = json.loads(bpe().to_str())
     d["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated", "invert": False}
     assert "does not compile" in load_error(json.dumps(d))
+
+
+# ---- SentencePiece-converted tokenizers (Precompiled normalizer) -----------------------
+
+def _proto_fields(buf):
+    """(field, wire type, value) of a protobuf message, enough for ModelProto."""
+    i, out = 0, []
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        field, wt = key >> 3, key & 7
+        if wt == 0:
+            val, i = _varint(buf, i)
+        elif wt == 1:
+            val, i = buf[i:i + 8], i + 8
+        elif wt == 2:
+            n, i = _varint(buf, i)
+            val, i = buf[i:i + n], i + n
+        elif wt == 5:
+            val, i = buf[i:i + 4], i + 4
+        else:
+            raise ValueError(f"wire type {wt}")
+        out.append((field, wt, val))
+    return out
+
+
+def _varint(buf, i):
+    shift = val = 0
+    while True:
+        b = buf[i]
+        i += 1
+        val |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return val, i
+
+
+@pytest.fixture(scope="module")
+def spm_model(tmp_path_factory):
+    """A SentencePiece unigram model trained here with nmt_nfkc: its pieces and
+    its precompiled_charsmap."""
+    spm = pytest.importorskip("sentencepiece")
+    import struct
+    d = tmp_path_factory.mktemp("spm")
+    (d / "train.txt").write_text("\n".join(TRAIN))
+    spm.SentencePieceTrainer.train(input=str(d / "train.txt"), model_prefix=str(d / "m"), vocab_size=400,
+                                   model_type="unigram", normalization_rule_name="nmt_nfkc", minloglevel=2)
+    fields = _proto_fields((d / "m.model").read_bytes())
+    pieces = []
+    for f, _, v in fields:
+        if f == 1:
+            p = {pf: pv for pf, _, pv in _proto_fields(v)}
+            pieces.append((p[1].decode(), struct.unpack("<f", p[2])[0], p.get(3, 1)))
+    charsmap = next(pv for f, _, v in fields if f == 3 for pf, _, pv in _proto_fields(v) if pf == 2)
+    return pieces, charsmap
+
+
+def test_precompiled_t5_style(spm_model):
+    pieces, charsmap = spm_model
+    unk = next(i for i, p in enumerate(pieces) if p[2] == 2)
+    tok = HF(models.Unigram([(p, s) for p, s, _ in pieces], unk_id=unk, byte_fallback=False))
+    tok.normalizer = nz.Sequence([nz.Precompiled(charsmap), nz.Replace(Regex(" {2,}"), " ")])
+    tok.pre_tokenizer = pt.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    odd = ["ｆｕｌｌｗｉｄｔｈ ﾊﾝｶｸ ｶﾞ \uff76\uff9e ①②", "ﬁ ﬀ ™ ½ ㎏ ℃ Ⅻ", "e\u0301 a\u0300\u0301 👨‍👩‍👧 🇫🇷🇩🇪",
+           "\u200b\u00ad\ufeff soft", "한국어 ᄀ ᅡ \u1100\u1161\u11a8", "tab\tnew\nline\r\n"]
+    compare(tok, TEXTS + odd)
+
+
+def test_precompiled_bad_charsmap():
+    tok = HF(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    import json
+    d = json.loads(tok.to_str())
+    d["normalizer"] = {"type": "Precompiled", "precompiled_charsmap": "AAAA!"}
+    with pytest.raises(HubrtError, match="not base64"):
+        Tokenizer.from_str(json.dumps(d))
+    d["normalizer"] = {"type": "Precompiled", "precompiled_charsmap": "/////w=="}
+    with pytest.raises(HubrtError, match="bad trie size"):
+        Tokenizer.from_str(json.dumps(d))
+    d["normalizer"] = {"type": "Precompiled", "precompiled_charsmap": None}
+    assert Tokenizer.from_str(json.dumps(d)).encode("a", False) == [0]
