@@ -76,7 +76,8 @@ typedef struct hr_attrs_rope_cos_sin {
  *   additive float. Causal masking aligns the last query with the last key
  *   (query i sits at position t - s + i), so attention over a longer KV
  *   cache works. window > 0 keeps only keys with pos_q - pos_k < window.
- *   scale 0 means 1/sqrt(d). softcap > 0 applies tanh soft-capping. */
+ *   scale 0 means 1/sqrt(d). softcap > 0 applies tanh soft-capping. A
+ *   query row with every key masked out gives zeros (torch gives NaN). */
 typedef struct hr_attrs_sdpa {
     double scale;
     double softcap;
