@@ -138,7 +138,6 @@ def bench(args):
         import llama_cpp as ll
         res["llama_cpp_python"] = ll.__version__
         ll.llama_backend_init()
-        ll.llama_log_set(ll.llama_log_callback(lambda level, text, data: None), None)
         res["system_info"] = ll.llama_print_system_info().decode().strip()
         res["gguf_types"] = gguf_types(args.model)
         t0 = time.perf_counter()
