@@ -263,6 +263,7 @@ def test_index_copy_and_cat():
     assert_close(d, dst.index_copy(1, idx, src))
     parts = [rand(2, 3, seed=i) for i in range(3)] + [torch.zeros(2, 0)]
     check("cat", parts, torch.cat(parts, 1), dim=1)
+    check("cat", parts[:1], parts[0], dim=0)
 
 
 def test_strided_inputs_on_device():

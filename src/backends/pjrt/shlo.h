@@ -78,6 +78,11 @@ hr_shlo_value hr_shlo_reduce(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value 
                              const bool *dims);
 /* Flat gather: out[i] = v[idx[i]] for 1-D v and an i64 index tensor. */
 hr_shlo_value hr_shlo_gather_flat(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value idx);
+/* Overwriting scatter of upd into v along `dim`: `window_dims` are the
+ * dims of upd copied whole (all but the scattered one), idx holds the
+ * positions along dim (index_vector_dim as in StableHLO). */
+hr_shlo_value hr_shlo_scatter(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value idx, hr_shlo_value upd,
+                              const int *window_dims, int n_window, int dim, int index_vector_dim);
 /* Flat scatter (overwrite): v[idx[i]] = upd[i] for 1-D v. */
 hr_shlo_value hr_shlo_scatter_flat(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value idx,
                                    hr_shlo_value upd);

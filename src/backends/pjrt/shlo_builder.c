@@ -339,21 +339,30 @@ hr_shlo_value hr_shlo_gather_flat(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_v
     return hr_shlo_op(b, "gather", in, 2, attr, v.dt, idx.ndim, idx.shape);
 }
 
-hr_shlo_value hr_shlo_scatter_flat(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value idx,
-                                   hr_shlo_value upd) {
+hr_shlo_value hr_shlo_scatter(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value idx, hr_shlo_value upd,
+                              const int *window_dims, int n_window, int dim, int index_vector_dim) {
     hr_shlo_value in[3] = {v, idx, upd};
     if (!ok(b, in, 3)) return bad_value;
     hr_shlo_value r = hr_shlo_named(hr_shlo_new_id(b), v.dt, v.ndim, v.shape);
-    char t1[256], t2[256], t3[256];
+    char t1[256], t2[256], t3[256], wd[128] = "";
+    size_t used = 0;
+    for (int i = 0; i < n_window; i++)
+        used += (size_t)snprintf(wd + used, sizeof wd - used, i ? ", %d" : "%d", window_dims[i]);
     hr_shlo_text(b, "    %%v%d = \"stablehlo.scatter\"(%%v%d, %%v%d, %%v%d) ({\n", r.id, v.id, idx.id, upd.id);
     hr_shlo_region(b, v.dt, NULL);
+    hr_shlo_vtype(t1, sizeof t1, &v);
+    hr_shlo_vtype(t2, sizeof t2, &idx);
+    hr_shlo_vtype(t3, sizeof t3, &upd);
     hr_shlo_text(b,
-                 "    }) {indices_are_sorted = false, scatter_dimension_numbers = "
-                 "#stablehlo.scatter<inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], "
+                 "    }) {indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<"
+                 "update_window_dims = [%s], inserted_window_dims = [%d], scatter_dims_to_operand_dims = [%d], "
                  "index_vector_dim = %d>, unique_indices = false} : (%s, %s, %s) -> %s\n",
-                 idx.ndim, hr_shlo_vtype(t1, sizeof t1, &v), hr_shlo_vtype(t2, sizeof t2, &idx),
-                 hr_shlo_vtype(t3, sizeof t3, &upd), hr_shlo_vtype(t1, sizeof t1, &r));
+                 wd, dim, dim, index_vector_dim, t1, t2, t3, t1);
     return r;
+}
+
+hr_shlo_value hr_shlo_scatter_flat(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value idx, hr_shlo_value upd) {
+    return hr_shlo_scatter(b, v, idx, upd, NULL, 0, 0, idx.ndim);
 }
 
 char *hr_shlo_finish(hr_shlo_builder *b, const char *name, const hr_shlo_value *results, int n) {

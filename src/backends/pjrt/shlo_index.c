@@ -99,18 +99,7 @@ static hr_status lower_index_copy(hr_shlo_builder *b, const void *attrs, const h
     int uw[HR_MAX_DIMS], k = 0;
     for (int i = 0; i < dst.ndim; i++)
         if (i != dim) uw[k++] = i;
-    char uws[128], t1[256], t2[256], t3[256];
-    int_list(uws, sizeof uws, uw, k);
-    hr_shlo_value r = hr_shlo_named(hr_shlo_new_id(b), dst.dt, dst.ndim, dst.shape);
-    hr_shlo_text(b, "    %%v%d = \"stablehlo.scatter\"(%%v%d, %%v%d, %%v%d) ({\n", r.id, dst.id, idx.id, src.id);
-    hr_shlo_region(b, dst.dt, NULL);
-    hr_shlo_text(b,
-                 "    }) {indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<"
-                 "update_window_dims = [%s], inserted_window_dims = [%d], scatter_dims_to_operand_dims = [%d], "
-                 "index_vector_dim = 1>, unique_indices = false} : (%s, %s, %s) -> %s\n",
-                 uws, dim, dim, hr_shlo_vtype(t1, sizeof t1, &dst), hr_shlo_vtype(t2, sizeof t2, &idx),
-                 hr_shlo_vtype(t3, sizeof t3, &src), hr_shlo_vtype(t1, sizeof t1, &r));
-    out[0] = r;
+    out[0] = hr_shlo_scatter(b, dst, idx, src, uw, k, dim, 1);
     return b->status;
 }
 
