@@ -17,6 +17,7 @@ folders are kept unless --force.
 """
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -55,7 +56,7 @@ TINY = {
     "tiny-qwen2": ("qwen2", dict(num_key_value_heads=1), None),
     "tiny-qwen3": ("qwen3", dict(head_dim=32), None),
     "tiny-qwen3-bf16-trained": ("qwen3", dict(head_dim=32), None, 250),
-    "tiny-llama-trained": ("llama", dict(num_key_value_heads=1), None, 250),
+    "tiny-llama-trained": ("llama", dict(num_key_value_heads=1), None, 500),
     "tiny-qwen3-tok": ("qwen3", dict(vocab_size=151936, hidden_size=32, intermediate_size=64,
                                      num_attention_heads=2, num_key_value_heads=1, head_dim=16,
                                      tie_word_embeddings=True, bos_token_id=None,
@@ -130,25 +131,36 @@ def make(out, name, spec, dtype, seed, spread):
         train_briefly(model, spec[3], seed)
     model = model.to(dtype)
     model.config.dtype = dtype
-    path = out / name
-    model.save_pretrained(path)
+    # written aside and renamed, so that concurrent runs (two test files)
+    # never see a half-written folder
+    path, tmp = out / name, out / f".{name}.tmp-{os.getpid()}"
+    model.save_pretrained(tmp)
     if tok:
         for f in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(TOKENIZERS / tok / f, path / f)
+            shutil.copy(TOKENIZERS / tok / f, tmp / f)
+    try:
+        os.rename(tmp, path)
+    except OSError:  # another run made it first
+        shutil.rmtree(tmp)
     return path
 
 
 def to_v4_config(src, dst):
     """A copy of checkpoint `src` whose config.json is written the way
     transformers 4.x wrote it (rope_theta + rope_scaling, torch_dtype)."""
-    shutil.copytree(src, dst)
-    cfg = json.loads((dst / "config.json").read_text())
+    tmp = dst.parent / f".{dst.name}.tmp-{os.getpid()}"
+    shutil.copytree(src, tmp)
+    cfg = json.loads((tmp / "config.json").read_text())
     rp = cfg.pop("rope_parameters", None) or {}
     cfg["rope_theta"] = rp.pop("rope_theta", 10000.0)
     rtype = rp.pop("rope_type", "default")
     cfg["rope_scaling"] = None if rtype == "default" else {"type": rtype, **rp}
     cfg["torch_dtype"] = cfg.pop("dtype", "float32")
-    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    try:
+        os.rename(tmp, dst)
+    except OSError:
+        shutil.rmtree(tmp)
 
 
 def main():

@@ -166,10 +166,12 @@ class HubrtModelForCausalLM:
 
     def generate(self, input_ids, attention_mask=None, max_new_tokens=None, do_sample=None,
                  temperature=None, top_k=None, top_p=None, min_p=None, repetition_penalty=None,
-                 eos_token_id=None, pad_token_id=None, seed=None, return_stats=False):
+                 eos_token_id=None, pad_token_id=None, seed=None, prefill_chunk=None, return_stats=False):
         """Ids [batch, seq + new] with the prompt, as transformers returns
         them (finished rows padded with pad_token_id). Unset arguments take
-        generation_config.json's values. Padding must be on the left."""
+        generation_config.json's values. Padding must be on the left.
+        hubrt's own: seed (sampling), prefill_chunk (prompt tokens per row
+        per prefill step, default 512), return_stats."""
         ids, was_torch = _as_ids(input_ids, "input_ids")
         b, s = ids.shape
         g = self.generation_config
@@ -193,6 +195,7 @@ class HubrtModelForCausalLM:
             cfg.eos_ids = ctypes.cast(eos_arr, _I64P)
             cfg.n_eos = len(eos)
         cfg.pad_id = -1 if pad_token_id is None else int(pad_token_id)
+        cfg.prefill_chunk = 0 if prefill_chunk is None else int(prefill_chunk)
         mask_p = None
         if attention_mask is not None:
             mask = _as_ids(attention_mask, "attention_mask")[0]

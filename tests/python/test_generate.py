@@ -61,6 +61,16 @@ def test_greedy_batch4_left_padding_matches_transformers(name):
     np.testing.assert_array_equal(got, want)
 
 
+def test_chunked_prefill_gives_the_same_tokens():
+    model = hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-llama-gqa7")
+    ids, mask = padded_batch(seed=4)
+    whole, stats = model.generate(ids, attention_mask=mask, max_new_tokens=16, eos_token_id=[], return_stats=True)
+    for chunk in (1, 5):
+        got = model.generate(ids, attention_mask=mask, max_new_tokens=16, eos_token_id=[], prefill_chunk=chunk)
+        np.testing.assert_array_equal(got, whole)
+    assert stats["prompt_tokens"] == 12 and stats["new_tokens"] == 16
+
+
 def test_eos_stops_rows_and_pads_them_like_transformers():
     name = "tiny-qwen3"
     ids, mask = padded_batch(seed=2)
