@@ -50,13 +50,15 @@ static void roundtrip(const hr_tokenizer *t, const char *text, size_t len) {
     int32_t *ids2;
     hr_offset *offs;
     size_t n2;
-    if (hr_tokenizer_encode_offsets(t, text, len, true, &ids2, &offs, &n2) != HR_OK || n2 != n ||
-        memcmp(ids, ids2, n * sizeof *ids))
-        abort();
-    for (size_t i = 0; i < n; i++)
-        if (offs[i].start > offs[i].end || offs[i].end > len) abort();
-    hr_tokenizer_free_array(offs);
-    hr_tokenizer_free_array(ids2);
+    for (int unit = HR_OFFSETS_BYTES; unit <= HR_OFFSETS_CHARS; unit++) {
+        if (hr_tokenizer_encode_offsets(t, text, len, true, (hr_offset_unit)unit, &ids2, &offs, &n2) != HR_OK || n2 != n ||
+            memcmp(ids, ids2, n * sizeof *ids))
+            abort();
+        for (size_t i = 0; i < n; i++)
+            if (offs[i].start > offs[i].end || offs[i].end > len) abort();
+        hr_tokenizer_free_array(offs);
+        hr_tokenizer_free_array(ids2);
+    }
     hr_tokenizer_free_array(ids);
 }
 

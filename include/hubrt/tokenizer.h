@@ -27,17 +27,23 @@ HR_API void hr_tokenizer_free(hr_tokenizer *tok);
  * *ids is malloc'ed: free it with hr_tokenizer_free_array. */
 HR_API hr_status hr_tokenizer_encode(const hr_tokenizer *tok, const char *text, size_t len, bool add_special,
                                      int32_t **ids, size_t *n_ids);
-/* A token's byte range [start, end) in the encoded text; tokens the
+/* A token's range [start, end) in the encoded text; tokens the
  * post-processor adds have (0, 0). */
 typedef struct hr_offset {
     uint32_t start, end;
 } hr_offset;
 
-/* hr_tokenizer_encode, and each token's byte range in text (*offsets, one per
- * id, freed with hr_tokenizer_free_array). Ranges follow tokenizers'
- * alignments: a token covering part of a character covers all of it. */
+typedef enum hr_offset_unit {
+    HR_OFFSETS_BYTES = 0, /* as tokenizers' Rust Tokenizer::encode */
+    HR_OFFSETS_CHARS = 1, /* code points, as tokenizers' Python Encoding.offsets */
+} hr_offset_unit;
+
+/* hr_tokenizer_encode, and each token's range in text (*offsets, one per id,
+ * freed with hr_tokenizer_free_array). Ranges follow tokenizers' alignments
+ * (a token covering part of a character covers all of it); the unit matters
+ * beyond conversion because trim_offsets counts in it, as tokenizers does. */
 HR_API hr_status hr_tokenizer_encode_offsets(const hr_tokenizer *tok, const char *text, size_t len, bool add_special,
-                                             int32_t **ids, hr_offset **offsets, size_t *n_ids);
+                                             hr_offset_unit unit, int32_t **ids, hr_offset **offsets, size_t *n_ids);
 /* Encodes n texts on up to n_threads threads (0: one per CPU).
  * (*ids)[i] and (*n_ids)[i] hold text i; free with hr_tokenizer_free_batch. */
 HR_API hr_status hr_tokenizer_encode_batch(const hr_tokenizer *tok, const char *const *texts, const size_t *lens,

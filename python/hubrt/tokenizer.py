@@ -17,11 +17,15 @@ _free = fn("hr_tokenizer_free", [_P], None)
 _encode = fn("hr_tokenizer_encode", [_P, ctypes.c_char_p, _SZ, ctypes.c_bool, ctypes.POINTER(_I32P), ctypes.POINTER(_SZ)])
 
 
+_OFFSETS_CHARS = 1
+
+
 class _Offset(ctypes.Structure):
     _fields_ = [("start", ctypes.c_uint32), ("end", ctypes.c_uint32)]
 
 
-_encode_offsets = fn("hr_tokenizer_encode_offsets", [_P, ctypes.c_char_p, _SZ, ctypes.c_bool, ctypes.POINTER(_I32P),
+_encode_offsets = fn("hr_tokenizer_encode_offsets", [_P, ctypes.c_char_p, _SZ, ctypes.c_bool, ctypes.c_int,
+                                                     ctypes.POINTER(_I32P),
                                                      ctypes.POINTER(ctypes.POINTER(_Offset)), ctypes.POINTER(_SZ)])
 _encode_batch = fn("hr_tokenizer_encode_batch",
                    [_P, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(_SZ), _SZ, ctypes.c_bool, ctypes.c_int,
@@ -96,23 +100,10 @@ class Tokenizer:
         as tokenizers' Encoding.offsets; added special tokens get (0, 0)."""
         data = text.encode("utf-8", "surrogatepass")
         ids, offs, n = _I32P(), ctypes.POINTER(_Offset)(), _SZ()
-        check(_encode_offsets(self._h, data, len(data), add_special_tokens, ctypes.byref(ids), ctypes.byref(offs),
-                              ctypes.byref(n)))
+        check(_encode_offsets(self._h, data, len(data), add_special_tokens, _OFFSETS_CHARS, ctypes.byref(ids),
+                              ctypes.byref(offs), ctypes.byref(n)))
         try:
-            # byte position -> character position
-            char_at = [0] * (len(data) + 1)
-            c = 0
-            for i, b in enumerate(data):
-                char_at[i] = c
-                if b & 0xC0 != 0x80:
-                    c += 1
-                char_at[i] = c - 1 if b & 0xC0 != 0x80 else char_at[i - 1]
-            char_at[len(data)] = c
-            spans = []
-            for i in range(n.value):
-                a, z = offs[i].start, offs[i].end
-                spans.append((char_at[a] if a < len(data) else c, char_at[z - 1] + 1 if z > 0 else 0))
-            return ids[:n.value], spans
+            return ids[:n.value], [(offs[i].start, offs[i].end) for i in range(n.value)]
         finally:
             _free_array(ids)
             _free_array(offs)

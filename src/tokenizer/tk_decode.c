@@ -21,14 +21,14 @@ hr_status hr_tokenizer_token_to_id(const hr_tokenizer *tok, const char *s, size_
 }
 
 /* The token string of an id: added tokens first, then the model. */
-static const char *id_token(const hr_tokenizer *tok, int32_t id, size_t *len) {
+const char *tk_token_str(const hr_tokenizer *tok, int32_t id, size_t *len) {
     const char *s = tk_added_id_to_token(tok->added, id, len, NULL);
     return s ? s : tk_model_id_to_token(tok->model, id, len);
 }
 
 hr_status hr_tokenizer_id_to_token(const hr_tokenizer *tok, int32_t id, const char **token, size_t *len) {
     if (!tok || !token || !len) return hr_error(HR_ERR_INVALID_ARG, "hr_tokenizer_id_to_token: NULL argument");
-    *token = id_token(tok, id, len);
+    *token = tk_token_str(tok, id, len);
     if (!*token)
         return hr_error(HR_ERR_NOT_FOUND, "id %d is outside the vocabulary (size %zu)", id, hr_tokenizer_vocab_size(tok));
     return HR_OK;
@@ -45,7 +45,7 @@ static bool content_is_special(const hr_tokenizer *tok, const char *s, size_t n)
 
 bool hr_tokenizer_is_special(const hr_tokenizer *tok, int32_t id) {
     size_t n;
-    const char *s = tok ? id_token(tok, id, &n) : NULL;
+    const char *s = tok ? tk_token_str(tok, id, &n) : NULL;
     return s && content_is_special(tok, s, n);
 }
 
@@ -58,7 +58,7 @@ hr_status hr_tokenizer_decode(const hr_tokenizer *tok, const int32_t *ids, size_
     hr_status st = HR_OK;
     for (size_t i = 0; st == HR_OK && i < n; i++) {
         size_t l;
-        const char *s = id_token(tok, ids[i], &l);
+        const char *s = tk_token_str(tok, ids[i], &l);
         if (!s)
             st = hr_error(HR_ERR_INVALID_ARG, "decode: id %d at position %zu is outside the vocabulary (size %zu)", ids[i], i,
                           hr_tokenizer_vocab_size(tok));

@@ -132,17 +132,42 @@ static hr_status encode_model(const hr_tokenizer *tok, tk_ws *ws, bool offsets) 
     return st;
 }
 
+/* Byte offsets to code point offsets, as tokenizers' BytesToCharOffsetConverter:
+ * a byte inside a character maps to that character; an end at the text's
+ * end maps past the last character; a start at the end stays as it is. */
+static hr_status offsets_to_chars(const char *text, size_t len, tk_ids *offs) {
+    uint32_t *char_of = malloc((len + 1) * sizeof *char_of);
+    if (!char_of) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    uint32_t c = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (i && ((unsigned char)text[i] & 0xC0) != 0x80) c++;
+        char_of[i] = c;
+    }
+    for (size_t i = 0; i + 1 < offs->n; i += 2) {
+        size_t a = (size_t)offs->p[i], z = (size_t)offs->p[i + 1];
+        if (a >= len) continue;
+        offs->p[i] = (int32_t)char_of[a];
+        offs->p[i + 1] = (int32_t)(z < len ? char_of[z] : z ? char_of[z - 1] + 1 : 0);
+    }
+    free(char_of);
+    return HR_OK;
+}
+
 static hr_status encode_ws(const hr_tokenizer *tok, const char *text, size_t len, bool add_special, tk_ws *ws,
-                           int32_t **ids, hr_offset **offsets, size_t *n_ids) {
+                           hr_offset_unit unit, int32_t **ids, hr_offset **offsets, size_t *n_ids) {
     size_t valid = tk_utf8_valid_prefix(text, len);
     if (valid != len) return hr_error(HR_ERR_INVALID_ARG, "tokenizer: text is not valid UTF-8 at byte %zu", valid);
     if (len > INT32_MAX) return hr_error(HR_ERR_INVALID_ARG, "tokenizer: text of %zu bytes is longer than 2 GiB", len);
     HR_TRY(encode_pieces(tok, text, len, offsets != NULL, ws));
     HR_TRY(encode_model(tok, ws, offsets != NULL));
+    /* Characters before post-processing: trim_offsets counts in the unit. */
+    if (offsets && unit == HR_OFFSETS_CHARS) HR_TRY(offsets_to_chars(text, len, &ws->offs));
     tk_ids fin = {0}, fin_offs = {0};
     hr_status st;
-    if (add_special && tok->post) {
-        st = tk_post_process(tok->post, &ws->ids, offsets ? &ws->offs : NULL, &fin, offsets ? &fin_offs : NULL);
+    /* Without special tokens the post-processor only changes offsets. */
+    if (tok->post && (add_special || offsets)) {
+        st = tk_post_process(tok->post, tok, add_special, &ws->ids, offsets ? &ws->offs : NULL, &fin,
+                             offsets ? &fin_offs : NULL);
     } else {
         st = tk_ids_append(&fin, ws->ids.p, ws->ids.n);
         if (st == HR_OK && offsets) st = tk_ids_append(&fin_offs, ws->offs.p, ws->offs.n);
@@ -163,8 +188,8 @@ static hr_status encode_ws(const hr_tokenizer *tok, const char *text, size_t len
     return HR_OK;
 }
 
-static hr_status encode(const hr_tokenizer *tok, const char *text, size_t len, bool add_special, int32_t **ids,
-                        hr_offset **offsets, size_t *n_ids) {
+static hr_status encode(const hr_tokenizer *tok, const char *text, size_t len, bool add_special, hr_offset_unit unit,
+                        int32_t **ids, hr_offset **offsets, size_t *n_ids) {
     if (!tok || (!text && len) || !ids || !n_ids) return hr_error(HR_ERR_INVALID_ARG, "hr_tokenizer_encode: NULL argument");
     *ids = NULL;
     if (offsets) *offsets = NULL;
@@ -173,20 +198,22 @@ static hr_status encode(const hr_tokenizer *tok, const char *text, size_t len, b
     hr_tokenizer *t = (hr_tokenizer *)tok; /* only the workspace pool changes */
     tk_ws *ws = NULL;
     HR_TRY(tk_ws_acquire(t, &ws));
-    hr_status st = encode_ws(tok, text, len, add_special, ws, ids, offsets, n_ids);
+    hr_status st = encode_ws(tok, text, len, add_special, ws, unit, ids, offsets, n_ids);
     tk_ws_release(t, ws);
     return st;
 }
 
 hr_status hr_tokenizer_encode(const hr_tokenizer *tok, const char *text, size_t len, bool add_special, int32_t **ids,
                               size_t *n_ids) {
-    return encode(tok, text, len, add_special, ids, NULL, n_ids);
+    return encode(tok, text, len, add_special, HR_OFFSETS_BYTES, ids, NULL, n_ids);
 }
 
 hr_status hr_tokenizer_encode_offsets(const hr_tokenizer *tok, const char *text, size_t len, bool add_special,
-                                      int32_t **ids, hr_offset **offsets, size_t *n_ids) {
+                                      hr_offset_unit unit, int32_t **ids, hr_offset **offsets, size_t *n_ids) {
     if (!offsets) return hr_error(HR_ERR_INVALID_ARG, "hr_tokenizer_encode_offsets: NULL argument");
-    return encode(tok, text, len, add_special, ids, offsets, n_ids);
+    if (unit != HR_OFFSETS_BYTES && unit != HR_OFFSETS_CHARS)
+        return hr_error(HR_ERR_INVALID_ARG, "hr_tokenizer_encode_offsets: unknown offset unit %d", (int)unit);
+    return encode(tok, text, len, add_special, unit, ids, offsets, n_ids);
 }
 
 void hr_tokenizer_free_array(void *p) { free(p); }

@@ -102,6 +102,12 @@ extern const uint16_t tk_byte_to_cp[256];
 /* Returns the byte for a mapped code point or -1. */
 int tk_cp_to_byte(int32_t cp);
 
+/* Alignments of the normal form of s[0..n) (tk_unicode.c): appends one per
+ * byte of `want` (utf8proc's result) to al_out and sets *ok, or leaves
+ * al_out and clears *ok when its own result differs from `want`. */
+hr_status tk_unicode_traced(bool compose_form, bool compat, const char *s, const tk_align *al, size_t n, tk_buf *want,
+                            tk_aligns *al_out, bool *ok);
+
 /* ---- regex (tk_regex.c) ---------------------------------------------- */
 
 typedef struct tk_regex tk_regex;
@@ -188,9 +194,12 @@ int32_t tk_added_max_id(const tk_added *a);
 
 hr_status tk_post_parse(const cJSON *j, tk_post **out);
 void tk_post_free(tk_post *p);
-/* Rewrites ids with the special tokens of the single-sequence template;
- * offs (pairs, may be NULL) follows, special tokens getting (0, 0). */
-hr_status tk_post_process(const tk_post *p, const tk_ids *in, const tk_ids *in_offs, tk_ids *out, tk_ids *out_offs);
+/* Applies the post-processor to one sequence: with add_special, the special
+ * tokens of the single-sequence template; offs (pairs, may be NULL) follows,
+ * special tokens getting (0, 0), and ByteLevel/Roberta trim_offsets drops
+ * the spaces at the ends of each token from its range. */
+hr_status tk_post_process(const tk_post *p, const hr_tokenizer *tok, bool add_special, const tk_ids *in,
+                          const tk_ids *in_offs, tk_ids *out, tk_ids *out_offs);
 
 hr_status tk_decoder_parse(const cJSON *j, tk_decoder **out);
 void tk_decoder_free(tk_decoder *d);
@@ -256,6 +265,8 @@ struct hr_tokenizer {
 
 /* Frees a workspace's buffers (not its model scratch). */
 void tk_ws_clear(tk_ws *ws);
+/* The string of a token id (added tokens first), NULL when out of range. */
+const char *tk_token_str(const hr_tokenizer *tok, int32_t id, size_t *len);
 hr_status tk_ws_acquire(hr_tokenizer *tok, tk_ws **out);
 void tk_ws_release(hr_tokenizer *tok, tk_ws *ws);
 void tk_ws_pool_free(hr_tokenizer *tok);

@@ -155,21 +155,27 @@ static bool is_ascii(const char *s, size_t n) {
     return true;
 }
 
-/* utf8proc on s[0..n). Output character j is aligned with input character
- * min(j, last): exact when the count is kept, and the composed or
- * decomposed character keeps its first source's alignment otherwise. */
+/* utf8proc on s[0..n). Alignments are traced through decomposition and
+ * composition; should that ever disagree with utf8proc, output character j
+ * takes input character min(j, last). */
 static hr_status utf8proc_form(nz_type t, const char *s, const tk_align *al, size_t n, nz_out o) {
     utf8proc_option_t opt = UTF8PROC_STABLE;
-    if (t == NZ_NFC || t == NZ_NFKC) opt |= UTF8PROC_COMPOSE;
-    else opt |= UTF8PROC_DECOMPOSE;
-    if (t == NZ_NFKC || t == NZ_NFKD) opt |= UTF8PROC_COMPAT;
+    bool compose = t == NZ_NFC || t == NZ_NFKC, compat = t == NZ_NFKC || t == NZ_NFKD;
+    opt |= compose ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
+    if (compat) opt |= UTF8PROC_COMPAT;
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, opt);
     if (r < 0) return hr_error(HR_ERR_INVALID_ARG, "normalizer: %s", utf8proc_errmsg(r));
     const char *d = (const char *)dst;
+    size_t start = o.b->n;
     hr_status st = tk_buf_append(o.b, d, (size_t)r);
+    bool traced = false;
+    if (st == HR_OK && o.a && al) {
+        tk_buf want = {(char *)o.b->p + start, (size_t)r, (size_t)r};
+        st = tk_unicode_traced(compose, compat, s, al, n, &want, o.a, &traced);
+    }
     size_t in = 0; /* byte offset of the current input character */
-    for (size_t j = 0; o.a && st == HR_OK && j < (size_t)r;) {
+    for (size_t j = 0; o.a && !traced && st == HR_OK && j < (size_t)r;) {
         size_t k = 1;
         while (j + k < (size_t)r && ((unsigned char)d[j + k] & 0xC0) == 0x80) k++;
         st = tk_aligns_fill(o.a, n ? tk_al_get(al, in) : (tk_align){0, 0}, k);

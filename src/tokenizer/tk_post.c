@@ -17,6 +17,7 @@ typedef struct {
 
 struct tk_post {
     pp_type type;
+    bool trim_offsets, add_prefix_space; /* ByteLevel, Roberta */
     pp_item *items; /* (n_items) */
     size_t n_items;
     tk_post **children; /* Sequence (n_children) */
@@ -97,12 +98,16 @@ hr_status tk_post_parse(const cJSON *j, tk_post **out) {
         st = parse_template(j, p);
     } else if (!strcmp(type, "BertProcessing") || !strcmp(type, "RobertaProcessing")) {
         p->type = type[0] == 'B' ? PP_BERT : PP_ROBERTA;
+        p->trim_offsets = p->type == PP_ROBERTA && tk_json_bool(j, "trim_offsets", true);
+        p->add_prefix_space = tk_json_bool(j, "add_prefix_space", true);
         int32_t cls = 0, sep = 0;
         if ((st = pair_id(j, "cls", type, &cls)) == HR_OK && (st = pair_id(j, "sep", type, &sep)) == HR_OK &&
             (st = add_item(p, false, &cls, 1)) == HR_OK && (st = add_item(p, true, NULL, 0)) == HR_OK)
             st = add_item(p, false, &sep, 1);
     } else if (!strcmp(type, "ByteLevel")) {
         p->type = PP_BYTE_LEVEL;
+        p->trim_offsets = tk_json_bool(j, "trim_offsets", true);
+        p->add_prefix_space = tk_json_bool(j, "add_prefix_space", true);
     } else if (!strcmp(type, "Sequence")) {
         p->type = PP_SEQUENCE;
         const cJSON *arr = tk_json_get(j, "processors"), *it;
@@ -132,7 +137,44 @@ static hr_status append(tk_ids *out, tk_ids *out_offs, const int32_t *ids, const
     return HR_OK;
 }
 
-hr_status tk_post_process(const tk_post *p, const tk_ids *in, const tk_ids *in_offs, tk_ids *out, tk_ids *out_offs) {
+static bool is_space_char(int32_t cp) { return cp == 0x120 || tk_cp_is_whitespace(cp); }
+
+/* tokenizers' byte-level process_offsets: leading and trailing spaces ('Ġ'
+ * or whitespace) of each token's string leave its range, counted as one byte
+ * each as tokenizers counts them; one leading space of the first token stays
+ * when add_prefix_space put it there. */
+static void trim_offsets(const tk_post *p, const hr_tokenizer *tok, const tk_ids *ids, int32_t *offs) {
+    for (size_t i = 0; i < ids->n; i++) {
+        size_t len;
+        const char *s = tk_token_str(tok, ids->p[i], &len);
+        if (!s) continue;
+        size_t lead = 0, trail = 0, a = 0, z = len;
+        for (int32_t cp; a < len; lead++) {
+            size_t k = tk_utf8_decode(s + a, len - a, &cp);
+            if (!is_space_char(cp)) break;
+            a += k;
+        }
+        while (z > 0) {
+            size_t k = 1;
+            while (k < z && ((unsigned char)s[z - k] & 0xC0) == 0x80) k++;
+            int32_t cp;
+            tk_utf8_decode(s + z - k, k, &cp);
+            if (!is_space_char(cp)) break;
+            z -= k;
+            trail++;
+        }
+        int32_t *start = &offs[2 * i], *end = &offs[2 * i + 1];
+        if (lead) {
+            bool first = i == 0 || *start == 0;
+            if (first && p->add_prefix_space && lead == 1) lead = 0;
+            *start = *start + (int32_t)lead < *end ? *start + (int32_t)lead : *end;
+        }
+        if (trail && *end >= (int32_t)trail) *end = *end - (int32_t)trail > *start ? *end - (int32_t)trail : *start;
+    }
+}
+
+hr_status tk_post_process(const tk_post *p, const hr_tokenizer *tok, bool add_special, const tk_ids *in,
+                          const tk_ids *in_offs, tk_ids *out, tk_ids *out_offs) {
     out->n = 0;
     if (out_offs) out_offs->n = 0;
     const int32_t *io = in_offs ? in_offs->p : NULL;
@@ -140,7 +182,7 @@ hr_status tk_post_process(const tk_post *p, const tk_ids *in, const tk_ids *in_o
         tk_ids cur = {0}, next = {0}, cur_o = {0}, next_o = {0};
         hr_status st = append(&cur, &cur_o, in->p, io, in->n);
         for (size_t i = 0; st == HR_OK && i < p->n_children; i++) {
-            st = tk_post_process(p->children[i], &cur, &cur_o, &next, &next_o);
+            st = tk_post_process(p->children[i], tok, add_special, &cur, &cur_o, &next, &next_o);
             tk_ids t = cur, to = cur_o;
             cur = next;
             cur_o = next_o;
@@ -154,10 +196,20 @@ hr_status tk_post_process(const tk_post *p, const tk_ids *in, const tk_ids *in_o
         tk_ids_free(&next_o);
         return st;
     }
-    if (p->type == PP_BYTE_LEVEL) return append(out, out_offs, in->p, io, in->n);
-    for (size_t i = 0; i < p->n_items; i++) {
+    HR_TRY(append(out, out_offs, in->p, io, in->n));
+    if (p->trim_offsets && out_offs) trim_offsets(p, tok, out, out_offs->p);
+    if (p->type == PP_BYTE_LEVEL || !add_special) return HR_OK;
+    /* The template wraps the (trimmed) sequence. */
+    tk_ids seq = {0}, seq_o = {0};
+    hr_status st = append(&seq, out_offs ? &seq_o : NULL, out->p, out_offs ? out_offs->p : NULL, out->n);
+    out->n = 0;
+    if (out_offs) out_offs->n = 0;
+    for (size_t i = 0; st == HR_OK && i < p->n_items; i++) {
         const pp_item *it = &p->items[i];
-        HR_TRY(it->is_seq ? append(out, out_offs, in->p, io, in->n) : append(out, out_offs, it->ids, NULL, it->n_ids));
+        st = it->is_seq ? append(out, out_offs, seq.p, out_offs ? seq_o.p : NULL, seq.n)
+                        : append(out, out_offs, it->ids, NULL, it->n_ids);
     }
-    return HR_OK;
+    tk_ids_free(&seq);
+    tk_ids_free(&seq_o);
+    return st;
 }

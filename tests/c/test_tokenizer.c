@@ -161,6 +161,37 @@ static void test_tiny_bpe(void **state) {
     hr_tokenizer_free(t);
 }
 
+static void test_tiny_offsets(void **state) {
+    hr_tokenizer *t;
+    assert_int_equal(hr_tokenizer_load_json(TINY, strlen(TINY), &t), HR_OK);
+    /* "\xC3\x84" (Ä) lowercases to ä, unknown: one unk over both bytes. */
+    const char *text = "ABC aaa \xC3\x84" "bc";
+    int32_t *ids;
+    hr_offset *offs;
+    size_t n;
+    assert_int_equal(hr_tokenizer_encode_offsets(t, text, strlen(text), true, HR_OFFSETS_BYTES, &ids, &offs, &n), HR_OK);
+    const int32_t want_ids[] = {9, 5, 6, 0, 7, 4};
+    const hr_offset want_bytes[] = {{0, 0}, {0, 3}, {4, 6}, {6, 7}, {8, 10}, {10, 12}};
+    assert_int_equal(n, 6);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(ids[i], want_ids[i]);
+        assert_int_equal(offs[i].start, want_bytes[i].start);
+        assert_int_equal(offs[i].end, want_bytes[i].end);
+    }
+    hr_tokenizer_free_array(ids);
+    hr_tokenizer_free_array(offs);
+    assert_int_equal(hr_tokenizer_encode_offsets(t, text, strlen(text), false, HR_OFFSETS_CHARS, &ids, &offs, &n), HR_OK);
+    assert_int_equal(n, 5);
+    assert_int_equal(offs[3].start, 8);
+    assert_int_equal(offs[3].end, 9);
+    assert_int_equal(offs[4].start, 9);
+    assert_int_equal(offs[4].end, 11);
+    hr_tokenizer_free_array(ids);
+    hr_tokenizer_free_array(offs);
+    assert_int_equal(hr_tokenizer_encode_offsets(t, "a", 1, false, (hr_offset_unit)7, &ids, &offs, &n), HR_ERR_INVALID_ARG);
+    hr_tokenizer_free(t);
+}
+
 /* ---- errors --------------------------------------------------------------------- */
 
 static void expect_load_error(const char *json, hr_status code, const char *fragment) {
@@ -269,6 +300,7 @@ int main(void) {
         cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_stream_holds_partial_characters),
         cmocka_unit_test(test_tiny_bpe),
+        cmocka_unit_test(test_tiny_offsets),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_encode_decode_errors),
         cmocka_unit_test(test_normal_forms_by_pieces),

@@ -193,6 +193,19 @@ def test_post_processors():
         compare(tok, CORPUS[:12])
 
 
+@pytest.mark.parametrize("trim", [True, False])
+@pytest.mark.parametrize("prefix", [True, False])
+def test_byte_level_trim_offsets(trim, prefix):
+    """GPT-2 and RoBERTa style: ByteLevel everywhere, offsets trimmed of spaces."""
+    tok = bpe(pre_tokenizer=pt.ByteLevel(add_prefix_space=prefix))
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=trim, add_prefix_space=prefix)
+    compare(tok)
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")),
+                                                      trim_offsets=trim, add_prefix_space=prefix)
+    compare(tok)
+
+
 # ---- decoders ------------------------------------------------------------------------------
 
 DECODERS = {
