@@ -61,7 +61,11 @@ test-python-asan: build-asan test-deps
 test-fuzz: build-fuzz
 	@bash scripts/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS)
 
-test: test-c test-c-asan test-python test-python-asan test-fuzz
+# The test dependencies (torch, the PJRT plugin wheel, ...) go in first, so
+# the build finds the PJRT header in .venv and the PJRT backends are tested.
+test:
+	@$(MAKE) --no-print-directory test-deps
+	@$(MAKE) --no-print-directory test-c test-c-asan test-python test-python-asan test-fuzz
 
 demo: build venv
 	@bash scripts/demo.sh

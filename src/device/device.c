@@ -90,7 +90,12 @@ hr_status hr_device_get(const char *spec, hr_device **out) {
         s = hr_error(HR_ERR_NOT_FOUND, "unknown device '%s' (available: %s)", spec, known);
     } else if (!g_devices[b][index]) {
         int count = g_backends[b]->count();
-        if (index >= count)
+        if (count == 0) {
+            /* An unavailable backend explains itself (e.g. the plugin paths searched). */
+            hr_device *unused = NULL;
+            s = g_backends[b]->open(index, &unused);
+            if (s == HR_OK) s = hr_error(HR_ERR_NOT_FOUND, "device '%s': %s has no devices", spec, name);
+        } else if (index >= count)
             s = hr_error(HR_ERR_NOT_FOUND, "device '%s' does not exist (%s has %d device%s)", spec,
                          name, count, count == 1 ? "" : "s");
         else

@@ -121,7 +121,7 @@ static hr_status st_lookup(const hr_safetensors *st, const char *name, const st_
 }
 
 hr_status hr_safetensors_info(const hr_safetensors *st, const char *name, hr_tensor_info *out) {
-    const st_entry *e;
+    const st_entry *e = NULL;
     HR_TRY(st_lookup(st, name, &e));
     memset(out, 0, sizeof *out);
     out->dtype = e->dtype;
@@ -143,7 +143,7 @@ static void st_prefetch(const uint8_t *p, size_t n) {
 hr_status hr_safetensors_tensor(const hr_safetensors *st, const char *name, hr_tensor **out) {
     if (!out) return hr_error(HR_ERR_INVALID_ARG, "hr_safetensors_tensor: out is NULL");
     *out = NULL;
-    const st_entry *e;
+    const st_entry *e = NULL;
     HR_TRY(st_lookup(st, name, &e));
     uint8_t *p = (uint8_t *)st->map->addr + st->h.data_start + e->begin;
     size_t n = (size_t)(e->end - e->begin);

@@ -71,9 +71,20 @@ static hr_status run_fallback(hr_device *dev, hr_op op, const void *attrs,
     for (int i = 0; i < n_out && s == HR_OK; i++) s = hr_tensor_to(out[i], cpu, &hout[i]);
     if (s == HR_OK) s = cpu->vt->run_op(cpu, op, attrs, (const hr_tensor *const *)hin, n_in, hout, n_out);
     for (int i = 0; i < n_out && s == HR_OK; i++) {
-        size_t n = hr_tensor_nbytes(hout[i]);
-        s = dev->vt->copy_from_host(dev, out[i]->buf, (size_t)out[i]->offset * hr_dtype_size(out[i]->dtype),
-                                    hout[i]->buf->data, n);
+        if (hr_tensor_is_contiguous(out[i])) {
+            size_t n = hr_tensor_nbytes(hout[i]);
+            s = dev->vt->copy_from_host(dev, out[i]->buf, (size_t)out[i]->offset * hr_dtype_size(out[i]->dtype),
+                                        hout[i]->buf->data, n);
+        } else if (op == HR_OP_copy) {
+            s = hr_error(HR_ERR_UNSUPPORTED, "device '%s' cannot write a strided view", dev->backend);
+        } else {
+            /* A strided destination (a KV-cache slice): stage the result on
+             * the device, then let the device's copy write the view. */
+            hr_tensor *staged = NULL, *o[1] = {out[i]};
+            s = hr_tensor_to(hout[i], dev, &staged);
+            if (s == HR_OK) s = hr_op_run_on(dev, HR_OP_copy, NULL, (const hr_tensor *const *)&staged, 1, o, 1);
+            hr_tensor_free(staged);
+        }
     }
     for (int i = 0; i < n_in; i++) hr_tensor_free(hin[i]);
     for (int i = 0; i < n_out; i++) hr_tensor_free(hout[i]);
