@@ -1,5 +1,5 @@
 /* Normalizers: NFC/NFD/NFKC/NFKD, Lowercase, Strip, StripAccents, Replace,
- * Prepend, BertNormalizer, ByteLevel, Precompiled and Sequence, as in
+ * Prepend, BertNormalizer, ByteLevel, Precompiled, Nmt and Sequence, as in
  * tokenizers. */
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +22,7 @@ typedef enum {
     NZ_BERT,
     NZ_BYTE_LEVEL,
     NZ_PRECOMPILED,
+    NZ_NMT,
     NZ_SEQUENCE,
 } nz_type;
 
@@ -40,7 +41,8 @@ struct tk_normalizer {
 static const char *const nz_names[] = {
     [NZ_NFC] = "NFC", [NZ_NFD] = "NFD", [NZ_NFKC] = "NFKC", [NZ_NFKD] = "NFKD", [NZ_LOWERCASE] = "Lowercase",
     [NZ_STRIP] = "Strip", [NZ_STRIP_ACCENTS] = "StripAccents", [NZ_REPLACE] = "Replace", [NZ_PREPEND] = "Prepend",
-    [NZ_BERT] = "BertNormalizer", [NZ_BYTE_LEVEL] = "ByteLevel", [NZ_PRECOMPILED] = "Precompiled", [NZ_SEQUENCE] = "Sequence",
+    [NZ_BERT] = "BertNormalizer", [NZ_BYTE_LEVEL] = "ByteLevel", [NZ_PRECOMPILED] = "Precompiled", [NZ_NMT] = "Nmt",
+    [NZ_SEQUENCE] = "Sequence",
 };
 
 void tk_normalizer_free(tk_normalizer *n) {
@@ -365,6 +367,22 @@ static hr_status bert(const tk_normalizer *nz, const char *s, const tk_align *al
     return st;
 }
 
+/* SentencePiece's NMT rules: ASCII controls go, some spaces become ' '. */
+static hr_status nmt(const char *s, const tk_align *al, size_t n, nz_out o) {
+    for (size_t i = 0; i < n;) {
+        int32_t cp;
+        size_t k = tk_utf8_decode(s + i, n - i, &cp);
+        bool drop = (cp >= 1 && cp <= 8) || cp == 0x0B || (cp >= 0x0E && cp <= 0x1F) || cp == 0x7F || cp == 0x8F ||
+                    cp == 0x9F;
+        bool space = cp == 0x09 || cp == 0x0A || cp == 0x0C || cp == 0x0D || cp == 0x1680 || (cp >= 0x200B && cp <= 0x200F) ||
+                     cp == 0x2028 || cp == 0x2029 || cp == 0x2581 || cp == 0xFEFF || cp == 0xFFFD;
+        if (space) HR_TRY(put(o, " ", 1, tk_al_get(al, i)));
+        else if (!drop) HR_TRY(put_src(o, s + i, tk_al_at(al, i), k));
+        i += k;
+    }
+    return HR_OK;
+}
+
 static hr_status byte_level(const char *s, const tk_align *al, size_t n, nz_out o) {
     for (size_t i = 0; i < n; i++) HR_TRY(put_cp(o, tk_byte_to_cp[(unsigned char)s[i]], tk_al_get(al, i)));
     return HR_OK;
@@ -384,6 +402,7 @@ static hr_status normalize_into(const tk_normalizer *nz, const char *s, const tk
         return put_src(o, s, al, n);
     case NZ_BERT: return bert(nz, s, al, n, o);
     case NZ_BYTE_LEVEL: return byte_level(s, al, n, o);
+    case NZ_NMT: return nmt(s, al, n, o);
     case NZ_PRECOMPILED:
         return nz->charsmap ? tk_charsmap_normalize(nz->charsmap, s, al, n, o.b, o.a) : put_src(o, s, al, n);
     case NZ_SEQUENCE: {

@@ -22,7 +22,7 @@ def random_texts(n=40, seed=3):
     return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(n)]
 
 
-TEXTS = CORPUS + random_texts()
+TEXTS = CORPUS + random_texts() + ["controls \x01\x08\x0b\x0e\x1f\x7f\x8f\x9f end", "\u1680\u200b\u200f\u2581\ufffd x"]
 
 
 def compare(ref, texts=TEXTS, decode=True, offsets=True):
@@ -67,6 +67,7 @@ NORMALIZERS = {
     "Bert": nz.BertNormalizer(), "BertCased": nz.BertNormalizer(lowercase=False, strip_accents=False),
     "BertNoChinese": nz.BertNormalizer(handle_chinese_chars=False, clean_text=False),
     "Sequence": nz.Sequence([nz.NFKC(), nz.Lowercase(), nz.Replace("a", "b")]),
+    "Nmt": nz.Nmt(),
 }
 
 
