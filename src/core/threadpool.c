@@ -4,6 +4,7 @@
 #include "core/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -18,7 +19,18 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-#define SPIN_ITERS 200000 /* ~ tens of microseconds of pause before sleeping */
+/* Waiting threads pause for a few microseconds, then yield the core on
+ * every check (on an oversubscribed machine the thread being waited for may
+ * need this very core), and a worker idle for longer sleeps. */
+#define SPIN_PAUSES 2048
+#define SPIN_ITERS 50000
+
+static void backoff(int spins) {
+    if (spins < SPIN_PAUSES)
+        CPU_RELAX();
+    else
+        sched_yield();
+}
 
 typedef struct {
     pthread_mutex_t lock;
@@ -50,7 +62,7 @@ static void *worker_main(void *arg) {
         int spins = 0;
         while ((gen = atomic_load_explicit(&g_pool.generation, memory_order_acquire)) == seen) {
             if (++spins < SPIN_ITERS) {
-                CPU_RELAX();
+                backoff(spins);
                 continue;
             }
             pthread_mutex_lock(&g_pool.lock);
@@ -151,6 +163,6 @@ void hr_parallel_run(hr_parallel_fn fn, void *ctx, int nth) {
     tl_in_region = true;
     fn(ctx, 0, nth);
     tl_in_region = false;
-    while (atomic_load_explicit(&g_pool.pending, memory_order_acquire) > 0) CPU_RELAX();
+    for (int spins = 0; atomic_load_explicit(&g_pool.pending, memory_order_acquire) > 0; spins++) backoff(spins);
     pthread_mutex_unlock(&g_region_lock);
 }
