@@ -80,7 +80,7 @@ class Tokenizer:
         check(_load_json(data, len(data), ctypes.byref(h)))
         return cls(h)
 
-    def __del__(self):
+    def __del__(self, _free=_free):  # bound now: module globals are gone at exit
         if getattr(self, "_h", None):
             _free(self._h)
             self._h = None
@@ -184,7 +184,7 @@ class Detokenizer:
         check(_detok_flush(self._h, ctypes.byref(p), ctypes.byref(n)))
         return ctypes.string_at(p, n.value).decode("utf-8") if n.value else ""
 
-    def __del__(self):
+    def __del__(self, _detok_free=_detok_free):
         if getattr(self, "_h", None):
             _detok_free(self._h)
             self._h = None
