@@ -216,8 +216,6 @@ hr_status hr_generate(hr_model *m, const int64_t *input_ids, const int64_t *atte
                 c += mk;
             }
         }
-        hr_tensor_free(logits);
-        logits = NULL;
         st = forward_span(m, &g, kv, from, n, g.pos, &logits);
     }
     g.t = seq;
@@ -229,8 +227,6 @@ hr_status hr_generate(hr_model *m, const int64_t *input_ids, const int64_t *atte
         if (steps++ == 0) t1 = now_s();
         if (!live || steps == cfg->max_new_tokens) break;
         for (int64_t r = 0; r < b; r++) g.pos[r] = ++g.last_pos[r];
-        hr_tensor_free(logits);
-        logits = NULL;
         st = forward_span(m, &g, kv, g.t - 1, 1, g.pos, &logits);
     }
     double t2 = now_s();

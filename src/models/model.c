@@ -78,7 +78,8 @@ hr_status hr_model_load(const char *dir, const hr_model_options *opts, hr_model 
 
 static void scratch_free(hr_scratch *sc) {
     hr_tensor **all[] = {&sc->x, &sc->h, &sc->q, &sc->k, &sc->v, &sc->qn, &sc->kn, &sc->qr,
-                         &sc->attn, &sc->o, &sc->gate, &sc->up, &sc->act, &sc->cos, &sc->sin};
+                         &sc->attn, &sc->o, &sc->gate, &sc->up, &sc->act, &sc->cos, &sc->sin,
+                         &sc->head};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         hr_tensor_free(*all[i]);
         *all[i] = NULL;
@@ -220,10 +221,35 @@ static bool all_ones(const int64_t *v, int64_t n) {
     return true;
 }
 
+static bool has_shape(const hr_tensor *t, hr_dtype dt, int64_t b, int64_t n, int64_t v) {
+    return t && t->dtype == dt && t->ndim == 3 && t->shape[0] == b && t->shape[1] == n && t->shape[2] == v;
+}
+
+/* f32 logits of h [b, n, hidden] into *logits, reused when it already has
+ * the shape (decode steps); a reduced-precision model's head output goes
+ * through a reused scratch and is cast, as transformers' logits are. */
+static hr_status lm_head(hr_model *m, const hr_tensor *h, hr_tensor **logits) {
+    int64_t b = h->shape[0], n = h->shape[1], v = m->cfg.vocab_size;
+    hr_scratch *sc = &m->scratch;
+    if (!has_shape(*logits, HR_F32, b, n, v)) {
+        hr_tensor_free(*logits);
+        *logits = NULL;
+        HR_TRY(hr_tensor_empty(m->dev, HR_F32, 3, (int64_t[]){b, n, v}, logits));
+    }
+    if (m->dtype == HR_F32) return hr_op_run(HR_OP_linear, NULL, IN_(h, m->lm_head), 2, logits, 1);
+    if (!has_shape(sc->head, m->dtype, b, n, v)) {
+        hr_tensor_free(sc->head);
+        sc->head = NULL;
+        HR_TRY(hr_tensor_empty(m->dev, m->dtype, 3, (int64_t[]){b, n, v}, &sc->head));
+    }
+    HR_TRY(hr_op_run(HR_OP_linear, NULL, IN_(h, m->lm_head), 2, &sc->head, 1));
+    hr_attrs_cast a = {.dtype = HR_F32};
+    return hr_op_run(HR_OP_cast, &a, IN_(sc->head), 1, logits, 1);
+}
+
 hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *mask, const int64_t *pos,
                                 int64_t b, int64_t s, hr_kv_cache *cache, bool last_only,
                                 hr_tensor **logits) {
-    *logits = NULL;
     if (cache->batch != b)
         return hr_error(HR_ERR_SHAPE, "forward: batch %lld does not match the KV cache's batch %lld", (long long)b,
                         (long long)cache->batch);
@@ -237,7 +263,7 @@ hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *
                             (long long)i, (long long)ids[i], (long long)m->cfg.vocab_size);
     HR_TRY(scratch_prepare(m, b, s));
     hr_scratch *sc = &m->scratch;
-    hr_tensor *ids_t = NULL, *pos_t = NULL, *mask_t = NULL, *h_last = NULL, *out = NULL;
+    hr_tensor *ids_t = NULL, *pos_t = NULL, *mask_t = NULL, *h_last = NULL;
     hr_fwd_ctx f = {.cache = cache, .past = past, .cos = sc->cos, .sin = sc->sin};
     int64_t shape[2] = {b, s};
     hr_status st = hr_tensor_wrap_host(HR_I64, 2, shape, NULL, (void *)ids, sizeof(int64_t) * (size_t)(b * s),
@@ -258,24 +284,13 @@ hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *
         st = m->arch->forward_layer(m, &m->layers[l], l, &f);
     if (st == HR_OK) st = hr_block_norm(m, sc->x, m->final_norm, sc->h);
     if (st == HR_OK) st = last_only ? hr_tensor_narrow(sc->h, 1, s - 1, 1, &h_last) : hr_tensor_alias(sc->h, &h_last);
-    if (st == HR_OK) st = hr_linear(h_last, m->lm_head, NULL, &out);
-    if (st == HR_OK && m->dtype != HR_F32) {
-        hr_tensor *f32 = NULL;
-        st = hr_cast(out, HR_F32, &f32);
-        hr_tensor_free(out);
-        out = f32;
-    }
+    if (st == HR_OK) st = lm_head(m, h_last, logits);
     hr_tensor_free(ids_t);
     hr_tensor_free(pos_t);
     hr_tensor_free(mask_t);
     hr_tensor_free(h_last);
-    if (st != HR_OK) {
-        hr_tensor_free(out);
-        return st;
-    }
-    cache->len = t;
-    *logits = out;
-    return HR_OK;
+    if (st == HR_OK) cache->len = t;
+    return st;
 }
 
 /* ---- forward on tensors --------------------------------------------------- */
@@ -337,6 +352,10 @@ hr_status hr_model_forward(hr_model *m, const hr_forward_args *a, hr_tensor **lo
         for (int64_t i = 0; pos && i < b * s; i++) pos[i] = past + i % s;
     }
     if (st == HR_OK) st = hr_model_forward_host(m, ids, mask, pos, b, s, cache, a->last_only, logits);
+    if (st != HR_OK) {
+        hr_tensor_free(*logits);
+        *logits = NULL;
+    }
     free(ids);
     free(mask);
     free(pos);

@@ -59,6 +59,7 @@ typedef struct hr_scratch {
     hr_tensor *o;        /* [b, s, hidden] */
     hr_tensor *gate, *up, *act; /* [b, s, inter] */
     hr_tensor *cos, *sin;       /* [b, 1, s, rot] */
+    hr_tensor *head;            /* [b, s | 1, vocab] lm_head output in the model dtype */
 } hr_scratch;
 
 typedef struct hr_arch hr_arch;
@@ -102,8 +103,8 @@ extern const hr_arch hr_arch_llama, hr_arch_mistral, hr_arch_qwen2, hr_arch_qwen
 const hr_arch *hr_arch_find(const char *name);
 
 /* The forward on host arrays: ids and pos [b, s], mask [b, past + s] or
- * NULL. Writes the tokens into the cache and returns f32 logits
- * [b, s | 1, vocab]. */
+ * NULL. Writes the tokens into the cache and f32 logits [b, s | 1, vocab]
+ * into *logits: reused when it has that shape, else (re)allocated. */
 hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *mask, const int64_t *pos,
                                 int64_t b, int64_t s, hr_kv_cache *cache, bool last_only,
                                 hr_tensor **logits);
