@@ -68,7 +68,8 @@ typedef struct hr_forward_args {
 } hr_forward_args;
 
 /* Writes the s new tokens into the cache (advancing it) and returns new
- * f32 logits [b, s, vocab] ([b, 1, vocab] with last_only). */
+ * f32 logits [b, s, vocab] ([b, 1, vocab] with last_only). A model runs
+ * one forward at a time: its activation buffers are reused across calls. */
 HR_API hr_status hr_model_forward(hr_model *m, const hr_forward_args *args, hr_tensor **logits);
 
 /* ---- generation ------------------------------------------------------ */

@@ -129,8 +129,11 @@ static hr_status scratch_prepare(hr_model *m, int64_t b, int64_t s) {
     int64_t H = c->hidden_size, d = c->head_dim, hq = c->n_heads, hkv = c->n_kv_heads;
     int64_t rot = c->rope.rotary_dim;
     hr_status st = HR_OK;
-#define ALLOC_(field, dtype_, ...) \
-    if (st == HR_OK) st = empty(m, dtype_, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, &sc->field)
+    /* named, so that errors and a debugger show which activation is at fault */
+#define ALLOC_(field, dtype_, ...)                                                                          \
+    if (st == HR_OK) st = empty(m, dtype_, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),      \
+                                (int64_t[]){__VA_ARGS__}, &sc->field);                                     \
+    if (st == HR_OK) hr_tensor_set_name(sc->field, "act." #field)
     ALLOC_(x, dt, b, s, H);
     ALLOC_(h, dt, b, s, H);
     ALLOC_(q, dt, b, s, hq * d);
