@@ -1,5 +1,5 @@
-/* Encoding and decoding through the pipeline, the workspace pool, batch
- * encoding on threads, and the vocabulary accessors. */
+/* Encoding through the pipeline (ids, and offsets when asked for), the
+ * workspace pool, and batch encoding on threads. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

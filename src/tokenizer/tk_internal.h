@@ -151,7 +151,7 @@ struct tk_ws {
     tk_ws *next;
     tk_pieces pa, pb;
     tk_buf t1, t2, t3;
-    tk_aligns a1, a2, a3; /* alignments of t1, t2, t3 */
+    tk_aligns a1, a2, a3; /* alignments of t1, t2, t3; a1 first holds the input's */
     tk_spans spans;
     tk_ids ids, offs;
     void *model_scratch; /* owned by the model unit */
