@@ -44,6 +44,12 @@ typedef enum hr_offset_unit {
  * beyond conversion because trim_offsets counts in it, as tokenizers does. */
 HR_API hr_status hr_tokenizer_encode_offsets(const hr_tokenizer *tok, const char *text, size_t len, bool add_special,
                                              hr_offset_unit unit, int32_t **ids, hr_offset **offsets, size_t *n_ids);
+/* Encodes a pair of texts (a cross-encoder's query and passage) with the
+ * post-processor's pair template; *type_ids (may be NULL) gets each token's
+ * segment. Both arrays are freed with hr_tokenizer_free_array. */
+HR_API hr_status hr_tokenizer_encode_pair(const hr_tokenizer *tok, const char *a, size_t a_len, const char *b,
+                                          size_t b_len, bool add_special, int32_t **ids, int32_t **type_ids,
+                                          size_t *n_ids);
 /* Encodes n texts on up to n_threads threads (0: one per CPU).
  * (*ids)[i] and (*n_ids)[i] hold text i; free with hr_tokenizer_free_batch. */
 HR_API hr_status hr_tokenizer_encode_batch(const hr_tokenizer *tok, const char *const *texts, const size_t *lens,

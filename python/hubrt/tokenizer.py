@@ -27,6 +27,8 @@ class _Offset(ctypes.Structure):
 _encode_offsets = fn("hr_tokenizer_encode_offsets", [_P, ctypes.c_char_p, _SZ, ctypes.c_bool, ctypes.c_int,
                                                      ctypes.POINTER(_I32P),
                                                      ctypes.POINTER(ctypes.POINTER(_Offset)), ctypes.POINTER(_SZ)])
+_encode_pair = fn("hr_tokenizer_encode_pair", [_P, ctypes.c_char_p, _SZ, ctypes.c_char_p, _SZ, ctypes.c_bool,
+                                               ctypes.POINTER(_I32P), ctypes.POINTER(_I32P), ctypes.POINTER(_SZ)])
 _encode_batch = fn("hr_tokenizer_encode_batch",
                    [_P, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(_SZ), _SZ, ctypes.c_bool, ctypes.c_int,
                     ctypes.POINTER(ctypes.POINTER(_I32P)), ctypes.POINTER(ctypes.POINTER(_SZ))])
@@ -107,6 +109,18 @@ class Tokenizer:
         finally:
             _free_array(ids)
             _free_array(offs)
+
+    def encode_pair(self, a, b, add_special_tokens=True):
+        """(ids, type_ids) of a text pair, joined by the pair template."""
+        da, db = a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass")
+        ids, types, n = _I32P(), _I32P(), _SZ()
+        check(_encode_pair(self._h, da, len(da), db, len(db), add_special_tokens, ctypes.byref(ids), ctypes.byref(types),
+                           ctypes.byref(n)))
+        try:
+            return ids[:n.value], types[:n.value]
+        finally:
+            _free_array(ids)
+            _free_array(types)
 
     def encode_batch(self, texts, add_special_tokens=True, num_threads=0):
         datas = [t.encode("utf-8", "surrogatepass") for t in texts]

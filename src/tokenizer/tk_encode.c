@@ -218,6 +218,49 @@ hr_status hr_tokenizer_encode_offsets(const hr_tokenizer *tok, const char *text,
 
 void hr_tokenizer_free_array(void *p) { free(p); }
 
+/* The model ids of one text (no post-processing) into out. */
+static hr_status encode_plain(const hr_tokenizer *tok, const char *text, size_t len, tk_ws *ws, tk_ids *out) {
+    size_t valid = tk_utf8_valid_prefix(text, len);
+    if (valid != len) return hr_error(HR_ERR_INVALID_ARG, "tokenizer: text is not valid UTF-8 at byte %zu", valid);
+    if (len > INT32_MAX) return hr_error(HR_ERR_INVALID_ARG, "tokenizer: text of %zu bytes is longer than 2 GiB", len);
+    HR_TRY(encode_pieces(tok, text, len, false, ws));
+    HR_TRY(encode_model(tok, ws, false));
+    out->n = 0;
+    return tk_ids_append(out, ws->ids.p, ws->ids.n);
+}
+
+hr_status hr_tokenizer_encode_pair(const hr_tokenizer *tok, const char *a, size_t a_len, const char *b, size_t b_len,
+                                   bool add_special, int32_t **ids, int32_t **type_ids, size_t *n_ids) {
+    if (!tok || (!a && a_len) || (!b && b_len) || !ids || !n_ids)
+        return hr_error(HR_ERR_INVALID_ARG, "hr_tokenizer_encode_pair: NULL argument");
+    *ids = NULL;
+    if (type_ids) *type_ids = NULL;
+    *n_ids = 0;
+    hr_tokenizer *t = (hr_tokenizer *)tok;
+    tk_ws *ws = NULL;
+    HR_TRY(tk_ws_acquire(t, &ws));
+    tk_ids ia = {0}, ib = {0}, out = {0}, types = {0};
+    hr_status st = encode_plain(tok, a ? a : "", a_len, ws, &ia);
+    if (st != HR_OK) hr_error_context(st, "first text");
+    if (st == HR_OK && (st = encode_plain(tok, b ? b : "", b_len, ws, &ib)) != HR_OK) hr_error_context(st, "second text");
+    tk_ws_release(t, ws);
+    if (st == HR_OK) st = tk_post_process_pair(tok->post, add_special, &ia, &ib, &out, type_ids ? &types : NULL);
+    if (st == HR_OK && !out.p && !(out.p = malloc(sizeof *out.p))) st = hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    if (st == HR_OK && type_ids && !types.p && !(types.p = malloc(sizeof *types.p)))
+        st = hr_error(HR_ERR_OOM, "tokenizer: out of memory");
+    tk_ids_free(&ia);
+    tk_ids_free(&ib);
+    if (st != HR_OK) {
+        tk_ids_free(&out);
+        tk_ids_free(&types);
+        return st;
+    }
+    *ids = out.p;
+    *n_ids = out.n;
+    if (type_ids) *type_ids = types.p;
+    return HR_OK;
+}
+
 /* ---- batch ------------------------------------------------------------------------- */
 
 typedef struct {

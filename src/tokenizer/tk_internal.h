@@ -200,6 +200,10 @@ void tk_post_free(tk_post *p);
  * the spaces at the ends of each token from its range. */
 hr_status tk_post_process(const tk_post *p, const hr_tokenizer *tok, bool add_special, const tk_ids *in,
                           const tk_ids *in_offs, tk_ids *out, tk_ids *out_offs);
+/* Joins the ids of a pair (p may be NULL) with the pair template, and
+ * writes each token's type id to types (may be NULL). */
+hr_status tk_post_process_pair(const tk_post *p, bool add_special, const tk_ids *a, const tk_ids *b, tk_ids *out,
+                               tk_ids *types);
 
 hr_status tk_decoder_parse(const cJSON *j, tk_decoder **out);
 void tk_decoder_free(tk_decoder *d);

@@ -192,6 +192,26 @@ static void test_tiny_offsets(void **state) {
     hr_tokenizer_free(t);
 }
 
+static void test_tiny_pair(void **state) {
+    hr_tokenizer *t;
+    assert_int_equal(hr_tokenizer_load_json(TINY, strlen(TINY), &t), HR_OK);
+    int32_t *ids, *types;
+    size_t n;
+    assert_int_equal(hr_tokenizer_encode_pair(t, "abc", 3, "aa b", 4, false, &ids, &types, &n), HR_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], 5);
+    assert_int_equal(types[0], 0);
+    assert_int_equal(ids[2], 1);
+    assert_int_equal(types[2], 1);
+    hr_tokenizer_free_array(ids);
+    hr_tokenizer_free_array(types);
+    /* TINY's template has no pair form. */
+    assert_int_equal(hr_tokenizer_encode_pair(t, "abc", 3, "b", 1, true, &ids, NULL, &n), HR_ERR_UNSUPPORTED);
+    assert_int_equal(hr_tokenizer_encode_pair(t, "abc", 3, "\xFF", 1, false, &ids, NULL, &n), HR_ERR_INVALID_ARG);
+    assert_non_null(strstr(hr_last_error(), "second text"));
+    hr_tokenizer_free(t);
+}
+
 /* ---- errors --------------------------------------------------------------------- */
 
 static void expect_load_error(const char *json, hr_status code, const char *fragment) {
@@ -301,6 +321,7 @@ int main(void) {
         cmocka_unit_test(test_stream_holds_partial_characters),
         cmocka_unit_test(test_tiny_bpe),
         cmocka_unit_test(test_tiny_offsets),
+        cmocka_unit_test(test_tiny_pair),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_encode_decode_errors),
         cmocka_unit_test(test_normal_forms_by_pieces),

@@ -194,6 +194,25 @@ def test_post_processors():
         compare(tok, CORPUS[:12])
 
 
+def test_pairs():
+    tok = bpe()
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    s, e = tok.token_to_id("<s>"), tok.token_to_id("</s>")
+    pairs = [("Hello world", "How are you?"), ("", "x"), ("数字123", ""), ("a [SEP] b", "c")]
+    for proc in [None, processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                     special_tokens=[("[CLS]", cls), ("[SEP]", sep)]),
+                 processors.BertProcessing(("[SEP]", sep), ("[CLS]", cls)),
+                 processors.RobertaProcessing(("</s>", e), ("<s>", s)),
+                 processors.Sequence([processors.ByteLevel(), processors.BertProcessing(("[SEP]", sep), ("[CLS]", cls))])]:
+        if proc is not None:
+            tok.post_processor = proc
+        ours = Tokenizer.from_str(tok.to_str())
+        for a, b in pairs:
+            for special in (True, False):
+                ref = tok.encode(a, b, add_special_tokens=special)
+                assert ours.encode_pair(a, b, special) == (ref.ids, ref.type_ids), (type(proc).__name__, a, b, special)
+
+
 @pytest.mark.parametrize("trim", [True, False])
 @pytest.mark.parametrize("prefix", [True, False])
 def test_byte_level_trim_offsets(trim, prefix):
