@@ -59,6 +59,16 @@ static void roundtrip(const hr_tokenizer *t, const char *text, size_t len) {
         hr_tokenizer_free_array(offs);
         hr_tokenizer_free_array(ids2);
     }
+    /* The text as both halves of a pair: twice the ids, or a clean error. */
+    int32_t *types;
+    if (hr_tokenizer_encode_pair(t, text, len, text, len, false, &ids2, &types, &n2) == HR_OK) {
+        for (size_t i = 0; i < n2; i++)
+            if (types[i] < 0 || types[i] > 1) abort();
+        hr_tokenizer_free_array(types);
+        hr_tokenizer_free_array(ids2);
+    } else if (!hr_last_error()[0]) {
+        abort();
+    }
     hr_tokenizer_free_array(ids);
 }
 
