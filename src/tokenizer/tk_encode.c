@@ -35,7 +35,23 @@ hr_status tk_ws_acquire(hr_tokenizer *tok, tk_ws **out) {
     return HR_OK;
 }
 
+/* Bytes a workspace holds beyond its bounded caches. */
+static size_t ws_held(const tk_ws *ws) {
+    return ws->pa.text.cap + ws->pb.text.cap + (ws->pa.al.cap + ws->pb.al.cap) * sizeof(tk_align) +
+           (ws->pa.cap + ws->pb.cap) * sizeof(tk_piece) + ws->t1.cap + ws->t2.cap + ws->t3.cap +
+           (ws->a1.cap + ws->a2.cap + ws->a3.cap) * sizeof(tk_align) + (ws->ids.cap + ws->offs.cap) * sizeof(int32_t);
+}
+
+/* A workspace that grew for a huge text gives its memory back before it is
+ * pooled, so one long document does not pin gigabytes per thread. */
+#define WS_KEEP_BYTES (32u << 20)
+
 void tk_ws_release(hr_tokenizer *tok, tk_ws *ws) {
+    if (ws_held(ws) > WS_KEEP_BYTES) {
+        tk_ws_clear(ws);
+        tk_model_scratch_free(tok->model, ws->model_scratch);
+        ws->model_scratch = NULL;
+    }
     pthread_mutex_lock(tok->pool_lock);
     ws->next = tok->pool;
     tok->pool = ws;
