@@ -129,6 +129,7 @@ typedef struct {
 #define CACHE_IDS (1u << 18)
 #define CACHE_MAX_WORD 4096
 #define CACHE_ENTRIES (1u << 16)
+#define SCRATCH_KEEP (1u << 16) /* symbols */
 
 typedef struct {
     symbol *sym;
@@ -386,5 +387,13 @@ hr_status tk_bpe_tokenize(const tk_model *m, const char *w, size_t n, tk_ids *ou
         pos += (int32_t)s->sym[i].len;
     }
     cache_store(s, w, n, s->sym, ns, out->n - start);
+    /* Symbol and heap arrays sized for a huge word are not kept. */
+    if (s->sym_cap > SCRATCH_KEEP) {
+        free(s->sym);
+        free(s->heap);
+        s->sym = NULL;
+        s->heap = NULL;
+        s->sym_cap = s->heap_cap = 0;
+    }
     return HR_OK;
 }
