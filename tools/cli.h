@@ -12,6 +12,8 @@
 /* Prints "hubrt <cmd>: <hr_last_error()>" to stderr and returns the exit
  * code for `s` (2 for bad input, 1 otherwise). */
 int hr_cli_fail(const char *cmd, hr_status s);
+/* One stderr line with the compile-cache statistics (--stats). */
+void hr_cli_print_compile_stats(void);
 
 int hr_cmd_info(int argc, char **argv);
 int hr_cmd_inspect(int argc, char **argv);

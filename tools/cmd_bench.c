@@ -10,7 +10,10 @@
 
 static const char *usage_text =
     "usage: hubrt bench MODEL_DIR [--prompt-len P] [--gen G] [--batch B] [--dtype D] [--device D]\n"
-    "  defaults: --prompt-len 128 --gen 64 --batch 1, dtype from config.json, device cpu\n";
+    "                   [--compile] [--stats]\n"
+    "  defaults: --prompt-len 128 --gen 64 --batch 1, dtype from config.json, device cpu, eager\n"
+    "  --compile: compiled forward (static shapes, plans cached in memory and on disk)\n"
+    "  --stats: print the compile-cache statistics to stderr\n";
 
 static double now_s(void) {
     struct timespec ts;
@@ -26,7 +29,7 @@ static double peak_rss_mb(void) {
 
 /* Greedy generation of `gen` tokens for `batch` prompts of `plen` ids,
  * eos ignored so every run does the same work. */
-static hr_status timed_generate(hr_model *m, int64_t batch, int64_t plen, int64_t gen,
+static hr_status timed_generate(hr_model *m, int64_t batch, int64_t plen, int64_t gen, bool compile,
                                 hr_generate_stats *stats) {
     int64_t vocab = hr_model_vocab_size(m);
     int64_t *ids = malloc(sizeof(int64_t) * (size_t)(batch * plen));
@@ -48,6 +51,7 @@ static hr_status timed_generate(hr_model *m, int64_t batch, int64_t plen, int64_
     cfg.max_new_tokens = gen;
     cfg.eos_ids = no_eos;
     cfg.n_eos = 0;
+    cfg.compile = compile;
     int64_t out_len = 0;
     hr_status s = hr_generate(m, ids, NULL, batch, plen, &cfg, out, &out_len, stats);
     free(ids);
@@ -59,11 +63,16 @@ int hr_cmd_bench(int argc, char **argv) {
     const char *dir = NULL;
     hr_model_options opts = {0};
     int64_t plen = 128, gen = 64, batch = 1;
+    bool compile = false, stats = false;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         double num = 0;
         if (f[0] != '-' && !dir) {
             dir = f;
+            continue;
+        }
+        if (!strcmp(f, "--compile") || !strcmp(f, "--stats")) {
+            *(!strcmp(f, "--compile") ? &compile : &stats) = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -97,8 +106,8 @@ int hr_cmd_bench(int argc, char **argv) {
     double load_s = now_s() - t0;
     hr_generate_stats warm = {0}, st = {0};
     /* a short warm-up run starts the thread pool and faults in the weights */
-    if (s == HR_OK) s = timed_generate(m, 1, 4, 2, &warm);
-    if (s == HR_OK) s = timed_generate(m, batch, plen, gen, &st);
+    if (s == HR_OK) s = timed_generate(m, 1, 4, 2, compile, &warm);
+    if (s == HR_OK) s = timed_generate(m, batch, plen, gen, compile, &st);
     if (s != HR_OK) {
         int rc = hr_cli_fail("bench", s);
         hr_model_free(m);
@@ -109,11 +118,20 @@ int hr_cmd_bench(int argc, char **argv) {
     fprintf(stderr, "%s (%s, %s): load %.2f s, prefill %.1f tok/s, decode %.1f tok/s, batch %lld, threads %d\n",
             dir, hr_model_arch(m), hr_dtype_name(hr_model_dtype(m)), load_s, prefill, decode, (long long)batch,
             hr_num_threads());
+    if (stats) hr_cli_print_compile_stats();
     printf("{\"arch\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"batch\":%lld,\"prompt_len\":%lld,"
            "\"gen\":%lld,\"load_s\":%.4f,\"prefill_s\":%.4f,\"decode_s\":%.4f,\"prefill_tok_s\":%.2f,"
-           "\"decode_tok_s\":%.2f,\"peak_rss_mb\":%.1f}\n",
+           "\"decode_tok_s\":%.2f,\"peak_rss_mb\":%.1f",
            hr_model_arch(m), hr_dtype_name(hr_model_dtype(m)), hr_num_threads(), (long long)batch,
            (long long)plen, (long long)gen, load_s, st.prefill_s, st.decode_s, prefill, decode, peak_rss_mb());
+    if (compile) {
+        /* process totals, warm-up included: plans found on disk are hits, not compiles */
+        hr_compile_stats cs;
+        hr_compile_stats_get(&cs);
+        printf(",\"compile\":true,\"compiles\":%lld,\"cache_hits\":%lld,\"disk_hits\":%lld,\"compile_ms\":%.1f",
+               (long long)cs.compiles, (long long)(cs.hits + cs.disk_hits), (long long)cs.disk_hits, cs.compile_ms);
+    }
+    printf("}\n");
     hr_model_free(m);
     return HR_EXIT_OK;
 }

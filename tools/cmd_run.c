@@ -10,9 +10,11 @@
 
 static const char *usage_text =
     "usage: hubrt run MODEL_DIR -p PROMPT [-n N] [--greedy | --temp T --top-p P --top-k K --min-p P --seed S]\n"
-    "                 [--repetition-penalty R] [--stop TEXT]... [--dtype D] [--device cpu]\n"
+    "                 [--repetition-penalty R] [--stop TEXT]... [--dtype D] [--device cpu] [--compile] [--stats]\n"
     "  Sampling defaults come from the model's generation_config.json; --temp/--top-p/--top-k/--min-p\n"
-    "  turn sampling on, --greedy turns it off. -n defaults to 128 new tokens.\n";
+    "  turn sampling on, --greedy turns it off. -n defaults to 128 new tokens.\n"
+    "  --compile runs the compiled forward (plans cached in memory and on disk); --stats prints the\n"
+    "  compile-cache statistics to stderr before the final line.\n";
 
 typedef struct run_ctx {
     hr_detokenizer *detok;
@@ -55,7 +57,7 @@ typedef struct run_args {
     const char *dir, *prompt;
     hr_model_options opts;
     int64_t n;
-    bool greedy, sample;
+    bool greedy, sample, compile, stats;
     double temp, top_p, top_k, min_p, rep, seed;
     bool has_temp, has_top_p, has_top_k, has_min_p, has_rep, has_seed;
     const char *stops[MAX_STOPS];
@@ -69,7 +71,7 @@ static int parse(int argc, char **argv, run_args *a) {
         const char *f = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         double num = 0;
-        bool takes = strcmp(f, "--greedy") != 0 && f[0] == '-';
+        bool takes = strcmp(f, "--greedy") && strcmp(f, "--compile") && strcmp(f, "--stats") && f[0] == '-';
         if (takes && !v) {
             fprintf(stderr, "hubrt run: %s needs a value\n%s", f, usage_text);
             return HR_EXIT_USAGE;
@@ -97,6 +99,10 @@ static int parse(int argc, char **argv, run_args *a) {
             i++;
         } else if (!strcmp(f, "--greedy")) {
             a->greedy = true;
+        } else if (!strcmp(f, "--compile")) {
+            a->compile = true;
+        } else if (!strcmp(f, "--stats")) {
+            a->stats = true;
         } else if (!strcmp(f, "--stop")) {
             if (a->n_stops == MAX_STOPS) {
                 fprintf(stderr, "hubrt run: at most %d --stop strings\n", MAX_STOPS);
@@ -137,6 +143,7 @@ static void apply_sampling(const run_args *a, const hr_generation_config *gc, hr
     cfg->seed = a->has_seed ? (uint64_t)a->seed : 0;
     cfg->stop_strings = a->stops;
     cfg->n_stop_strings = a->n_stops;
+    cfg->compile = a->compile;
 }
 
 int hr_cmd_run(int argc, char **argv) {
@@ -185,6 +192,7 @@ int hr_cmd_run(int argc, char **argv) {
         if (s == HR_OK) fwrite(rest, 1, len, stdout);
         printf("\n");
         fflush(stdout);
+        if (a.stats) hr_cli_print_compile_stats();
         double decode = stats.new_tokens > 1 && stats.decode_s > 0 ? (double)(stats.new_tokens - 1) / stats.decode_s : 0;
         fprintf(stderr, "prompt tokens: %lld, generated tokens: %lld, prefill: %.1f tok/s, decode: %.1f tok/s\n",
                 (long long)stats.prompt_tokens, (long long)stats.new_tokens,

@@ -31,6 +31,16 @@ int hr_cli_fail(const char *cmd, hr_status s) {
     }
 }
 
+void hr_cli_print_compile_stats(void) {
+    hr_compile_stats st;
+    hr_compile_stats_get(&st);
+    fprintf(stderr,
+            "compile cache: %lld requests, %lld hits in memory, %lld from disk, %lld compiled (%.1f ms), "
+            "%lld disk entries rejected\n",
+            (long long)st.requests, (long long)st.hits, (long long)st.disk_hits, (long long)st.compiles,
+            st.compile_ms, (long long)st.disk_rejects);
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: hubrt <command> [args]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -98,6 +98,11 @@ typedef struct hr_generate_config {
      * without token_text); return false to stop that row. */
     bool (*on_token)(void *ctx, int64_t row, int64_t token, const char *text, size_t len);
     void *ctx;
+    /* Compiled forward (static shapes): prefill chunks take power-of-two
+     * sizes up to prefill_chunk, so one plan serves each size, and the
+     * decode step is compiled once; plans are cached in memory and on disk
+     * (see hubrt/graph.h). false: eager, op by op. */
+    bool compile;
 } hr_generate_config;
 
 /* Fills cfg with transformers' defaults: greedy, temperature 1, top_k 50,

@@ -34,7 +34,7 @@ class _GenerateConfig(ctypes.Structure):
                 ("seed", ctypes.c_uint64), ("eos_ids", _I64P), ("n_eos", ctypes.c_int),
                 ("pad_id", ctypes.c_int64), ("prefill_chunk", ctypes.c_int64),
                 ("stop_strings", ctypes.POINTER(ctypes.c_char_p)), ("n_stop_strings", ctypes.c_int),
-                ("token_text", _P), ("on_token", _P), ("ctx", _P)]
+                ("token_text", _P), ("on_token", _P), ("ctx", _P), ("compile", ctypes.c_bool)]
 
 
 class _GenerationConfig(ctypes.Structure):
@@ -166,12 +166,20 @@ class HubrtModelForCausalLM:
 
     def generate(self, input_ids, attention_mask=None, max_new_tokens=None, do_sample=None,
                  temperature=None, top_k=None, top_p=None, min_p=None, repetition_penalty=None,
-                 eos_token_id=None, pad_token_id=None, seed=None, prefill_chunk=None, return_stats=False):
+                 eos_token_id=None, pad_token_id=None, seed=None, prefill_chunk=None, return_stats=False,
+                 cache_implementation=None):
         """Ids [batch, seq + new] with the prompt, as transformers returns
         them (finished rows padded with pad_token_id). Unset arguments take
         generation_config.json's values. Padding must be on the left.
+        cache_implementation="static" runs the compiled forward, as
+        transformers' static cache + torch.compile does: prefill chunks of
+        power-of-two sizes and one decode step, each compiled once and
+        replayed (see hubrt.compile_stats()).
         hubrt's own: seed (sampling), prefill_chunk (prompt tokens per row
         per prefill step, default 512), return_stats."""
+        if cache_implementation not in (None, "dynamic", "static"):
+            raise ValueError(f"cache_implementation must be None, 'dynamic' or 'static', "
+                             f"not {cache_implementation!r}")
         ids, was_torch = _as_ids(input_ids, "input_ids")
         b, s = ids.shape
         g = self.generation_config
@@ -196,6 +204,7 @@ class HubrtModelForCausalLM:
             cfg.n_eos = len(eos)
         cfg.pad_id = -1 if pad_token_id is None else int(pad_token_id)
         cfg.prefill_chunk = 0 if prefill_chunk is None else int(prefill_chunk)
+        cfg.compile = cache_implementation == "static"
         mask_p = None
         if attention_mask is not None:
             mask = _as_ids(attention_mask, "attention_mask")[0]

@@ -79,13 +79,26 @@ static hr_status state_init(gen_state *g, int64_t b, int64_t seq, int64_t cap, i
 
 /* Runs tokens [from, from + n) of every row through the model. */
 static hr_status forward_span(hr_model *m, gen_state *g, hr_kv_cache *kv, int64_t from, int64_t n,
-                              const int64_t *pos, hr_tensor **logits) {
+                              const int64_t *pos, bool compile, hr_tensor **logits) {
     int64_t b = g->b, t = from + n;
     for (int64_t r = 0; r < b; r++) {
         memcpy(g->ids + r * n, g->tokens + r * g->cap + from, sizeof(int64_t) * (size_t)n);
         memcpy(g->mask_stage + r * t, g->mask + r * g->cap, sizeof(int64_t) * (size_t)t);
     }
-    return hr_model_forward_host(m, g->ids, g->mask_stage, pos, b, n, kv, true, logits);
+    if (!compile) return hr_model_forward_host(m, g->ids, g->mask_stage, pos, b, n, kv, true, logits);
+    hr_tensor_free(*logits);
+    return hr_model_forward_compiled(m, g->ids, g->mask_stage, pos, b, n, kv, true, logits);
+}
+
+/* The prefill chunk starting at `from`: the full chunk size eagerly; with
+ * compile, the largest power of two that fits, so a prompt of any length
+ * needs at most log2(chunk) + 1 compiled shapes. */
+static int64_t chunk_len(int64_t remaining, int64_t chunk, bool compile) {
+    int64_t n = remaining < chunk ? remaining : chunk;
+    if (!compile) return n;
+    int64_t p = 1;
+    while (p * 2 <= n) p *= 2;
+    return p;
 }
 
 /* Appends the new text of row r to its tail; true when a stop string now
@@ -205,8 +218,8 @@ hr_status hr_generate(hr_model *m, const int64_t *input_ids, const int64_t *atte
         }
     }
     /* prefill, chunk by chunk; only the last chunk's logits are used */
-    for (int64_t from = 0; st == HR_OK && from < seq; from += chunk) {
-        int64_t n = seq - from < chunk ? seq - from : chunk;
+    for (int64_t from = 0, n = 0; st == HR_OK && from < seq; from += n) {
+        n = chunk_len(seq - from, chunk, cfg->compile);
         for (int64_t r = 0; r < b; r++) {
             int64_t c = 0;
             for (int64_t j = 0; j < from; j++) c += g.mask[r * cap + j];
@@ -216,7 +229,7 @@ hr_status hr_generate(hr_model *m, const int64_t *input_ids, const int64_t *atte
                 c += mk;
             }
         }
-        st = forward_span(m, &g, kv, from, n, g.pos, &logits);
+        st = forward_span(m, &g, kv, from, n, g.pos, cfg->compile, &logits);
     }
     g.t = seq;
     bool live = true;
@@ -227,7 +240,7 @@ hr_status hr_generate(hr_model *m, const int64_t *input_ids, const int64_t *atte
         if (steps++ == 0) t1 = now_s();
         if (!live || steps == cfg->max_new_tokens) break;
         for (int64_t r = 0; r < b; r++) g.pos[r] = ++g.last_pos[r];
-        st = forward_span(m, &g, kv, g.t - 1, 1, g.pos, &logits);
+        st = forward_span(m, &g, kv, g.t - 1, 1, g.pos, cfg->compile, &logits);
     }
     double t2 = now_s();
     if (st == HR_OK) {

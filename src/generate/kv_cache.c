@@ -1,6 +1,8 @@
 /* Static KV cache: every layer's keys and values preallocated once at
- * [batch, kv_heads, capacity, head_dim]; forwards write their new tokens
- * into narrowed views and attend over the filled prefix. */
+ * [batch, kv_heads, capacity, head_dim], all layers in one buffer; eager
+ * forwards write their new tokens into narrowed views and attend over the
+ * filled prefix, compiled ones index_copy them at tensor positions and
+ * attend over the whole capacity under a mask. */
 #include <stdlib.h>
 
 #include "core/error.h"
@@ -26,15 +28,19 @@ hr_status hr_kv_cache_create(const hr_model *m, int64_t batch, int64_t max_len, 
     c->batch = batch;
     c->capacity = max_len;
     c->n_layers = L;
-    int64_t shape[4] = {batch, m->cfg.n_kv_heads, max_len, m->cfg.head_dim};
-    for (int64_t l = 0; l < L; l++) {
-        hr_status s = hr_tensor_empty(m->dev, m->dtype, 4, shape, &c->k[l]);
-        if (s == HR_OK) s = hr_tensor_empty(m->dev, m->dtype, 4, shape, &c->v[l]);
-        if (s != HR_OK) {
-            hr_kv_cache_free(c);
-            return hr_error_context(s, "KV cache for batch %lld x %lld tokens", (long long)batch,
-                                    (long long)max_len);
-        }
+    int64_t shape[5] = {L, batch, m->cfg.n_kv_heads, max_len, m->cfg.head_dim};
+    /* Zeroed: a compiled forward attends over every slot under a mask, and
+     * a masked slot still enters P V with weight 0, which garbage (NaN)
+     * would poison. */
+    hr_status s = hr_tensor_zeros(m->dev, m->dtype, 5, shape, &c->k_all);
+    if (s == HR_OK) s = hr_tensor_zeros(m->dev, m->dtype, 5, shape, &c->v_all);
+    for (int64_t l = 0; s == HR_OK && l < L; l++) {
+        s = hr_tensor_select(c->k_all, 0, l, &c->k[l]);
+        if (s == HR_OK) s = hr_tensor_select(c->v_all, 0, l, &c->v[l]);
+    }
+    if (s != HR_OK) {
+        hr_kv_cache_free(c);
+        return hr_error_context(s, "KV cache for batch %lld x %lld tokens", (long long)batch, (long long)max_len);
     }
     *out = c;
     return HR_OK;
@@ -48,6 +54,8 @@ void hr_kv_cache_free(hr_kv_cache *c) {
     }
     free(c->k);
     free(c->v);
+    hr_tensor_free(c->k_all);
+    hr_tensor_free(c->v_all);
     free(c);
 }
 

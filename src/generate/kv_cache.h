@@ -7,7 +7,10 @@
 struct hr_kv_cache {
     int64_t batch, capacity, len;
     int64_t n_layers;
-    hr_tensor **k, **v; /* [layer] -> [batch, kv_heads, capacity, head_dim] */
+    /* One buffer each for keys and values, so that a compiled forward takes
+     * the whole cache as two inputs: [layer, batch, kv_heads, capacity, head_dim] */
+    hr_tensor *k_all, *v_all;
+    hr_tensor **k, **v; /* [layer] -> views [batch, kv_heads, capacity, head_dim] */
 };
 
 #endif

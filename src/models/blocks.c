@@ -87,9 +87,9 @@ hr_status hr_block_load_layer(hr_model *m, int64_t i, hr_layer_weights *lw) {
 }
 
 void hr_layer_weights_free(hr_layer_weights *lw) {
-    hr_tensor **all[] = {&lw->attn_norm, &lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->bq, &lw->bk,
-                         &lw->bv, &lw->bo, &lw->q_norm, &lw->k_norm, &lw->mlp_norm, &lw->w_gate,
-                         &lw->w_up, &lw->w_down, &lw->b_gate, &lw->b_up, &lw->b_down};
+#define SLOT_(f) &lw->f,
+    hr_tensor **all[] = {HR_LAYER_WEIGHT_FIELDS(SLOT_)};
+#undef SLOT_
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         hr_tensor_free(*all[i]);
         *all[i] = NULL;
@@ -162,15 +162,26 @@ hr_status hr_block_attention(const hr_model *m, const hr_layer_weights *lw, int6
     hr_tensor *k_new = NULL, *v_new = NULL, *v_heads = NULL, *v_t = NULL;
     hr_tensor *k_all = NULL, *v_all = NULL, *attn_t = NULL, *attn_flat = NULL;
     hr_status st = project_rope(m, sc->q, c->n_heads, sc->qn, lw->q_norm, f, sc->qr);
-    /* The new keys and values are written straight into their cache slots. */
-    if (st == HR_OK) st = hr_tensor_narrow(kv->k[layer], 2, f->past, s, &k_new);
-    if (st == HR_OK) st = project_rope(m, sc->k, c->n_kv_heads, sc->kn, lw->k_norm, f, k_new);
-    if (st == HR_OK) st = hr_tensor_narrow(kv->v[layer], 2, f->past, s, &v_new);
     if (st == HR_OK) st = split_heads(sc->v, c->n_kv_heads, d, &v_heads);
     if (st == HR_OK) st = hr_tensor_transpose(v_heads, 1, 2, &v_t);
-    if (st == HR_OK) st = hr_copy_(v_new, v_t);
-    if (st == HR_OK) st = hr_tensor_narrow(kv->k[layer], 2, 0, f->past + s, &k_all);
-    if (st == HR_OK) st = hr_tensor_narrow(kv->v[layer], 2, 0, f->past + s, &v_all);
+    if (f->cache_pos) {
+        /* Static shapes: the new keys and values go to the slots cache_pos
+         * names, and attention reads the whole cache under the mask. */
+        if (st == HR_OK) st = hr_tensor_empty(m->dev, m->dtype, 4, (int64_t[]){b, c->n_kv_heads, s, d}, &k_new);
+        if (st == HR_OK) st = project_rope(m, sc->k, c->n_kv_heads, sc->kn, lw->k_norm, f, k_new);
+        if (st == HR_OK) st = hr_index_copy_(kv->k[layer], 2, f->cache_pos, k_new);
+        if (st == HR_OK) st = hr_index_copy_(kv->v[layer], 2, f->cache_pos, v_t);
+        if (st == HR_OK) st = hr_tensor_alias(kv->k[layer], &k_all);
+        if (st == HR_OK) st = hr_tensor_alias(kv->v[layer], &v_all);
+    } else {
+        /* The new keys and values are written straight into their cache slots. */
+        if (st == HR_OK) st = hr_tensor_narrow(kv->k[layer], 2, f->past, s, &k_new);
+        if (st == HR_OK) st = project_rope(m, sc->k, c->n_kv_heads, sc->kn, lw->k_norm, f, k_new);
+        if (st == HR_OK) st = hr_tensor_narrow(kv->v[layer], 2, f->past, s, &v_new);
+        if (st == HR_OK) st = hr_copy_(v_new, v_t);
+        if (st == HR_OK) st = hr_tensor_narrow(kv->k[layer], 2, 0, f->past + s, &k_all);
+        if (st == HR_OK) st = hr_tensor_narrow(kv->v[layer], 2, 0, f->past + s, &v_all);
+    }
     /* sdpa writes [b, hq, s, d] through a transposed view of [b, s, hq, d],
      * so o_proj reads heads already concatenated. */
     if (st == HR_OK) st = hr_tensor_transpose(sc->attn, 1, 2, &attn_t);

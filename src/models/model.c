@@ -76,7 +76,7 @@ hr_status hr_model_load(const char *dir, const hr_model_options *opts, hr_model 
     return HR_OK;
 }
 
-static void scratch_free(hr_scratch *sc) {
+void hr_model_scratch_free(hr_scratch *sc) {
     hr_tensor **all[] = {&sc->x, &sc->h, &sc->q, &sc->k, &sc->v, &sc->qn, &sc->kn, &sc->qr,
                          &sc->attn, &sc->o, &sc->gate, &sc->up, &sc->act, &sc->cos, &sc->sin,
                          &sc->head};
@@ -89,7 +89,9 @@ static void scratch_free(hr_scratch *sc) {
 
 void hr_model_free(hr_model *m) {
     if (!m) return;
-    scratch_free(&m->scratch);
+    hr_model_scratch_free(&m->scratch);
+    hr_jit_free(m->jit[0]);
+    hr_jit_free(m->jit[1]);
     if (m->layers)
         for (int64_t i = 0; i < m->cfg.n_layers; i++) hr_layer_weights_free(&m->layers[i]);
     free(m->layers);
@@ -120,10 +122,14 @@ static hr_status empty(const hr_model *m, hr_dtype dt, int ndim, const int64_t *
 }
 
 /* Activations for [b, s], reallocated only when the shape changes. */
-static hr_status scratch_prepare(hr_model *m, int64_t b, int64_t s) {
-    hr_scratch *sc = &m->scratch;
-    if (sc->b == b && sc->s == s) return HR_OK;
-    scratch_free(sc);
+hr_status hr_model_scratch_prepare(hr_model *m, int64_t b, int64_t s) {
+    if (m->scratch.b == b && m->scratch.s == s) return HR_OK;
+    hr_model_scratch_free(&m->scratch);
+    return hr_model_scratch_alloc(m, b, s, &m->scratch);
+}
+
+hr_status hr_model_scratch_alloc(const hr_model *m, int64_t b, int64_t s, hr_scratch *sc) {
+    memset(sc, 0, sizeof *sc);
     const hr_model_config *c = &m->cfg;
     hr_dtype dt = m->dtype;
     int64_t H = c->hidden_size, d = c->head_dim, hq = c->n_heads, hkv = c->n_kv_heads;
@@ -151,7 +157,7 @@ static hr_status scratch_prepare(hr_model *m, int64_t b, int64_t s) {
     ALLOC_(sin, dt, b, 1, s, rot);
 #undef ALLOC_
     if (st != HR_OK) {
-        scratch_free(sc);
+        hr_model_scratch_free(sc);
         return hr_error_context(st, "activations for batch %lld x %lld tokens", (long long)b, (long long)s);
     }
     sc->b = b;
@@ -162,7 +168,7 @@ static hr_status scratch_prepare(hr_model *m, int64_t b, int64_t s) {
 /* cos/sin [b, 1, s, rot] for positions [b, s]; dynamic and longrope rope
  * recompute their frequencies from the largest position, as transformers
  * does per forward. */
-static hr_status rope_tables(hr_model *m, const int64_t *pos, int64_t n, hr_tensor *positions) {
+hr_status hr_model_rope_tables(hr_model *m, const int64_t *pos, int64_t n, const hr_tensor *positions) {
     const hr_rope_config *r = &m->cfg.rope;
     int64_t half = r->rotary_dim / 2;
     float local[512];
@@ -250,9 +256,8 @@ static hr_status lm_head(hr_model *m, const hr_tensor *h, hr_tensor **logits) {
     return hr_op_run(HR_OP_cast, &a, IN_(sc->head), 1, logits, 1);
 }
 
-hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *mask, const int64_t *pos,
-                                int64_t b, int64_t s, hr_kv_cache *cache, bool last_only,
-                                hr_tensor **logits) {
+hr_status hr_model_check_forward(const hr_model *m, const int64_t *ids, int64_t b, int64_t s,
+                                 const hr_kv_cache *cache) {
     if (cache->batch != b)
         return hr_error(HR_ERR_SHAPE, "forward: batch %lld does not match the KV cache's batch %lld", (long long)b,
                         (long long)cache->batch);
@@ -264,9 +269,32 @@ hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *
         if (ids[i] < 0 || ids[i] >= m->cfg.vocab_size)
             return hr_error(HR_ERR_INVALID_ARG, "forward: input_ids[%lld] = %lld is outside the vocabulary of %lld",
                             (long long)i, (long long)ids[i], (long long)m->cfg.vocab_size);
-    HR_TRY(scratch_prepare(m, b, s));
+    return HR_OK;
+}
+
+hr_status hr_model_forward_core(hr_model *m, const hr_tensor *ids_t, const hr_fwd_ctx *f, bool last_only,
+                                hr_tensor **logits) {
     hr_scratch *sc = &m->scratch;
-    hr_tensor *ids_t = NULL, *pos_t = NULL, *mask_t = NULL, *h_last = NULL;
+    hr_tensor *h_last = NULL, *o[1] = {sc->x};
+    int64_t s = sc->s;
+    hr_status st = hr_op_run(HR_OP_embedding, NULL, IN_(m->embed, ids_t), 2, o, 1);
+    for (int64_t l = 0; st == HR_OK && l < m->cfg.n_layers; l++)
+        st = m->arch->forward_layer(m, &m->layers[l], l, f);
+    if (st == HR_OK) st = hr_block_norm(m, sc->x, m->final_norm, sc->h);
+    if (st == HR_OK) st = last_only ? hr_tensor_narrow(sc->h, 1, s - 1, 1, &h_last) : hr_tensor_alias(sc->h, &h_last);
+    if (st == HR_OK) st = lm_head(m, h_last, logits);
+    hr_tensor_free(h_last);
+    return st;
+}
+
+hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *mask, const int64_t *pos,
+                                int64_t b, int64_t s, hr_kv_cache *cache, bool last_only,
+                                hr_tensor **logits) {
+    HR_TRY(hr_model_check_forward(m, ids, b, s, cache));
+    int64_t past = cache->len, t = past + s;
+    HR_TRY(hr_model_scratch_prepare(m, b, s));
+    hr_scratch *sc = &m->scratch;
+    hr_tensor *ids_t = NULL, *pos_t = NULL, *mask_t = NULL;
     hr_fwd_ctx f = {.cache = cache, .past = past, .cos = sc->cos, .sin = sc->sin};
     int64_t shape[2] = {b, s};
     hr_status st = hr_tensor_wrap_host(HR_I64, 2, shape, NULL, (void *)ids, sizeof(int64_t) * (size_t)(b * s),
@@ -274,24 +302,15 @@ hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *
     if (st == HR_OK)
         st = hr_tensor_wrap_host(HR_I64, 2, shape, NULL, (void *)pos, sizeof(int64_t) * (size_t)(b * s), NULL,
                                  NULL, &pos_t);
-    if (st == HR_OK) st = rope_tables(m, pos, b * s, pos_t);
+    if (st == HR_OK) st = hr_model_rope_tables(m, pos, b * s, pos_t);
     if (st == HR_OK && mask && !all_ones(mask, b * t)) {
         st = build_mask(m, mask, b, s, past, &mask_t);
         f.mask = mask_t;
     }
-    if (st == HR_OK) {
-        hr_tensor *o[1] = {sc->x};
-        st = hr_op_run(HR_OP_embedding, NULL, IN_(m->embed, ids_t), 2, o, 1);
-    }
-    for (int64_t l = 0; st == HR_OK && l < m->cfg.n_layers; l++)
-        st = m->arch->forward_layer(m, &m->layers[l], l, &f);
-    if (st == HR_OK) st = hr_block_norm(m, sc->x, m->final_norm, sc->h);
-    if (st == HR_OK) st = last_only ? hr_tensor_narrow(sc->h, 1, s - 1, 1, &h_last) : hr_tensor_alias(sc->h, &h_last);
-    if (st == HR_OK) st = lm_head(m, h_last, logits);
+    if (st == HR_OK) st = hr_model_forward_core(m, ids_t, &f, last_only, logits);
     hr_tensor_free(ids_t);
     hr_tensor_free(pos_t);
     hr_tensor_free(mask_t);
-    hr_tensor_free(h_last);
     if (st == HR_OK) cache->len = t;
     return st;
 }

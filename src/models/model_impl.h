@@ -5,6 +5,7 @@
 #define HR_MODELS_MODEL_IMPL_H
 
 #include "core/tensor_impl.h"
+#include "hubrt/graph.h"
 #include "hubrt/io.h"
 #include "hubrt/model.h"
 
@@ -33,6 +34,11 @@ hr_status hr_model_config_load(const char *dir, hr_model_config *cfg, hr_json_do
 void hr_model_config_free(hr_model_config *cfg);
 
 /* ---- layers and the model --------------------------------------------- */
+
+/* Every tensor field of hr_layer_weights, for code that walks them all. */
+#define HR_LAYER_WEIGHT_FIELDS(X) \
+    X(attn_norm) X(wq) X(wk) X(wv) X(wo) X(bq) X(bk) X(bv) X(bo) X(q_norm) X(k_norm) \
+    X(mlp_norm) X(w_gate) X(w_up) X(w_down) X(b_gate) X(b_up) X(b_down)
 
 typedef struct hr_layer_weights {
     hr_tensor *attn_norm;          /* [hidden] input_layernorm */
@@ -70,6 +76,9 @@ typedef struct hr_fwd_ctx {
     int64_t past;               /* tokens in the cache before this call */
     const hr_tensor *cos, *sin; /* [b, 1, s, rot] */
     const hr_tensor *mask;      /* bool [b, 1, s, past + s], NULL: causal only */
+    /* Static shapes (the compiled forward): i64 [s] cache slots the new
+     * tokens go to, and mask is [b, 1, s, capacity]; nothing depends on past. */
+    const hr_tensor *cache_pos;
 } hr_fwd_ctx;
 
 struct hr_model {
@@ -85,6 +94,10 @@ struct hr_model {
     float *inv_freq;       /* [rot/2] for seq-independent rope types */
     double attn_scaling;
     hr_scratch scratch;
+    /* The compiled forward (forward_compiled.c): one jit returning every
+     * position's logits, one the last position's; plans per input shape. */
+    hr_jit *jit[2];
+    hr_kv_cache *jit_cache; /* the cache of the call being captured */
 };
 
 /* What one architecture adds to the shared blocks. */
@@ -108,6 +121,25 @@ const hr_arch *hr_arch_find(const char *name);
 hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *mask, const int64_t *pos,
                                 int64_t b, int64_t s, hr_kv_cache *cache, bool last_only,
                                 hr_tensor **logits);
+
+/* Shared by the eager and the compiled forward (model.c). */
+hr_status hr_model_check_forward(const hr_model *m, const int64_t *ids, int64_t b, int64_t s,
+                                 const hr_kv_cache *cache);
+hr_status hr_model_scratch_alloc(const hr_model *m, int64_t b, int64_t s, hr_scratch *out);
+/* m->scratch for [b, s], reallocated only when the shape changes. */
+hr_status hr_model_scratch_prepare(hr_model *m, int64_t b, int64_t s);
+void hr_model_scratch_free(hr_scratch *sc);
+/* cos/sin of positions [b, s] into m->scratch (which must be [b, s]). */
+hr_status hr_model_rope_tables(hr_model *m, const int64_t *pos, int64_t n, const hr_tensor *positions);
+/* Embedding, layers, final norm and head over m->scratch. */
+hr_status hr_model_forward_core(hr_model *m, const hr_tensor *ids, const hr_fwd_ctx *f, bool last_only,
+                                hr_tensor **logits);
+/* The forward with static shapes, compiled once per [b, s, capacity] and
+ * replayed (forward_compiled.c); same contract as hr_model_forward_host,
+ * but *logits always receives a new tensor. */
+hr_status hr_model_forward_compiled(hr_model *m, const int64_t *ids, const int64_t *mask, const int64_t *pos,
+                                    int64_t b, int64_t s, hr_kv_cache *cache, bool last_only,
+                                    hr_tensor **logits);
 
 /* ---- shared blocks (blocks.c) ----------------------------------------- */
 

@@ -1,0 +1,143 @@
+"""The compiled forward (issue 6): token-identical greedy generation to
+eager and to transformers in float32, bf16 logits within the model
+tolerances, the expected number of compiles (one per prefill bucket plus
+the decode step), zero compiles on a second identical run, plans found on
+disk by a new process, and the CLI's --compile/--stats."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM as HFModel
+
+import hubrt
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "fixtures"
+CLI = os.environ.get("HUBRT_CLI", str(Path(os.environ.get("HUBRT_LIBRARY", ROOT / "build" / "x")).parent / "hubrt"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_fixtures(tmp_path_factory):
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_fixtures.py"), "tiny"], check=True,
+                   capture_output=True)
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HUBRT_CACHE_DIR", str(tmp_path / "cache"))
+    hubrt.reset_compile_stats()
+
+
+def buckets(n, chunk=512):
+    """Power-of-two prefill chunks, as hr_generate takes them with compile."""
+    out = []
+    while n:
+        p = 1 << (min(n, chunk).bit_length() - 1)
+        out.append(p)
+        n -= p
+    return out
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-qwen2", "tiny-llama-gqa7"])
+def test_static_cache_generation_matches_eager_and_transformers(name):
+    ids = np.random.default_rng(3).integers(3, 500, (1, 37))
+    m = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name, dtype="float32")
+    eager = m.generate(ids, max_new_tokens=64, do_sample=False, eos_token_id=[])
+    static = m.generate(ids, max_new_tokens=64, do_sample=False, eos_token_id=[], cache_implementation="static")
+    np.testing.assert_array_equal(static, eager)
+    hf = HFModel.from_pretrained(FIX / name, dtype=torch.float32).eval()
+    hf.generation_config.eos_token_id = None
+    want = hf.generate(torch.tensor(ids), max_new_tokens=64, do_sample=False).numpy()
+    np.testing.assert_array_equal(static, want)
+
+
+def test_batch_with_left_padding_matches_eager():
+    ids = np.random.default_rng(5).integers(3, 500, (4, 12))
+    mask = np.ones_like(ids)
+    for row, npad in enumerate([0, 3, 5, 11]):
+        ids[row, :npad] = 0
+        mask[row, :npad] = 0
+    m = hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-qwen3", dtype="float32")
+    eager = m.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False, eos_token_id=[])
+    static = m.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False, eos_token_id=[],
+                        cache_implementation="static")
+    np.testing.assert_array_equal(static, eager)
+
+
+def test_bf16_compiled_agrees_with_eager():
+    ids = np.random.default_rng(7).integers(3, 500, (2, 40))
+    m = hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-qwen3-bf16-trained", dtype="bfloat16")
+    eager = m.generate(ids, max_new_tokens=32, do_sample=False, eos_token_id=[])
+    static = m.generate(ids, max_new_tokens=32, do_sample=False, eos_token_id=[], cache_implementation="static")
+    assert (static == eager).mean() >= 0.99
+
+
+def test_compiles_once_per_bucket_and_replays():
+    """A 256-token static-cache generation compiles one plan per prefill
+    bucket and one decode step, and nothing on a second identical run."""
+    prompt = 45  # buckets 32, 8, 4, 1: the 1-token bucket is the decode step's shape
+    ids = np.random.default_rng(11).integers(3, 500, (1, prompt))
+    m = hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-llama", dtype="float32")
+    first = m.generate(ids, max_new_tokens=256, do_sample=False, eos_token_id=[], cache_implementation="static")
+    st = hubrt.compile_stats()
+    expected = len(set(buckets(prompt)) | {1})
+    assert st["compiles"] == expected, st
+    assert st["requests"] == len(buckets(prompt)) + 255
+    again = m.generate(ids, max_new_tokens=256, do_sample=False, eos_token_id=[], cache_implementation="static")
+    np.testing.assert_array_equal(first, again)
+    st2 = hubrt.compile_stats()
+    assert st2["compiles"] == expected, "the second identical run compiled again"
+    assert st2["hits"] == st["hits"] + len(buckets(prompt)) + 255
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([CLI, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_new_process_finds_plans_on_disk(tmp_path):
+    env = dict(os.environ, HUBRT_CACHE_DIR=str(tmp_path / "disk"))
+    args = ["bench", str(FIX / "tiny-qwen3"), "--prompt-len", "24", "--gen", "16", "--compile"]
+    first = run_cli(*args, env=env)
+    assert first.returncode == 0, first.stderr
+    a = json.loads(first.stdout.strip().splitlines()[-1])
+    assert a["compile"] is True and a["compiles"] > 0 and a["disk_hits"] == 0
+    second = run_cli(*args, env=env)
+    assert second.returncode == 0, second.stderr
+    b = json.loads(second.stdout.strip().splitlines()[-1])
+    assert b["compiles"] == 0 and b["disk_hits"] == a["compiles"], (a, b)
+
+
+def test_cli_run_compile_stats_and_same_text(tmp_path):
+    env = dict(os.environ, HUBRT_CACHE_DIR=str(tmp_path / "disk"))
+    base = ["run", str(FIX / "tiny-qwen3-tok"), "-p", "The quick brown fox", "-n", "24", "--greedy"]
+    eager = run_cli(*base, env=env)
+    compiled = run_cli(*base, "--compile", "--stats", env=env)
+    assert eager.returncode == 0 and compiled.returncode == 0, compiled.stderr
+    assert compiled.stdout == eager.stdout
+    assert "compile cache:" in compiled.stderr and "compiled" in compiled.stderr
+
+
+def test_corrupt_disk_entries_are_rebuilt(tmp_path):
+    env = dict(os.environ, HUBRT_CACHE_DIR=str(tmp_path / "disk"))
+    args = ["bench", str(FIX / "tiny-llama"), "--prompt-len", "8", "--gen", "4", "--compile"]
+    assert run_cli(*args, env=env).returncode == 0
+    for path in (tmp_path / "disk").glob("*.hrplan"):
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+    again = run_cli(*args, env=env)
+    assert again.returncode == 0, again.stderr
+    res = json.loads(again.stdout.strip().splitlines()[-1])
+    assert res["compiles"] > 0 and res["disk_hits"] == 0
+    assert "checksum mismatch" in again.stderr
+
+
+def test_static_cache_argument_is_checked():
+    m = hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-llama", dtype="float32")
+    with pytest.raises(ValueError, match="cache_implementation"):
+        m.generate(np.array([[5, 6]]), max_new_tokens=2, cache_implementation="offloaded")
