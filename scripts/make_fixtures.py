@@ -2,7 +2,7 @@
 (`from_config` + `save_pretrained`) under the git-ignored fixtures/ folder.
 
     python scripts/make_fixtures.py tiny            # small test models (seconds)
-    python scripts/make_fixtures.py bench           # Qwen3-0.6B / Llama-3.2-1B shaped, bf16
+    python scripts/make_fixtures.py bench           # SmolLM2-135M / Qwen3-0.6B / Llama-3.2-1B shaped, bf16
     python scripts/make_fixtures.py tiny --only tiny-qwen3
 
 Tiny models use a small vocabulary except the `-tok` ones, which carry a
@@ -64,6 +64,13 @@ TINY = {
 }
 
 BENCH = {
+    # where per-op dispatch shows: small matrices, 30 layers (compile's target case)
+    "smollm2-135m-shaped": ("llama", dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                                          num_attention_heads=9, num_key_value_heads=3, head_dim=64,
+                                          vocab_size=49152, max_position_embeddings=8192, rms_norm_eps=1e-5,
+                                          tie_word_embeddings=True,
+                                          rope_parameters=dict(rope_type="default", rope_theta=100000.0),
+                                          bos_token_id=1, eos_token_id=2, pad_token_id=None), None),
     "qwen3-0.6b-shaped": ("qwen3", dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                                         num_attention_heads=16, num_key_value_heads=8, head_dim=128,
                                         vocab_size=151936, max_position_embeddings=40960,

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "device/device_impl.h"
 #include "hubrt/graph.h"
+#include "ops/profile.h"
 
 #define ARENA_ALIGN 64
 
@@ -295,13 +296,16 @@ hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **ou
             pv->bound.data = outbufs[i]->data;
         }
     }
+    bool profile = hr_profile_enabled();
     for (int i = 0; i < p->n_nodes && s == HR_OK; i++) {
         const hr_plan_node *n = &p->nodes[i];
         if (n->empty || n->dead || n->folded) continue;
         const hr_tensor *const *ins = &p->in_ptrs[n->first_tensor];
         hr_tensor *const *outs = (hr_tensor *const *)&p->in_ptrs[n->first_tensor + n->n_in];
+        double t0 = profile ? hr_profile_now() : 0;
         s = p->device->vt->run_op(p->device, n->op, n->attrs_size ? n->attrs : NULL, ins, n->n_in, outs,
                                   n->n_out);
+        if (profile) hr_profile_add(n->op, hr_profile_now() - t0);
         if (s != HR_OK) s = hr_error_context(s, "compiled call: op %d '%s'", i, hr_op_name(n->op));
     }
     for (int i = 0; i < p->n_out; i++) {

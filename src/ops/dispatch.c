@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "device/device_impl.h"
 #include "graph/capture.h"
+#include "ops/profile.h"
 #include "ops/op_impl.h"
 
 static const hr_infer_fn *g_infer;
@@ -139,10 +140,12 @@ hr_status hr_op_run_on(hr_device *dev, hr_op op, const void *attrs, const hr_ten
                              (!dev->vt->supports_op || dev->vt->supports_op(dev, op, attrs, in, n_in));
             /* Ops that kernels run internally are not part of a capture. */
             hr_capture_enter_op();
+            double t0 = hr_profile_enabled() ? hr_profile_now() : 0;
             if (supported)
                 s = dev->vt->run_op(dev, op, attrs, in, n_in, outs, n_out);
             else
                 s = run_fallback(dev, op, attrs, in, n_in, outs, n_out);
+            if (t0) hr_profile_add(op, hr_profile_now() - t0);
             hr_capture_leave_op();
             if (s != HR_OK) s = op_context(s, name);
         }
