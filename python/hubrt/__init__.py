@@ -6,7 +6,10 @@ from .compile import compile_stats, reset_compile_stats
 from .io import load_safetensors, save_safetensors, safetensors_metadata
 from .dlpack import from_dlpack
 from .models import AutoModelForCausalLM, HubrtModelForCausalLM, KVCache
+from .tokenizer import AutoTokenizer
 
 __version__ = lib.hr_version().decode()
 
-__all__ = ["HubrtError", "Tensor", "tensor", "from_numpy", "ops", "__version__"]
+__all__ = ["HubrtError", "Tensor", "tensor", "from_numpy", "ops", "compile_stats", "reset_compile_stats",
+           "load_safetensors", "save_safetensors", "safetensors_metadata", "from_dlpack",
+           "AutoModelForCausalLM", "HubrtModelForCausalLM", "KVCache", "AutoTokenizer", "__version__"]
