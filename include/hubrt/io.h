@@ -71,9 +71,10 @@ HR_API hr_status hr_safetensors_write(const char *path, const char *const *names
 
 typedef struct hr_checkpoint hr_checkpoint;
 
-/* `path` is a .safetensors file, a model.safetensors.index.json, or a
- * folder holding model.safetensors (preferred, as transformers does) or
- * model.safetensors.index.json. With an index every shard is opened and
+/* `path` is a .safetensors file, a model.safetensors.index.json, a folder
+ * holding model.safetensors (preferred, as transformers does) or
+ * model.safetensors.index.json, or a GGUF file (see hr_gguf_resolve), whose
+ * tensors are dequantized copies rather than views. With an index every shard is opened and
  * every tensor of its weight_map must be in the shard named for it. */
 HR_API hr_status hr_checkpoint_open(const char *path, hr_checkpoint **out);
 HR_API void hr_checkpoint_close(hr_checkpoint *ck);
@@ -92,6 +93,26 @@ HR_API const hr_safetensors *hr_checkpoint_shard(const hr_checkpoint *ck, size_t
 HR_API const char *hr_checkpoint_shard_path(const hr_checkpoint *ck, size_t i);
 /* `__metadata__` of the first shard (NULL when absent). */
 HR_API const char *hr_checkpoint_metadata_get(const hr_checkpoint *ck, const char *key);
+
+/* ---- GGUF files (llama.cpp) ------------------------------------------- *
+ *
+ * A llama-architecture GGUF file (v2/v3) stands in for a model folder:
+ * hr_checkpoint_open serves its tensors under their HF names, dequantized
+ * from F32/F16/BF16/Q8_0/Q4_0/Q4_1 at load (q and k rows put back in HF's
+ * rotate-half order), and its metadata yields config.json and tokenizer.json
+ * equivalents. */
+
+/* *out = a malloc'd path to the GGUF file `path` names: `path` itself when
+ * it ends in ".gguf", or the one .gguf of a folder holding no safetensors;
+ * NULL when `path` is not a GGUF model (a folder with several .gguf and no
+ * safetensors is an error). */
+HR_API hr_status hr_gguf_resolve(const char *path, char **out);
+/* config.json text (malloc'd, free() it) for the GGUF file at `path`. */
+HR_API hr_status hr_gguf_config_json(const char *path, char **json, size_t *len);
+/* tokenizer.json text (malloc'd) for the GGUF file's gpt2 BPE vocabulary:
+ * merges, control tokens as special added tokens, the pre-tokenizer that
+ * tokenizer.ggml.pre names, ByteLevel decoder. */
+HR_API hr_status hr_gguf_tokenizer_json(const char *path, char **json, size_t *len);
 
 /* ---- JSON configs (config.json and friends) --------------------------- *
  *

@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
+#include "io/gguf.h"
 #include "io/st_internal.h"
 
 #define CK_SINGLE "model.safetensors"
@@ -20,7 +21,8 @@
 
 typedef struct ck_entry {
     char *name;
-    size_t shard;
+    size_t shard;       /* for a GGUF file: the tensor's index in it */
+    int64_t perm_heads; /* GGUF q/k: heads whose row permutation to undo */
 } ck_entry;
 
 struct hr_checkpoint {
@@ -30,6 +32,7 @@ struct hr_checkpoint {
     size_t n_shards;
     ck_entry *entries;       /* [n], sorted by name */
     size_t n;
+    hr_gguf *gguf;           /* instead of shards for a GGUF file */
 };
 
 static char *path_join(const char *dir, const char *name) {
@@ -186,6 +189,27 @@ static hr_status ck_open_index(hr_checkpoint *ck, const char *index) {
     return s;
 }
 
+/* A GGUF file's tensors under their HF names; tensors without one (such
+ * as llama.cpp's rope_freqs) are left out. */
+static hr_status ck_open_gguf(hr_checkpoint *ck, const char *path) {
+    HR_TRY(hr_gguf_open(path, &ck->gguf));
+    const hr_gguf *g = ck->gguf;
+    ck->entries = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *ck->entries);
+    if (!ck->entries) return hr_error(HR_ERR_OOM, "%s: out of memory", path);
+    for (size_t i = 0; i < g->n_tensors; i++) {
+        char name[256];
+        int64_t perm = 0;
+        if (!hr_gguf_hf_name(g, g->tensors[i].name, name, sizeof name, &perm)) continue;
+        ck_entry *e = &ck->entries[ck->n];
+        if (!(e->name = strdup(name))) return hr_error(HR_ERR_OOM, "%s: out of memory", path);
+        e->shard = i;
+        e->perm_heads = perm;
+        ck->n++;
+    }
+    qsort(ck->entries, ck->n, sizeof *ck->entries, entry_cmp);
+    return HR_OK;
+}
+
 /* A folder holds model.safetensors (preferred, as in transformers) or the
  * index of its shards. */
 static hr_status ck_open_folder(hr_checkpoint *ck, const char *dir) {
@@ -214,10 +238,17 @@ hr_status hr_checkpoint_open(const char *path, hr_checkpoint **out) {
         free(ck);
         return hr_error(HR_ERR_OOM, "%s: out of memory", path);
     }
-    hr_status s;
-    if (S_ISDIR(sb.st_mode)) s = ck_open_folder(ck, path);
+    char *gguf = NULL;
+    hr_status s = hr_gguf_resolve(path, &gguf);
+    if (s != HR_OK) {
+        hr_checkpoint_close(ck);
+        return s;
+    }
+    if (gguf) s = ck_open_gguf(ck, gguf);
+    else if (S_ISDIR(sb.st_mode)) s = ck_open_folder(ck, path);
     else if (ends_with(path, ".json")) s = ck_open_index(ck, path);
     else s = ck_open_single(ck, path);
+    free(gguf);
     if (s != HR_OK) {
         hr_checkpoint_close(ck);
         return s;
@@ -236,6 +267,7 @@ void hr_checkpoint_close(hr_checkpoint *ck) {
     free(ck->shards);
     free(ck->shard_paths);
     free(ck->entries);
+    hr_gguf_close(ck->gguf);
     free(ck->path);
     free(ck);
 }
@@ -248,7 +280,7 @@ const char *hr_checkpoint_name(const hr_checkpoint *ck, size_t i) {
 
 static const ck_entry *ck_find(const hr_checkpoint *ck, const char *name) {
     if (!name) return NULL;
-    ck_entry key = {(char *)name, 0};
+    ck_entry key = {.name = (char *)name};
     return bsearch(&key, ck->entries, ck->n, sizeof key, entry_cmp);
 }
 
@@ -259,9 +291,20 @@ static hr_status ck_missing(const hr_checkpoint *ck, const char *name) {
                     name ? name : "(null)");
 }
 
+/* GGUF tensors come as f16 or bf16 when stored so, else f32 (dequantized). */
+static hr_status gguf_info(const gguf_tensor *t, hr_tensor_info *out) {
+    out->dtype = t->type == GGML_F16 ? HR_F16 : t->type == GGML_BF16 ? HR_BF16 : HR_F32;
+    out->ndim = t->ndim;
+    int64_t numel = 1;
+    for (int i = 0; i < t->ndim; i++) numel *= out->shape[i] = t->ne[t->ndim - 1 - i];
+    out->nbytes = (size_t)numel * hr_dtype_size(out->dtype);
+    return HR_OK;
+}
+
 hr_status hr_checkpoint_info(const hr_checkpoint *ck, const char *name, hr_tensor_info *out) {
     const ck_entry *e = ck_find(ck, name);
     if (!e) return ck_missing(ck, name);
+    if (ck->gguf) return gguf_info(&ck->gguf->tensors[e->shard], out);
     return hr_safetensors_info(ck->shards[e->shard], name, out);
 }
 
@@ -270,6 +313,14 @@ hr_status hr_checkpoint_tensor(const hr_checkpoint *ck, const char *name, hr_ten
     if (!e) {
         if (out) *out = NULL;
         return ck_missing(ck, name);
+    }
+    if (ck->gguf) {
+        const gguf_tensor *t = &ck->gguf->tensors[e->shard];
+        hr_tensor_info info;
+        gguf_info(t, &info);
+        HR_TRY(hr_gguf_dequant(ck->gguf, t, info.dtype, e->perm_heads, out));
+        hr_tensor_set_name(*out, name);
+        return HR_OK;
     }
     return hr_safetensors_tensor(ck->shards[e->shard], name, out);
 }

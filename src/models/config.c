@@ -132,18 +132,33 @@ static hr_status merge_eos(hr_json_obj root, hr_model_config *cfg) {
     return HR_OK;
 }
 
-hr_status hr_model_config_load(const char *dir, hr_model_config *cfg, hr_json_doc **doc_out) {
-    memset(cfg, 0, sizeof *cfg);
+/* config.json of a folder, or its equivalent built from a GGUF file's
+ * metadata (which carries no generation_config.json). */
+static hr_status load_doc(const char *dir, hr_model_config *cfg, hr_json_doc **doc) {
+    char *gguf = NULL;
+    HR_TRY(hr_gguf_resolve(dir, &gguf));
+    hr_generation_config_defaults(&cfg->gen);
+    if (gguf) {
+        char *json = NULL;
+        size_t len = 0;
+        hr_status s = hr_gguf_config_json(gguf, &json, &len);
+        if (s == HR_OK) s = hr_json_doc_parse(gguf, json, len, doc);
+        free(json);
+        free(gguf);
+        return s;
+    }
     char path[4096];
     struct stat st;
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    if (stat(path, &st) == 0)
-        HR_TRY(hr_generation_config_load(path, &cfg->gen));
-    else
-        hr_generation_config_defaults(&cfg->gen);
+    if (stat(path, &st) == 0) HR_TRY(hr_generation_config_load(path, &cfg->gen));
     snprintf(path, sizeof path, "%s/config.json", dir);
+    return hr_json_doc_load(path, doc);
+}
+
+hr_status hr_model_config_load(const char *dir, hr_model_config *cfg, hr_json_doc **doc_out) {
+    memset(cfg, 0, sizeof *cfg);
     hr_json_doc *doc = NULL;
-    HR_TRY(hr_json_doc_load(path, &doc));
+    HR_TRY(load_doc(dir, cfg, &doc));
     hr_json_obj root = hr_json_doc_root(doc);
     hr_status s = parse_config(dir, root, cfg);
     if (s == HR_OK) s = merge_eos(root, cfg);

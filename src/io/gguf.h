@@ -1,0 +1,96 @@
+/* GGUF internals shared by the reader, the checkpoint front (HF names), the
+ * config and tokenizer builders, and the fuzz target (which parses images
+ * straight from memory). */
+#ifndef HR_IO_GGUF_H
+#define HR_IO_GGUF_H
+
+#include "hubrt/io.h"
+
+/* Metadata value types as the file numbers them. */
+typedef enum gguf_type {
+    GGUF_U8 = 0, GGUF_I8 = 1, GGUF_U16 = 2, GGUF_I16 = 3, GGUF_U32 = 4, GGUF_I32 = 5,
+    GGUF_F32 = 6, GGUF_BOOL = 7, GGUF_STRING = 8, GGUF_ARRAY = 9, GGUF_U64 = 10,
+    GGUF_I64 = 11, GGUF_F64 = 12, GGUF_TYPE_COUNT
+} gguf_type;
+
+/* The ggml tensor types hubrt dequantizes (ggml's numbering). */
+typedef enum ggml_type {
+    GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q8_0 = 8, GGML_BF16 = 30
+} ggml_type;
+
+#define GGUF_MAX_DIMS 4
+
+typedef struct gguf_str {
+    const char *p; /* into the image; not NUL-terminated */
+    uint64_t len;
+} gguf_str;
+
+typedef struct gguf_kv {
+    char *key;           /* owned, NUL-free */
+    gguf_type type;
+    gguf_type arr_type;  /* element type of an array */
+    uint64_t n;          /* array length (1 for a scalar) */
+    const uint8_t *data; /* scalar value or first array element, in the image */
+    gguf_str *strs;      /* [n] for a string or an array of strings; owned */
+} gguf_kv;
+
+typedef struct gguf_tensor {
+    char *name;          /* owned, NUL-free */
+    int ndim;
+    int64_t ne[GGUF_MAX_DIMS]; /* ggml order: ne[0] is the contiguous dim */
+    ggml_type type;
+    uint64_t offset;     /* from the start of the data section */
+    uint64_t nbytes;
+} gguf_tensor;
+
+typedef struct hr_gguf {
+    char *label;         /* file name, first word of every message */
+    const uint8_t *buf;  /* the image */
+    size_t size;
+    void *map;           /* non-NULL when buf is our mmap */
+    uint32_t version;
+    gguf_kv *kv;         /* [n_kv] in file order */
+    size_t n_kv;
+    gguf_tensor *tensors; /* [n_tensors] in file order */
+    size_t n_tensors;
+    uint64_t alignment;
+    uint64_t data_start;
+} hr_gguf;
+
+/* Parses and validates a GGUF v2/v3 image of `size` bytes at `buf` (kept,
+ * not copied): magic, version, counts, strings, array types, tensor ranks,
+ * dims, types, offsets aligned to general.alignment, inside the file and
+ * not overlapping. `label` starts every message. */
+hr_status hr_gguf_parse(const char *label, const uint8_t *buf, size_t size, hr_gguf **out);
+/* Maps `path` and parses it. */
+hr_status hr_gguf_open(const char *path, hr_gguf **out);
+void hr_gguf_close(hr_gguf *g);
+
+const gguf_kv *hr_gguf_find(const hr_gguf *g, const char *key);
+long hr_gguf_tensor_index(const hr_gguf *g, const char *name);
+/* Typed getters: an integer of any width, any number, a string; absent
+ * keys give HR_ERR_NOT_FOUND naming the key, other types HR_ERR_FORMAT. */
+hr_status hr_gguf_get_int(const hr_gguf *g, const char *key, int64_t *out);
+hr_status hr_gguf_get_num(const hr_gguf *g, const char *key, double *out);
+hr_status hr_gguf_get_str(const hr_gguf *g, const char *key, gguf_str *out);
+/* The `i`-th element of an integer array. */
+int64_t hr_gguf_arr_int(const gguf_kv *kv, uint64_t i);
+
+/* Tensor `t` dequantized to `dt` (f32, bf16, f16) with the dims reversed
+ * into row-major order. When `perm_heads` > 0 the rows, taken as
+ * [perm_heads, 2, rows/heads/2] interleaved pairs, are put back in the
+ * rotate-half order of HF (llama.cpp's converter permutes q and k). */
+hr_status hr_gguf_dequant(const hr_gguf *g, const gguf_tensor *t, hr_dtype dt, int64_t perm_heads,
+                          hr_tensor **out);
+/* Dequantizes `n` elements of type `type` at `src` into f32 (n a multiple
+ * of the block size). */
+void hr_gguf_dequant_row(ggml_type type, const uint8_t *src, float *dst, int64_t n);
+
+/* ---- llama GGUF files as HF checkpoints (gguf_llama.c) ----------------- */
+
+/* The HF name of GGUF tensor `name` ("blk.3.attn_q.weight" ->
+ * "model.layers.3.self_attn.q_proj.weight") into buf; false when it has
+ * none. *perm_heads is the head count whose permutation to undo, or 0. */
+bool hr_gguf_hf_name(const hr_gguf *g, const char *name, char *buf, size_t cap, int64_t *perm_heads);
+
+#endif
