@@ -134,8 +134,10 @@ static bool hit_stop_string(const hr_generate_config *cfg, gen_state *g, int64_t
 static hr_status pick_tokens(hr_model *m, const hr_generate_config *cfg, hr_sampler *smp, gen_state *g,
                              const int64_t *eos, int n_eos, int64_t pad, const hr_tensor *logits, bool *live) {
     int64_t V = m->cfg.vocab_size, b = g->b, t = g->t;
-    const float *lp = hr_tensor_data(logits);
-    if (!lp) return hr_error(HR_ERR_UNSUPPORTED, "generate: logits are not host-visible");
+    /* Sampling runs on the host: logits on another device come over first. */
+    hr_tensor *host = NULL;
+    if (!hr_tensor_data(logits)) HR_TRY(hr_tensor_to(logits, hr_device_cpu(), &host));
+    const float *lp = hr_tensor_data(host ? host : logits);
     *live = false;
     for (int64_t r = 0; r < b; r++) {
         int64_t tok = pad;
@@ -158,6 +160,7 @@ static hr_status pick_tokens(hr_model *m, const hr_generate_config *cfg, hr_samp
         *live |= !stop;
     }
     g->t = t + 1;
+    hr_tensor_free(host);
     return HR_OK;
 }
 

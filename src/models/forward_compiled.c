@@ -100,16 +100,6 @@ static hr_status static_mask(const int64_t *mask, int64_t b, int64_t s, int64_t 
     return HR_OK;
 }
 
-/* Host tensors go to the model's device before the call. */
-static hr_status to_device(const hr_model *m, hr_tensor **t) {
-    if (hr_tensor_device(*t) == m->dev) return HR_OK;
-    hr_tensor *d = NULL;
-    hr_status s = hr_tensor_to(*t, m->dev, &d);
-    hr_tensor_free(*t);
-    *t = d;
-    return s;
-}
-
 hr_status hr_model_forward_compiled(hr_model *m, const int64_t *ids, const int64_t *mask, const int64_t *pos,
                                     int64_t b, int64_t s, hr_kv_cache *cache, bool last_only,
                                     hr_tensor **logits) {
@@ -127,9 +117,9 @@ hr_status hr_model_forward_compiled(hr_model *m, const int64_t *ids, const int64
     if (st == HR_OK) st = hr_model_rope_tables(m, pos, b * s, pos_t);
     if (st == HR_OK) st = hr_arange(hr_device_cpu(), (double)past, (double)(past + s), 1, HR_I64, &slots);
     if (st == HR_OK) st = static_mask(mask, b, s, past, cache->capacity, &mask_t);
-    if (st == HR_OK) st = to_device(m, &ids_t);
-    if (st == HR_OK) st = to_device(m, &slots);
-    if (st == HR_OK) st = to_device(m, &mask_t);
+    if (st == HR_OK) st = hr_model_to_device(m, &ids_t);
+    if (st == HR_OK) st = hr_model_to_device(m, &slots);
+    if (st == HR_OK) st = hr_model_to_device(m, &mask_t);
     if (st == HR_OK) st = jit_for(m, last_only, &jit);
     if (st == HR_OK) {
         const hr_tensor *in[N_IN] = {ids_t, m->scratch.cos, m->scratch.sin, slots, mask_t, cache->k_all, cache->v_all};

@@ -168,6 +168,15 @@ hr_status hr_model_scratch_alloc(const hr_model *m, int64_t b, int64_t s, hr_scr
 /* cos/sin [b, 1, s, rot] for positions [b, s]; dynamic and longrope rope
  * recompute their frequencies from the largest position, as transformers
  * does per forward. */
+hr_status hr_model_to_device(const hr_model *m, hr_tensor **t) {
+    if (hr_tensor_device(*t) == m->dev) return HR_OK;
+    hr_tensor *d = NULL;
+    hr_status s = hr_tensor_to(*t, m->dev, &d);
+    hr_tensor_free(*t);
+    *t = d;
+    return s;
+}
+
 hr_status hr_model_rope_tables(hr_model *m, const int64_t *pos, int64_t n, const hr_tensor *positions) {
     const hr_rope_config *r = &m->cfg.rope;
     int64_t half = r->rotary_dim / 2;
@@ -186,15 +195,25 @@ hr_status hr_model_rope_tables(hr_model *m, const int64_t *pos, int64_t n, const
     hr_tensor *inv_t = NULL, *cos_v = NULL, *sin_v = NULL;
     const hr_scratch *sc = &m->scratch;
     HR_TRY(hr_tensor_wrap_host(HR_F32, 1, &half, NULL, inv, sizeof(float) * (size_t)half, NULL, NULL, &inv_t));
+    hr_tensor *pos_dev = NULL;
+    hr_status s = hr_model_to_device(m, &inv_t);
+    if (s == HR_OK) s = hr_tensor_alias(positions, &pos_dev);
+    if (s == HR_OK) s = hr_model_to_device(m, &pos_dev);
+    if (s != HR_OK) {
+        hr_tensor_free(inv_t);
+        hr_tensor_free(pos_dev);
+        return s;
+    }
     /* rope_cos_sin gives [b, s, rot]; the scratch is [b, 1, s, rot]. */
-    hr_status s = hr_tensor_view(sc->cos, 3, (int64_t[]){sc->b, sc->s, r->rotary_dim}, &cos_v);
+    s = hr_tensor_view(sc->cos, 3, (int64_t[]){sc->b, sc->s, r->rotary_dim}, &cos_v);
     if (s == HR_OK) s = hr_tensor_view(sc->sin, 3, (int64_t[]){sc->b, sc->s, r->rotary_dim}, &sin_v);
     if (s == HR_OK) {
         hr_attrs_rope_cos_sin a = {.attention_scaling = scaling, .dtype = m->dtype};
         hr_tensor *o[2] = {cos_v, sin_v};
-        s = hr_op_run(HR_OP_rope_cos_sin, &a, IN_(positions, inv_t), 2, o, 2);
+        s = hr_op_run(HR_OP_rope_cos_sin, &a, IN_(pos_dev, inv_t), 2, o, 2);
     }
     hr_tensor_free(inv_t);
+    hr_tensor_free(pos_dev);
     hr_tensor_free(cos_v);
     hr_tensor_free(sin_v);
     return s;
@@ -303,6 +322,7 @@ hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *
         st = hr_tensor_wrap_host(HR_I64, 2, shape, NULL, (void *)pos, sizeof(int64_t) * (size_t)(b * s), NULL,
                                  NULL, &pos_t);
     if (st == HR_OK) st = hr_model_rope_tables(m, pos, b * s, pos_t);
+    if (st == HR_OK) st = hr_model_to_device(m, &ids_t);
     if (st == HR_OK && mask && !all_ones(mask, b * t)) {
         st = build_mask(m, mask, b, s, past, &mask_t);
         f.mask = mask_t;

@@ -129,6 +129,8 @@ hr_status hr_model_scratch_alloc(const hr_model *m, int64_t b, int64_t s, hr_scr
 /* m->scratch for [b, s], reallocated only when the shape changes. */
 hr_status hr_model_scratch_prepare(hr_model *m, int64_t b, int64_t s);
 void hr_model_scratch_free(hr_scratch *sc);
+/* Replaces a host tensor by its copy on the model's device (no-op there). */
+hr_status hr_model_to_device(const hr_model *m, hr_tensor **t);
 /* cos/sin of positions [b, s] into m->scratch (which must be [b, s]). */
 hr_status hr_model_rope_tables(hr_model *m, const int64_t *pos, int64_t n, const hr_tensor *positions);
 /* Embedding, layers, final norm and head over m->scratch. */
