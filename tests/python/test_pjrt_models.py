@@ -1,5 +1,6 @@
 """Tiny Llama and Qwen3 checkpoints on the xla_cpu PJRT device: logits
-against transformers and greedy generation token for token, float32."""
+against transformers, greedy generation token for token (float32), and the
+compiled forward replayed on the device."""
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,6 @@ from hubrt._lib import HubrtError
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 NAMES = ["tiny-llama", "tiny-qwen3"]
-# Messages of model code that still hands host tensors to device ops.
 
 
 @pytest.fixture(scope="module", autouse=True)
