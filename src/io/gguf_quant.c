@@ -125,13 +125,16 @@ hr_status hr_gguf_dequant(const hr_gguf *g, const gguf_tensor *t, hr_dtype dt, i
     dq_job j = {.src = g->buf + g->data_start + t->offset, .ncol = t->ne[0], .nrow = nrow, .type = t->type,
                 .heads = perm_heads, .dt = dt, .dst = hr_tensor_ptr(o)};
     j.row_bytes = nrow ? t->nbytes / (uint64_t)nrow : 0;
-    int nth = hr_parallel_threads_for(nrow * t->ne[0], (int64_t)1 << 16);
-    if (dt != HR_F32 && !(j.tmp = malloc(sizeof(float) * (size_t)nth * (size_t)(t->ne[0] ? t->ne[0] : 1)))) {
-        hr_tensor_free(o);
-        return hr_error(HR_ERR_OOM, "%s: tensor '%s': out of memory", g->label, t->name);
+    /* an empty tensor may still have a huge ne[0]: nothing to convert */
+    if (nrow * t->ne[0] > 0) {
+        int nth = hr_parallel_threads_for(nrow * t->ne[0], (int64_t)1 << 16);
+        if (dt != HR_F32 && !(j.tmp = malloc(sizeof(float) * (size_t)nth * (size_t)t->ne[0]))) {
+            hr_tensor_free(o);
+            return hr_error(HR_ERR_OOM, "%s: tensor '%s': out of memory", g->label, t->name);
+        }
+        hr_parallel_run(dq_rows, &j, nth);
+        free(j.tmp);
     }
-    if (nrow * t->ne[0] > 0) hr_parallel_run(dq_rows, &j, nth);
-    free(j.tmp);
     hr_tensor_set_name(o, t->name);
     *out = o;
     return HR_OK;
