@@ -219,6 +219,35 @@ static cJSON *pre_tokenizer(const hr_gguf *g) {
     return seq;
 }
 
+/* tokenizer.ggml.add_bos_token: a template putting BOS before each sequence
+ * (as llama.cpp does); JSON null otherwise. */
+static cJSON *post_processor(const hr_gguf *g, const gguf_kv *toks) {
+    const gguf_kv *add = hr_gguf_find(g, "tokenizer.ggml.add_bos_token");
+    int64_t bos = -1;
+    if (!add || add->type != GGUF_BOOL || !add->data[0] || hr_gguf_get_int(g, "tokenizer.ggml.bos_token_id", &bos) != HR_OK ||
+        bos < 0 || (uint64_t)bos >= toks->n)
+        return cJSON_CreateNull();
+    cJSON *p = cJSON_CreateObject(), *single = cJSON_AddArrayToObject(p, "single");
+    cJSON_AddStringToObject(p, "type", "TemplateProcessing");
+    cJSON *pair = cJSON_AddArrayToObject(p, "pair");
+    const char *seqs[2] = {"A", "B"};
+    for (int k = 0; k < 2; k++) {
+        cJSON *sp = cJSON_CreateObject(), *sq = cJSON_CreateObject();
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(sp, "SpecialToken"), "id", "bos");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(sq, "Sequence"), "id", seqs[k]);
+        cJSON_AddItemToArray(pair, sp);
+        cJSON_AddItemToArray(pair, sq);
+        if (k == 0) {
+            cJSON_AddItemToArray(single, cJSON_Duplicate(sp, true));
+            cJSON_AddItemToArray(single, cJSON_Duplicate(sq, true));
+        }
+    }
+    cJSON *def = cJSON_AddObjectToObject(cJSON_AddObjectToObject(p, "special_tokens"), "bos");
+    cJSON_AddStringToObject(def, "id", "bos");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(def, "ids"), cJSON_CreateNumber((double)bos));
+    return p;
+}
+
 static cJSON *str_item(const gguf_str *s) {
     char *z = strndup(s->p, s->len);
     cJSON *v = z ? cJSON_CreateString(z) : NULL;
@@ -246,7 +275,7 @@ static hr_status build_tokenizer(const hr_gguf *g, cJSON *root) {
     cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
     cJSON_AddNullToObject(root, "normalizer");
     cJSON_AddItemToObject(root, "pre_tokenizer", pre_tokenizer(g));
-    cJSON_AddNullToObject(root, "post_processor");
+    cJSON_AddItemToObject(root, "post_processor", post_processor(g, toks));
     cJSON_AddItemToObject(root, "decoder", byte_level(true));
     cJSON *m = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(m, "type", "BPE");

@@ -331,12 +331,78 @@ static void test_checkpoint(void **state) {
     unlink(path);
 }
 
+static void str_array(img *m, const char *key, int n, const char *const *v) {
+    str(m, key);
+    u32(m, GGUF_ARRAY);
+    u32(m, GGUF_STRING);
+    u64(m, (uint64_t)n);
+    for (int i = 0; i < n; i++) str(m, v[i]);
+}
+
+static void write_file(const char *path, const img *m) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(m->b, 1, m->n, f), m->n);
+    fclose(f);
+}
+
+/* A byte-level BPE vocabulary: merges applied, the control token matched
+ * whole, BOS prepended when add_bos_token says so, other models refused. */
+static void test_tokenizer_json(void **state) {
+    (void)state;
+    const char *path = "/tmp/hubrt_gguf_tok.gguf";
+    img m;
+    for (int add_bos = 0; add_bos < 2; add_bos++) {
+        header(&m, 3, 0, 6);
+        kv_str(&m, "tokenizer.ggml.model", "gpt2");
+        str_array(&m, "tokenizer.ggml.tokens", 4, (const char *const[]){"<s>", "a", "b", "ab"});
+        str_array(&m, "tokenizer.ggml.merges", 1, (const char *const[]){"a b"});
+        str(&m, "tokenizer.ggml.token_type");
+        u32(&m, GGUF_ARRAY);
+        u32(&m, GGUF_I32);
+        u64(&m, 4);
+        for (int i = 0; i < 4; i++) u32(&m, i == 0 ? 3 : 1);
+        kv_u32(&m, "tokenizer.ggml.bos_token_id", 0);
+        str(&m, "tokenizer.ggml.add_bos_token");
+        u32(&m, GGUF_BOOL);
+        m.b[m.n++] = (uint8_t)add_bos;
+        write_file(path, &m);
+        char *json = NULL;
+        size_t len = 0;
+        assert_int_equal(hr_gguf_tokenizer_json(path, &json, &len), HR_OK);
+        hr_tokenizer *tok = NULL;
+        hr_status s = hr_tokenizer_load_json(json, len, &tok);
+        free(json);
+        if (s != HR_OK) fail_msg("%s", hr_last_error());
+        int32_t *ids = NULL;
+        size_t n = 0;
+        assert_int_equal(hr_tokenizer_encode(tok, "ab<s>a", 6, true, &ids, &n), HR_OK);
+        size_t k = 0;
+        if (add_bos) assert_int_equal(ids[k++], 0);
+        assert_int_equal(n, k + 3);
+        assert_int_equal(ids[k], 3);     /* "ab" merged */
+        assert_int_equal(ids[k + 1], 0); /* "<s>" whole */
+        assert_int_equal(ids[k + 2], 1);
+        hr_tokenizer_free_array(ids);
+        hr_tokenizer_free(tok);
+    }
+    header(&m, 3, 0, 1);
+    kv_str(&m, "tokenizer.ggml.model", "llama");
+    write_file(path, &m);
+    char *json = NULL;
+    size_t len = 0;
+    assert_int_equal(hr_gguf_tokenizer_json(path, &json, &len), HR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(hr_last_error(), "tokenizer.ggml.model 'llama' is not supported"));
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_and_dequant),
         cmocka_unit_test(test_qk_permutation),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_tokenizer_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
