@@ -148,7 +148,7 @@ def bound(shape, kind, batch, plen, gen, bw_gbs, peak_gflops):
 def merge(a):
     work, res_dir = Path(a.workdir), Path(a.results)
     pieces = [json.loads(p.read_text()) for p in sorted(work.glob("case-*.json"))]
-    limits = best_limits([_read_json(work / f"limits-{w}.json") for w in ("start", "end")])
+    limits = best_limits([_read_json(f) for f in sorted(work.glob("limits-*.json"))])
     meta = _read_json(work / "meta.json") or {}
     tok = _read_json(work / "tokenizer.json")
     bw = (limits.get("read_gbs") or {}).get("2")
@@ -181,6 +181,7 @@ def merge(a):
         if p["case"] == "b1":
             row = table.setdefault(p["model"], {}).setdefault(p["engine"], {})
             row["load_s"], row["peak_rss_mb"], row["compile_s"] = p.get("load_s"), p.get("peak_rss_mb"), p.get("compile_s")
+            row["loadavg"] = (p.get("loadavg_before") or [None])[0]
     for model, rows in table.items():
         for key, *_ in METRICS:
             peer_vals = [rows[e][key]["value"] for e in PEERS if e in rows and key in rows[e]
@@ -209,7 +210,7 @@ def merge(a):
 
 
 def best_limits(runs):
-    """The higher figure of each limit over the runs (start and end of the benchmark):
+    """The higher figure of each limit over the runs (start, middle and end of the benchmark):
     load from other processes can only lower a measured limit."""
     runs = [r for r in runs if r]
     if not runs:
@@ -259,7 +260,8 @@ def _cell(cell, notes):
     if cell.get("x_best_peer") is not None:
         extra.append(f"{cell['x_best_peer']:.2f}×")
     if cell.get("of_limit") is not None:
-        extra.append(f"{100 * cell['of_limit']:.0f}%")
+        # above 100%: the limit was measured low (load from other work during its probe)
+        extra.append(f"{100 * cell['of_limit']:.0f}%" + ("‡" if cell["of_limit"] > 1 else ""))
     if cell.get("note"):
         extra.append(cell["note"])
     return f"{s} ({' · '.join(extra)})" if extra else s
@@ -284,13 +286,17 @@ def markdown(r):
              f"Limits measured in this run: read bandwidth {bw.get('1', '?')} GB/s (1 thread), "
              f"{bw.get('2', '?')} GB/s (2 threads); bf16 peak ({lim.get('bf16_unit', '?')}) "
              f"{_fmt(peak.get('1'), 0)} GFLOP/s (1), {_fmt(peak.get('2'), 0)} GFLOP/s (2) "
-             "(the higher of two measurements, at the start and the end of the run).", "",
+             "(the highest of the measurements at the start, middle and end of the run).", "",
+             "Versions: " + ", ".join(f"{k} {v}" for k, v in r.get("versions", {}).items()) + ".", "",
              "Cells: tokens/s (× the best peer · % of the bound the measured limits put on that case). "
              "Peers: transformers eager, transformers static cache + torch.compile, llama.cpp (BF16 GGUF). "
-             "✗ [n]: the run failed, note n says why.", ""]
+             "✗ [n]: the run failed, note n says why. Machine load: the 1-minute load average when the b1 run "
+             "started (other work on the 2 cores; above ~0.5 the figures of that row are lowered by it).", ""]
     notes = []
     cases = r["settings"].get("cases") or {}
-    for model, rows in r["table"].items():
+    order = [m for m in r["models"] if m in r["table"]] + [m for m in r["table"] if m not in r["models"]]
+    for model in order:
+        rows = r["table"][model]
         bounds = r["models"].get(model, {}).get("bounds", {})
         shape = r["models"].get(model, {}).get("shape", {})
         lines.append(f"**{model}** ({shape.get('params', 0) / 1e6:.0f}M parameters, "
@@ -298,7 +304,8 @@ def markdown(r):
         lines.append("")
         need = r["models"].get(model, {}).get("b1_weights_kv_mb")
         hdr = ["engine"] + [_label(lab, cases) for *_, lab in METRICS] + [
-            "compile s", "load s", "peak RSS MB" + (f" (× {need:,.0f} MB weights+KV)" if need else "")]
+            "compile s", "load s", "peak RSS MB" + (f" (× {need:,.0f} MB weights+KV)" if need else ""),
+            "machine load"]
         lines.append("| " + " | ".join(hdr) + " |")
         lines.append("|" + "---|" * len(hdr))
         for e in ENGINES:
@@ -308,11 +315,11 @@ def markdown(r):
             cells = [e] + [_cell(row.get(k), notes) for k, *_ in METRICS]
             rss = row.get("peak_rss_mb")
             rss_s = _fmt(rss, 0) + (f" ({rss / need:.2f}×)" if rss and need else "")
-            cells += [_fmt(row.get("compile_s"), 2), _fmt(row.get("load_s"), 2), rss_s]
+            cells += [_fmt(row.get("compile_s"), 2), _fmt(row.get("load_s"), 2), rss_s, _fmt(row.get("loadavg"), 1)]
             lines.append("| " + " | ".join(cells) + " |")
         if bounds:
             cells = ["*bound*"] + [f"{_fmt(bounds[k]['tok_s'])} ({bounds[k]['binds']})" if k in bounds else "-"
-                                   for k, *_ in METRICS] + ["", "", ""]
+                                   for k, *_ in METRICS] + ["", "", "", ""]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     if cases:
@@ -335,6 +342,10 @@ def markdown(r):
     else:
         why = (r.get("tokenizer_error") or "no result").replace("|", "/")
         lines += [f"Tokenizers: the tokenizer benchmark failed this run: {why}", ""]
+    if any(c.get("of_limit", 0) > 1 for rows in r["table"].values() for row in rows.values()
+           for c in row.values() if isinstance(c, dict)):
+        lines += ["‡ Above 100% of the bound: the limit probes ran while other work loaded the machine and "
+                  "measured it low; the bound is then too low, not the engine faster than the hardware.", ""]
     if notes:
         lines.append("Notes:")
         lines.append("")
@@ -348,7 +359,7 @@ def chart(r, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    models = list(r["table"])
+    models = [m for m in r["models"] if m in r["table"]]
     fig, axes = plt.subplots(1, max(1, len(models)), figsize=(7 * max(1, len(models)), 4.5), squeeze=False)
     for ax, model in zip(axes[0], models):
         rows = r["table"][model]
