@@ -87,6 +87,10 @@ HR_API hr_status hr_checkpoint_info(const hr_checkpoint *ck, const char *name,
 /* Zero-copy, as hr_safetensors_tensor; outlives `ck`. */
 HR_API hr_status hr_checkpoint_tensor(const hr_checkpoint *ck, const char *name,
                                       hr_tensor **out);
+/* The tensor in floating dtype `dt`: the zero-copy view when stored so,
+ * else a converted copy (GGUF blocks are dequantized straight to `dt`). */
+HR_API hr_status hr_checkpoint_tensor_as(const hr_checkpoint *ck, const char *name, hr_dtype dt,
+                                         hr_tensor **out);
 HR_API size_t hr_checkpoint_shard_count(const hr_checkpoint *ck);
 HR_API const hr_safetensors *hr_checkpoint_shard(const hr_checkpoint *ck, size_t i);
 /* Path of shard i as opened. */

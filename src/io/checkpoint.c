@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
+#include "hubrt/ops.h"
 #include "io/gguf.h"
 #include "io/st_internal.h"
 
@@ -309,20 +310,31 @@ hr_status hr_checkpoint_info(const hr_checkpoint *ck, const char *name, hr_tenso
 }
 
 hr_status hr_checkpoint_tensor(const hr_checkpoint *ck, const char *name, hr_tensor **out) {
+    hr_tensor_info info;
+    HR_TRY(hr_checkpoint_info(ck, name, &info));
+    return hr_checkpoint_tensor_as(ck, name, info.dtype, out);
+}
+
+hr_status hr_checkpoint_tensor_as(const hr_checkpoint *ck, const char *name, hr_dtype dt, hr_tensor **out) {
+    if (out) *out = NULL;
     const ck_entry *e = ck_find(ck, name);
-    if (!e) {
-        if (out) *out = NULL;
-        return ck_missing(ck, name);
-    }
+    if (!e) return ck_missing(ck, name);
     if (ck->gguf) {
-        const gguf_tensor *t = &ck->gguf->tensors[e->shard];
-        hr_tensor_info info;
-        gguf_info(t, &info);
-        HR_TRY(hr_gguf_dequant(ck->gguf, t, info.dtype, e->perm_heads, out));
+        HR_TRY(hr_gguf_dequant(ck->gguf, &ck->gguf->tensors[e->shard], dt, e->perm_heads, out));
         hr_tensor_set_name(*out, name);
         return HR_OK;
     }
-    return hr_safetensors_tensor(ck->shards[e->shard], name, out);
+    hr_tensor *t = NULL;
+    HR_TRY(hr_safetensors_tensor(ck->shards[e->shard], name, &t));
+    if (hr_tensor_dtype(t) == dt) {
+        *out = t;
+        return HR_OK;
+    }
+    hr_status s = hr_cast(t, dt, out);
+    hr_tensor_free(t);
+    if (s != HR_OK) return hr_error_context(s, "%s: casting '%s' to %s", ck->path, name, hr_dtype_name(dt));
+    hr_tensor_set_name(*out, name);
+    return HR_OK;
 }
 
 size_t hr_checkpoint_shard_count(const hr_checkpoint *ck) { return ck->n_shards; }

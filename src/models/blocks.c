@@ -28,18 +28,14 @@ hr_status hr_model_weight(hr_model *m, const char *name, int ndim, const int64_t
     if (!hr_dtype_is_float(info.dtype))
         return hr_error(HR_ERR_DTYPE, "checkpoint: tensor '%s' is %s, not a floating dtype", name,
                         hr_dtype_name(info.dtype));
+    /* cast (GGUF: dequantized) once at load to the model dtype */
     hr_tensor *t = NULL;
-    HR_TRY(hr_checkpoint_tensor(m->ckpt, name, &t));
-    /* cast at load when the dtypes differ; copy to the device when not the cpu */
-    for (int step = 0; step < 2; step++) {
-        bool needed = step == 0 ? info.dtype != m->dtype : m->dev != hr_device_cpu();
-        if (!needed) continue;
+    HR_TRY(hr_checkpoint_tensor_as(m->ckpt, name, m->dtype, &t));
+    if (m->dev != hr_device_cpu()) {
         hr_tensor *n = NULL;
-        s = step == 0 ? hr_cast(t, m->dtype, &n) : hr_tensor_to(t, m->dev, &n);
+        s = hr_tensor_to(t, m->dev, &n);
         hr_tensor_free(t);
-        if (s != HR_OK)
-            return hr_error_context(s, "%s '%s' to %s", step == 0 ? "casting" : "moving", name,
-                                    step == 0 ? hr_dtype_name(m->dtype) : hr_device_name(m->dev));
+        if (s != HR_OK) return hr_error_context(s, "moving '%s' to %s", name, hr_device_name(m->dev));
         hr_tensor_set_name(n, name);
         t = n;
     }
