@@ -44,6 +44,7 @@ def convert(hf_dir, out, cache_dir):
             with tarfile.open(tars[0]) as tf:
                 tf.extractall(cache_dir, filter="data")
     conv = src / "vendor" / "llama.cpp"
+    hf_dir, out = Path(hf_dir).resolve(), Path(out).resolve()  # the converter runs from its own folder
     tmp_out = Path(str(out) + ".tmp")
     subprocess.run([sys.executable, str(conv / "convert_hf_to_gguf.py"), str(hf_dir), "--outtype", "bf16",
                     "--outfile", str(tmp_out)], check=True, cwd=conv)
