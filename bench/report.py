@@ -78,6 +78,8 @@ def run_case(a, cmd):
     if data:
         piece.update({k: v for k, v in data.items() if k not in piece or k == "engine"})
         piece["engine"] = a.engine
+    if "compile_ms" in piece and piece.get("compile_s") is None:
+        piece["compile_s"] = round(piece["compile_ms"] / 1000, 3)  # hubrt --compile reports ms
     if rc is None:
         piece["error"] = f"timeout (>{a.timeout:.0f} s)"
     elif rc != 0 and "error" not in piece:
@@ -162,7 +164,9 @@ def merge(a):
         bounds = {}
         if bw and peak:
             for key, case, field, _ in METRICS:
-                c = meta["cases"][case]
+                c = meta["cases"].get(case)
+                if c is None:
+                    continue
                 kind = "prefill" if field == "prefill_tok_s" else "decode"
                 bounds[key] = bound(shape, kind, c["batch"], c["prompt_len"], c["gen"], bw, peak)
         b1 = meta.get("cases", {}).get("b1")
@@ -182,6 +186,7 @@ def merge(a):
             row = table.setdefault(p["model"], {}).setdefault(p["engine"], {})
             row["load_s"], row["peak_rss_mb"], row["compile_s"] = p.get("load_s"), p.get("peak_rss_mb"), p.get("compile_s")
             row["loadavg"] = (p.get("loadavg_before") or [None])[0]
+            row["plans"] = {k: p[k] for k in ("compiles", "cache_hits", "disk_hits") if k in p}
     for model, rows in table.items():
         for key, *_ in METRICS:
             peer_vals = [rows[e][key]["value"] for e in PEERS if e in rows and key in rows[e]
@@ -315,7 +320,10 @@ def markdown(r):
             cells = [e] + [_cell(row.get(k), notes) for k, *_ in METRICS]
             rss = row.get("peak_rss_mb")
             rss_s = _fmt(rss, 0) + (f" ({rss / need:.2f}×)" if rss and need else "")
-            cells += [_fmt(row.get("compile_s"), 2), _fmt(row.get("load_s"), 2), rss_s, _fmt(row.get("loadavg"), 1)]
+            plans = row.get("plans") or {}
+            comp = _fmt(row.get("compile_s"), 2) + (
+                f" ({plans['compiles']} compiled, {plans.get('cache_hits', 0)} cache hits)" if "compiles" in plans else "")
+            cells += [comp, _fmt(row.get("load_s"), 2), rss_s, _fmt(row.get("loadavg"), 1)]
             lines.append("| " + " | ".join(cells) + " |")
         if bounds:
             cells = ["*bound*"] + [f"{_fmt(bounds[k]['tok_s'])} ({bounds[k]['binds']})" if k in bounds else "-"

@@ -20,7 +20,7 @@ HUBRT=$ROOT/$BUILD/hubrt
 THREADS=${BENCH_THREADS:-2}
 RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-420}
 BUDGET=${BENCH_BUDGET:-2700}
-MODELS=${BENCH_MODELS:-"qwen3-0.6b-shaped llama-3.2-1b-shaped"}
+MODELS=${BENCH_MODELS:-"qwen3-0.6b-shaped llama-3.2-1b-shaped smollm2-135m-shaped"}
 ENGINES=${BENCH_ENGINES:-"hubrt hubrt-compiled hubrt-xla_cpu transformers-eager transformers-compile llama.cpp"}
 RESULTS=${BENCH_RESULTS:-$ROOT/bench/results}
 WORK=$RESULTS/run.tmp
@@ -105,13 +105,13 @@ HUBRT_LIBRARY=$ROOT/$BUILD/libhubrt.so timeout "$RUN_TIMEOUT" "$PY" bench/bench_
 tail -n 1 "$WORK/tokenizer.out" > "$WORK/tokenizer.json"
 
 # --- model cases: one process per engine, model and case
-hubrt_has() { "$HUBRT" bench 2>&1 | grep -q -- "$1"; }
+hubrt_has() { grep -q -- "$1" <<< "$("$HUBRT" bench 2>&1)"; }  # the usage text lists the options
 engine_cmd() {  # engine model-dir case-args -> the command line, or nothing when the engine cannot run
   local e=$1 d=$2; shift 2
   case $e in
     hubrt) echo "$HUBRT bench $d $* --dtype bf16" ;;
     hubrt-compiled) hubrt_has "--compile" && echo "$HUBRT bench $d $* --dtype bf16 --compile" ;;
-    hubrt-xla_cpu) echo "$HUBRT bench $d $* --dtype bf16 --device xla_cpu" ;;
+    hubrt-xla_cpu) echo "$HUBRT bench $d $* --dtype bf16 --device xla_cpu --compile" ;;
     transformers-eager) echo "$PY bench/bench_transformers.py $d $* --mode eager --threads $THREADS" ;;
     transformers-compile) echo "$PY bench/bench_transformers.py $d $* --mode compile --threads $THREADS" ;;
     llama.cpp) echo "$PY bench/bench_llamacpp.py run $FIX/$(basename "$d").bf16.gguf $* --threads $THREADS" ;;
@@ -131,6 +131,11 @@ for spec in $CASE_SPEC; do
       if [[ $e == hubrt-xla_cpu && ( $c != b1 || $m != ${MODELS%% *} ) ]]; then continue; fi
       if (( $(date +%s) - START > BUDGET )); then
         record_skip "$e" "$m" "$c" "skipped: the run's time budget (BENCH_BUDGET=${BUDGET} s) was spent"
+        continue
+      fi
+      if [[ $e == llama.cpp && ! -f $FIX/$m.bf16.gguf ]]; then
+        why=$(grep -h "Error: " "$WORK/convert-$m.log" 2>/dev/null | grep -v CalledProcessError | tail -n 1 | tr -d '"\\' | cut -c1-200)
+        record_skip "$e" "$m" "$c" "no GGUF: llama.cpp's converter failed (${why:-see convert-$m.log})"
         continue
       fi
       cmd=$(engine_cmd "$e" "$FIX/$m" ${CASE_ARGS[$c]})
