@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "device/device_impl.h"
 
 #define MAGIC "HRPLAN\0\1"
@@ -30,12 +31,6 @@ bool hr_disk_cache_dir(char *buf, size_t n) {
     const char *home = getenv("HOME");
     if (!home || !*home) return false;
     return (size_t)snprintf(buf, n, "%s/.cache/hubrt", home) < n;
-}
-
-static uint64_t checksum(const unsigned char *p, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
 }
 
 /* ---- byte writer / reader -------------------------------------------- */
@@ -115,10 +110,6 @@ static void put_tensor(writer *w, const hr_tensor *t, int value) {
     put_i64(w, value);
 }
 
-static int value_index(const hr_plan *p, const hr_tensor *t) {
-    return (int)((const hr_plan_value *)((const char *)t->buf - offsetof(hr_plan_value, bound)) - p->values);
-}
-
 hr_status hr_plan_serialize(const hr_plan *p, uint64_t key, hr_jit_resolve_fn resolve, void *ctx,
                             unsigned char **data, size_t *len) {
     writer w = {0};
@@ -150,7 +141,7 @@ hr_status hr_plan_serialize(const hr_plan *p, uint64_t key, hr_jit_resolve_fn re
         put_str(&w, pv->name);
     }
     put_i64(&w, p->n_tensors);
-    for (int i = 0; i < p->n_tensors; i++) put_tensor(&w, &p->tensors[i], value_index(p, &p->tensors[i]));
+    for (int i = 0; i < p->n_tensors; i++) put_tensor(&w, &p->tensors[i], hr_plan_value_index(p, &p->tensors[i]));
     put_i64(&w, p->n_nodes);
     for (int i = 0; i < p->n_nodes; i++) {
         const hr_plan_node *n = &p->nodes[i];
@@ -167,7 +158,7 @@ hr_status hr_plan_serialize(const hr_plan *p, uint64_t key, hr_jit_resolve_fn re
         free(w.p);
         return hr_error(HR_ERR_OOM, "plan: out of memory serializing");
     }
-    uint64_t payload = w.len - HEADER_SIZE, sum = checksum(w.p + HEADER_SIZE, payload);
+    uint64_t payload = w.len - HEADER_SIZE, sum = hr_fnv1a(HR_FNV_OFFSET, w.p + HEADER_SIZE, payload);
     uint32_t format = FORMAT;
     memcpy(w.p, MAGIC, 8);
     memcpy(w.p + 8, &format, 4);
@@ -223,7 +214,7 @@ hr_status hr_plan_deserialize(const unsigned char *data, size_t len, uint64_t ke
     if (format != FORMAT) return bad("written by another format version");
     if (fkey != key) return bad("key mismatch");
     if (payload != len - HEADER_SIZE) return bad("truncated or padded");
-    if (checksum(data + HEADER_SIZE, payload) != sum) return bad("checksum mismatch");
+    if (hr_fnv1a(HR_FNV_OFFSET, data + HEADER_SIZE, payload) != sum) return bad("checksum mismatch");
     reader r = {data + HEADER_SIZE, payload, 0, false};
     hr_capture cap;
     memset(&cap, 0, sizeof cap);

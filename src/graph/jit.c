@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "device/device_impl.h"
 #include "graph/disk_cache.h"
 #include "graph/plan.h"
@@ -111,34 +112,28 @@ static int signature(const hr_tensor *const *in, int n_in, int n_out, int64_t *s
     return n;
 }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 /* Disk key: everything a plan depends on that is the same across processes
  * (device pointers are replaced by backend name and index). */
 static uint64_t disk_key(const hr_jit *j, const hr_tensor *const *in, int n_in, int n_out) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    h = fnv(h, j->name, strlen(j->name));
-    h = fnv(h, &j->opts.fingerprint, sizeof j->opts.fingerprint);
-    h = fnv(h, HUBRT_VERSION_STRING, strlen(HUBRT_VERSION_STRING));
+    uint64_t h = HR_FNV_OFFSET;
+    h = hr_fnv1a(h, j->name, strlen(j->name));
+    h = hr_fnv1a(h, &j->opts.fingerprint, sizeof j->opts.fingerprint);
+    h = hr_fnv1a(h, HUBRT_VERSION_STRING, strlen(HUBRT_VERSION_STRING));
     int isa = hr_cpu_isa_get();
-    h = fnv(h, &isa, sizeof isa);
+    h = hr_fnv1a(h, &isa, sizeof isa);
     int head[2] = {n_in, n_out};
-    h = fnv(h, head, sizeof head);
+    h = hr_fnv1a(h, head, sizeof head);
     for (int i = 0; i < n_in; i++) {
         const hr_tensor *t = in[i];
         int64_t meta[3 + 2 * HR_MAX_DIMS] = {t->dtype, t->ndim, t->buf->device->index};
         for (int d = 0; d < t->ndim; d++) meta[3 + d] = t->shape[d], meta[3 + HR_MAX_DIMS + d] = t->strides[d];
-        h = fnv(h, meta, sizeof meta);
-        h = fnv(h, t->buf->device->backend, strlen(t->buf->device->backend));
+        h = hr_fnv1a(h, meta, sizeof meta);
+        h = hr_fnv1a(h, t->buf->device->backend, strlen(t->buf->device->backend));
     }
     return h;
 }
 
-static void warn_recompile(hr_jit *j, const int64_t *sig, int sig_len, const hr_tensor *const *in, int n_in) {
+static void warn_recompile(hr_jit *j, const int64_t *sig, const hr_tensor *const *in, int n_in) {
     int limit = env_int("HUBRT_RECOMPILE_LIMIT", 8);
     if (j->warned_recompile || j->n_entries <= limit) return;
     j->warned_recompile = true;
@@ -159,7 +154,6 @@ static void warn_recompile(hr_jit *j, const int64_t *sig, int sig_len, const hr_
            "compiled function '%s' has been compiled %d times (limit %d, HUBRT_RECOMPILE_LIMIT); "
            "input %d changed shape, now %s: dynamic shapes recompile, pad inputs to a few fixed sizes",
            j->name, j->n_entries, limit, changed, shape);
-    (void)sig_len;
 }
 
 static hr_status add_entry(hr_jit *j, uint64_t key, const int64_t *sig, int sig_len, hr_plan *plan) {
@@ -244,7 +238,7 @@ hr_status hr_jit_call(hr_jit *j, const hr_tensor *const *in, int n_in, hr_tensor
         stats_add(0, 0, 1, 0, ms);
         hr_log(HR_LOG_DEBUG, "compiled '%s': %d ops, arena %zu bytes, %.1f ms", j->name, plan->n_nodes,
                plan->arena_size, ms);
-        warn_recompile(j, sig, sig_len, in, n_in);
+        warn_recompile(j, sig, in, n_in);
         if (j->opts.resolve && hr_disk_cache_enabled())
             hr_disk_cache_store(key, j->name, plan, j->opts.resolve, j->opts.resolve_ctx);
     } else if (plan) {

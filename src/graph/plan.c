@@ -5,30 +5,24 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "device/device_impl.h"
 #include "hubrt/graph.h"
 #include "ops/profile.h"
 
 #define ARENA_ALIGN 64
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
-/* Plan tensors point at their value's `bound` buffer header. */
-static int value_index(const hr_plan *p, const hr_tensor *t) {
+int hr_plan_value_index(const hr_plan *p, const hr_tensor *t) {
     return (int)((const hr_plan_value *)((const char *)t->buf - offsetof(hr_plan_value, bound)) - p->values);
 }
 
 static uint64_t structure_hash(const hr_plan *p) {
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = HR_FNV_OFFSET;
     for (int i = 0; i < p->n_nodes; i++) {
         const hr_plan_node *n = &p->nodes[i];
         int head[3] = {(int)n->op, n->n_in, n->n_out};
-        h = fnv(h, head, sizeof head);
-        h = fnv(h, n->attrs, n->attrs_size);
+        h = hr_fnv1a(h, head, sizeof head);
+        h = hr_fnv1a(h, n->attrs, n->attrs_size);
     }
     for (int i = 0; i < p->n_tensors; i++) {
         const hr_tensor *t = &p->tensors[i];
@@ -36,16 +30,16 @@ static uint64_t structure_hash(const hr_plan *p) {
         memcpy(meta + 2, t->shape, sizeof t->shape);
         memcpy(meta + 2 + HR_MAX_DIMS, t->strides, sizeof t->strides);
         meta[2 + 2 * HR_MAX_DIMS] = t->offset;
-        h = fnv(h, meta, sizeof meta);
-        int v = value_index(p, t);
-        h = fnv(h, &v, sizeof v);
+        h = hr_fnv1a(h, meta, sizeof meta);
+        int v = hr_plan_value_index(p, t);
+        h = hr_fnv1a(h, &v, sizeof v);
     }
     for (int i = 0; i < p->n_values; i++) {
         const hr_plan_value *v = &p->values[i];
         /* An input's buffer size is the caller's business, not the plan's. */
         int64_t meta[3] = {v->kind, v->index, v->kind == HR_VALUE_INPUT ? 0 : (int64_t)v->nbytes};
-        h = fnv(h, meta, sizeof meta);
-        h = fnv(h, v->name, strlen(v->name));
+        h = hr_fnv1a(h, meta, sizeof meta);
+        h = hr_fnv1a(h, v->name, strlen(v->name));
     }
     return h;
 }
@@ -64,7 +58,7 @@ size_t hr_plan_assign_arena(hr_plan *plan) {
         const hr_plan_node *n = &plan->nodes[i];
         if (n->dead || n->folded) continue;
         for (int k = 0; k < n->n_in + n->n_out; k++) {
-            int v = value_index(plan, &plan->tensors[n->first_tensor + k]);
+            int v = hr_plan_value_index(plan, &plan->tensors[n->first_tensor + k]);
             if (first[v] < 0) first[v] = i;
             last[v] = i;
         }
@@ -117,11 +111,11 @@ static hr_status eliminate_dead_nodes(hr_plan *p) {
     for (int i = p->n_nodes - 1; i >= 0; i--) {
         hr_plan_node *n = &p->nodes[i];
         bool needed = false;
-        for (int k = 0; k < n->n_out && !needed; k++) needed = live[value_index(p, &p->tensors[n->first_tensor + n->n_in + k])];
+        for (int k = 0; k < n->n_out && !needed; k++) needed = live[hr_plan_value_index(p, &p->tensors[n->first_tensor + n->n_in + k])];
         n->dead = !needed;
         p->n_dead += n->dead;
         if (needed)
-            for (int k = 0; k < n->n_in; k++) live[value_index(p, &p->tensors[n->first_tensor + k])] = true;
+            for (int k = 0; k < n->n_in; k++) live[hr_plan_value_index(p, &p->tensors[n->first_tensor + k])] = true;
     }
     free(live);
     return HR_OK;
@@ -139,21 +133,21 @@ static hr_status fold_weight_only_nodes(hr_plan *p) {
     for (int i = 0; i < p->n_nodes && s == HR_OK; i++) {
         const hr_plan_node *n = &p->nodes[i];
         if (n->dead) continue;
-        for (int k = 0; k < n->n_out; k++) writers[value_index(p, &p->tensors[n->first_tensor + n->n_in + k])]++;
+        for (int k = 0; k < n->n_out; k++) writers[hr_plan_value_index(p, &p->tensors[n->first_tensor + n->n_in + k])]++;
     }
     for (int v = 0; v < nv && s == HR_OK; v++) frozen[v] = p->values[v].kind == HR_VALUE_CONST && writers[v] == 0;
     for (int i = 0; i < p->n_nodes && s == HR_OK; i++) {
         hr_plan_node *n = &p->nodes[i];
         if (n->dead || n->empty || n->n_in == 0) continue;
         bool foldable = true;
-        for (int k = 0; k < n->n_in && foldable; k++) foldable = frozen[value_index(p, &p->tensors[n->first_tensor + k])];
+        for (int k = 0; k < n->n_in && foldable; k++) foldable = frozen[hr_plan_value_index(p, &p->tensors[n->first_tensor + k])];
         for (int k = 0; k < n->n_out && foldable; k++) {
-            int v = value_index(p, &p->tensors[n->first_tensor + n->n_in + k]);
+            int v = hr_plan_value_index(p, &p->tensors[n->first_tensor + n->n_in + k]);
             foldable = p->values[v].kind == HR_VALUE_TEMP && writers[v] == 1;
         }
         if (!foldable) continue;
         for (int k = 0; k < n->n_out && s == HR_OK; k++) {
-            hr_plan_value *pv = &p->values[value_index(p, &p->tensors[n->first_tensor + n->n_in + k])];
+            hr_plan_value *pv = &p->values[hr_plan_value_index(p, &p->tensors[n->first_tensor + n->n_in + k])];
             s = p->device->vt->buffer_alloc(p->device, pv->nbytes, &pv->owned);
             if (s == HR_OK) pv->bound.data = pv->owned->data;
         }
@@ -163,7 +157,7 @@ static hr_status fold_weight_only_nodes(hr_plan *p) {
         if (s != HR_OK) break;
         n->folded = true;
         p->n_folded++;
-        for (int k = 0; k < n->n_out; k++) frozen[value_index(p, &p->tensors[n->first_tensor + n->n_in + k])] = true;
+        for (int k = 0; k < n->n_out; k++) frozen[hr_plan_value_index(p, &p->tensors[n->first_tensor + n->n_in + k])] = true;
     }
     free(writers);
     free(frozen);

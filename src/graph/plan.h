@@ -58,6 +58,10 @@ hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_
 hr_status hr_plan_run(hr_plan *plan, const hr_tensor *const *inputs, hr_tensor **outputs);
 void hr_plan_free(hr_plan *plan);
 
+/* The index of the value a plan tensor points at (its buf is the value's
+ * `bound` header). */
+int hr_plan_value_index(const hr_plan *plan, const hr_tensor *t);
+
 /* Assigns arena offsets to TEMP values by liveness (exposed for tests). */
 size_t hr_plan_assign_arena(hr_plan *plan);
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "generate/kv_cache.h"
 #include "models/model_impl.h"
 
@@ -56,12 +57,6 @@ static const hr_tensor *resolve_weight(void *ctx, const char *name) {
     return t;
 }
 
-static uint64_t mix(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 /* What fixes the graph besides the input shapes: the architecture, its
  * sizes and flags, the dtype and the norm epsilon baked into attrs. */
 static uint64_t fingerprint(const hr_model *m) {
@@ -69,9 +64,9 @@ static uint64_t fingerprint(const hr_model *m) {
     int64_t dims[] = {c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads,
                       c->n_kv_heads, c->head_dim, c->rope.rotary_dim, m->dtype, c->tie_word_embeddings,
                       c->attention_bias, c->qkv_bias, c->mlp_bias, c->qk_norm};
-    uint64_t h = mix(0xcbf29ce484222325ull, c->arch, strlen(c->arch));
-    h = mix(h, dims, sizeof dims);
-    return mix(h, &c->rms_norm_eps, sizeof c->rms_norm_eps);
+    uint64_t h = hr_fnv1a(HR_FNV_OFFSET, c->arch, strlen(c->arch));
+    h = hr_fnv1a(h, dims, sizeof dims);
+    return hr_fnv1a(h, &c->rms_norm_eps, sizeof c->rms_norm_eps);
 }
 
 static hr_status jit_for(hr_model *m, bool last_only, hr_jit **out) {
