@@ -50,6 +50,9 @@ hr_shlo_value hr_shlo_arg_donated(hr_shlo_builder *b, hr_dtype dt, int ndim, con
 /* Generic op "stablehlo.<name>"(ins) {attrs} -> result of (dt, ndim, shape). */
 hr_shlo_value hr_shlo_op(hr_shlo_builder *b, const char *name, const hr_shlo_value *ins, int n,
                          const char *attrs, hr_dtype dt, int ndim, const int64_t *shape);
+/* "stablehlo.concatenate" of n values along dim -> result of (dt, ndim, shape). */
+hr_shlo_value hr_shlo_concat(hr_shlo_builder *b, const hr_shlo_value *ins, int n, int dim, hr_dtype dt, int ndim,
+                             const int64_t *shape);
 /* 0-dim constant (floats: value rounded to dt; ints: truncated). */
 hr_shlo_value hr_shlo_const(hr_shlo_builder *b, hr_dtype dt, double value);
 hr_shlo_value hr_shlo_const_i64(hr_shlo_builder *b, int64_t value);

@@ -149,6 +149,13 @@ hr_shlo_value hr_shlo_op(hr_shlo_builder *b, const char *name, const hr_shlo_val
     return r;
 }
 
+hr_shlo_value hr_shlo_concat(hr_shlo_builder *b, const hr_shlo_value *ins, int n, int dim, hr_dtype dt, int ndim,
+                             const int64_t *shape) {
+    char attr[64];
+    snprintf(attr, sizeof attr, "dimension = %d : i64", dim);
+    return hr_shlo_op(b, "concatenate", ins, n, attr, dt, ndim, shape);
+}
+
 /* A float literal MLIR parses back exactly; inf and nan as hex bit patterns. */
 static void float_literal(char *buf, size_t n, hr_dtype dt, double value) {
     if (isfinite(value)) {

@@ -76,9 +76,7 @@ static hr_status lower_gather(hr_shlo_builder *b, const void *attrs, const hr_sh
         coords[d] = hr_shlo_reshape(b, c, r + 1, cshape);
     }
     cshape[r] = r;
-    char attr[64];
-    snprintf(attr, sizeof attr, "dimension = %d : i64", r);
-    hr_shlo_value all = r == 1 ? coords[0] : hr_shlo_op(b, "concatenate", coords, r, attr, HR_I64, r + 1, cshape);
+    hr_shlo_value all = r == 1 ? coords[0] : hr_shlo_concat(b, coords, r, r, HR_I64, r + 1, cshape);
     int dims[HR_MAX_DIMS];
     int64_t ones[HR_MAX_DIMS];
     for (int i = 0; i < r; i++) dims[i] = i, ones[i] = 1;
@@ -111,9 +109,7 @@ static hr_status lower_cat(hr_shlo_builder *b, const void *attrs, const hr_shlo_
         out[0] = in[0];
         return b->status;
     }
-    char attr[64];
-    snprintf(attr, sizeof attr, "dimension = %d : i64", dim);
-    out[0] = hr_shlo_op(b, "concatenate", in, n_in, attr, m->dtype, m->ndim, m->shape);
+    out[0] = hr_shlo_concat(b, in, n_in, dim, m->dtype, m->ndim, m->shape);
     return b->status;
 }
 

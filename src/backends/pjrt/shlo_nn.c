@@ -69,13 +69,11 @@ static hr_status lower_rope_cos_sin(hr_shlo_builder *b, const void *attrs, const
                                          hr_shlo_bcast_dims(b, inv, &last, nd, shape));
     double scale = a && a->attention_scaling != 0 ? (double)(float)a->attention_scaling : 1.0;
     const char *fn[2] = {"cosine", "sine"};
-    char attr[64];
-    snprintf(attr, sizeof attr, "dimension = %d : i64", last);
     for (int k = 0; k < 2; k++) {
         hr_shlo_value v = hr_shlo_unary(b, fn[k], freqs);
         if (scale != 1.0) v = hr_shlo_binary(b, "multiply", v, hr_shlo_splat(b, HR_F32, scale, nd, shape));
         hr_shlo_value both[2] = {v, v};
-        hr_shlo_value c = hr_shlo_op(b, "concatenate", both, 2, attr, HR_F32, m[k].ndim, m[k].shape);
+        hr_shlo_value c = hr_shlo_concat(b, both, 2, last, HR_F32, m[k].ndim, m[k].shape);
         out[k] = hr_shlo_convert(b, c, m[k].dtype);
     }
     return b->status;
@@ -110,9 +108,7 @@ static hr_status lower_rope(hr_shlo_builder *b, const void *attrs, const hr_shlo
     hr_shlo_value y2 = hr_shlo_binary(b, "add", round_to(b, hr_shlo_binary(b, "multiply", c2, x2), mid),
                                       round_to(b, hr_shlo_binary(b, "multiply", s2, x1), mid));
     hr_shlo_value parts[3] = {y1, y2, last_slice(b, x, rot, d)};
-    char attr[64];
-    snprintf(attr, sizeof attr, "dimension = %d : i64", x.ndim - 1);
-    hr_shlo_value y = hr_shlo_op(b, "concatenate", parts, rot < d ? 3 : 2, attr, HR_F32, x.ndim, x.shape);
+    hr_shlo_value y = hr_shlo_concat(b, parts, rot < d ? 3 : 2, x.ndim - 1, HR_F32, x.ndim, x.shape);
     out[0] = hr_shlo_convert(b, y, m->dtype);
     return b->status;
 }
