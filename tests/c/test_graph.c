@@ -171,6 +171,17 @@ static void test_capture_fails_loudly(void **state) {
     hr_tensor_free(x);
 }
 
+/* The path of the (single) plan file in dir. */
+static void plan_path(const char *dir, char *path, size_t n) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s/*.hrplan", dir);
+    FILE *ls = popen(cmd, "r");
+    assert_non_null(ls);
+    assert_non_null(fgets(path, (int)n, ls));
+    pclose(ls);
+    path[strcspn(path, "\n")] = '\0';
+}
+
 static void test_disk_cache_round_trip_and_corruption(void **state) {
     char dir[] = "/tmp/hubrt-graph-test-XXXXXX";
     assert_non_null(mkdtemp(dir));
@@ -203,12 +214,8 @@ static void test_disk_cache_round_trip_and_corruption(void **state) {
     hr_tensor_free(again);
 
     /* Corrupt the entry three ways; each is rejected and rebuilt. */
-    char cmd[512], path[512];
-    snprintf(cmd, sizeof cmd, "ls %s/*.hrplan", dir);
-    FILE *ls = popen(cmd, "r");
-    assert_non_null(fgets(path, sizeof path, ls));
-    pclose(ls);
-    path[strcspn(path, "\n")] = '\0';
+    char cmd[600], path[600];
+    plan_path(dir, path, sizeof path);
     FILE *f = fopen(path, "rb");
     fseek(f, 0, SEEK_END);
     long len = ftell(f);
@@ -364,16 +371,9 @@ static void test_two_processes_share_the_cache(void **state) {
     assert_int_equal(hr_jit_call(jit, in, 2, &ref, 1), HR_OK); /* writes the entry */
     hr_jit_free(jit);
     /* the key of the entry, from its file name */
-    uint64_t key = 0;
-    {
-        char lscmd[600], path[600];
-        snprintf(lscmd, sizeof lscmd, "ls %s/*.hrplan", dir);
-        FILE *p = popen(lscmd, "r");
-        assert_non_null(p);
-        assert_non_null(fgets(path, sizeof path, p));
-        pclose(p);
-        key = strtoull(strrchr(path, '-') + 1, NULL, 16);
-    }
+    char path[600];
+    plan_path(dir, path, sizeof path);
+    uint64_t key = strtoull(strrchr(path, '-') + 1, NULL, 16);
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {

@@ -13,16 +13,10 @@
 
 #include "core/half.h"
 #include "hubrt.h"
+#include "test_util.h"
 
 #define IN_(...) ((const hr_tensor *const[]){__VA_ARGS__})
 
-static hr_tensor *from_f32(int ndim, const int64_t *shape, const float *v) {
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
-    hr_tensor *t = NULL;
-    assert_int_equal(hr_tensor_from_host(NULL, HR_F32, ndim, shape, v, (size_t)n * 4, &t), HR_OK);
-    return t;
-}
 
 static void read_f32(const hr_tensor *t, float *dst, int64_t n) {
     assert_int_equal(hr_tensor_read(t, dst, (size_t)n * 4), HR_OK);
@@ -35,7 +29,7 @@ static void expect_error(hr_status s, hr_status want, const char *needle) {
 
 static void test_inplace_alias(void **state) {
     float av[6] = {1, 2, 3, 4, 5, 6}, bv[3] = {10, 20, 30}, got[6];
-    hr_tensor *a = from_f32(2, (int64_t[]){2, 3}, av), *b = from_f32(1, (int64_t[]){3}, bv);
+    hr_tensor *a = test_from_f32(2, (int64_t[]){2, 3}, av), *b = test_from_f32(1, (int64_t[]){3}, bv);
     hr_tensor *outs[1] = {a};
     assert_int_equal(hr_op_run(HR_OP_add, NULL, IN_(a, b), 2, outs, 1), HR_OK);
     assert_ptr_equal(outs[0], a);
@@ -55,7 +49,7 @@ static void test_inplace_alias(void **state) {
 
 static void test_copy_wrapper_broadcasts_and_casts(void **state) {
     float sv[4] = {1.00390625f, -2.5f, 3.0f, 1e-3f};
-    hr_tensor *src = from_f32(1, (int64_t[]){4}, sv), *dst = NULL;
+    hr_tensor *src = test_from_f32(1, (int64_t[]){4}, sv), *dst = NULL;
     assert_int_equal(hr_tensor_zeros(NULL, HR_BF16, 2, (int64_t[]){3, 4}, &dst), HR_OK);
     assert_int_equal(hr_copy_(dst, src), HR_OK);
     uint16_t got[12];
@@ -68,7 +62,7 @@ static void test_copy_wrapper_broadcasts_and_casts(void **state) {
 static void test_index_copy_inplace(void **state) {
     float dv[8] = {0}, sv[4] = {1, 2, 3, 4}, got[8];
     int64_t iv[2] = {3, 1};
-    hr_tensor *dst = from_f32(2, (int64_t[]){4, 2}, dv), *src = from_f32(2, (int64_t[]){2, 2}, sv), *idx = NULL;
+    hr_tensor *dst = test_from_f32(2, (int64_t[]){4, 2}, dv), *src = test_from_f32(2, (int64_t[]){2, 2}, sv), *idx = NULL;
     assert_int_equal(hr_tensor_from_host(NULL, HR_I64, 1, (int64_t[]){2}, iv, sizeof iv, &idx), HR_OK);
     assert_int_equal(hr_index_copy_(dst, 0, idx, src), HR_OK);
     read_f32(dst, got, 8);
@@ -85,7 +79,7 @@ static void test_index_copy_inplace(void **state) {
 
 static void test_attr_errors(void **state) {
     float v[2] = {1, 2};
-    hr_tensor *x = from_f32(1, (int64_t[]){2}, v), *out = NULL;
+    hr_tensor *x = test_from_f32(1, (int64_t[]){2}, v), *out = NULL;
     expect_error(hr_cast(x, (hr_dtype)99, &out), HR_ERR_INVALID_ARG, "dtype attribute 99");
     assert_non_null(strstr(hr_last_error(), "op 'cast'"));
     hr_tensor *outs[1] = {NULL};
@@ -187,7 +181,7 @@ static void test_vector_transcendentals(void **state) {
     float *v = malloc((size_t)n * 4);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int64_t i = 0; i < n; i++) v[i] = (float)(cases[c].lo + (cases[c].hi - cases[c].lo) * (double)i / (double)(n - 1));
-        hr_tensor *x = from_f32(1, &n, v), *outs[1] = {NULL};
+        hr_tensor *x = test_from_f32(1, &n, v), *outs[1] = {NULL};
         hr_attrs_gelu g = {.approximate = cases[c].approximate};
         assert_int_equal(hr_op_run(cases[c].op, &g, IN_(x), 1, outs, 1), HR_OK);
         const float *got = hr_tensor_data(outs[0]);

@@ -13,14 +13,8 @@
 
 #include "core/threadpool.h"
 #include "hubrt.h"
+#include "test_util.h"
 
-static hr_tensor *from_f32(int ndim, const int64_t *shape, const float *v) {
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
-    hr_tensor *t = NULL;
-    assert_int_equal(hr_tensor_from_host(NULL, HR_F32, ndim, shape, v, (size_t)n * 4, &t), HR_OK);
-    return t;
-}
 
 static void expect_error(hr_status s, hr_status want, const char *needle) {
     assert_int_equal(s, want);
@@ -29,7 +23,7 @@ static void expect_error(hr_status s, hr_status want, const char *needle) {
 
 static void test_reduce_values(void **state) {
     const float v[6] = {1, 5, 5, 5, 0, 3}; /* [2, 3] */
-    hr_tensor *x = from_f32(2, (int64_t[]){2, 3}, v), *out = NULL;
+    hr_tensor *x = test_from_f32(2, (int64_t[]){2, 3}, v), *out = NULL;
     float f[4];
     int64_t i[4];
     assert_int_equal(hr_sum(x, 1, false, &out), HR_OK);
@@ -63,7 +57,7 @@ static void test_reduce_values(void **state) {
 
 static void test_softmax_and_cumsum_values(void **state) {
     const float v[3] = {0, logf(2), logf(5)};
-    hr_tensor *x = from_f32(1, (int64_t[]){3}, v), *out = NULL;
+    hr_tensor *x = test_from_f32(1, (int64_t[]){3}, v), *out = NULL;
     float f[3];
     assert_int_equal(hr_softmax(x, 0, &out), HR_OK);
     assert_int_equal(hr_tensor_read(out, f, 12), HR_OK);
@@ -128,7 +122,7 @@ static void test_same_results_for_any_thread_count(void **state) {
     const int64_t rows = 2, n = 70000, all = rows * n;
     float *v = malloc(sizeof(float) * (size_t)all);
     for (int64_t i = 0; i < all; i++) v[i] = (float)((i * 7919) % 1013) / 101.0f - 5.0f;
-    hr_tensor *x = from_f32(2, (int64_t[]){rows, n}, v);
+    hr_tensor *x = test_from_f32(2, (int64_t[]){rows, n}, v);
     for (int dim = 0; dim < 2; dim++) {
         suite_ctx c[2];
         for (int t = 0; t < 2; t++) {
@@ -176,7 +170,7 @@ static void test_size_zero_dims(void **state) {
 
 static void test_norms_and_rope_values(void **state) {
     const float v[4] = {1, 1, 1, 1}, w[4] = {1, 2, 3, 4};
-    hr_tensor *x = from_f32(1, (int64_t[]){4}, v), *wt = from_f32(1, (int64_t[]){4}, w), *out = NULL;
+    hr_tensor *x = test_from_f32(1, (int64_t[]){4}, v), *wt = test_from_f32(1, (int64_t[]){4}, w), *out = NULL;
     float f[8];
     assert_int_equal(hr_rms_norm(x, wt, 0.0, 1.0, &out), HR_OK); /* Gemma: (1 + w) */
     assert_int_equal(hr_tensor_read(out, f, 16), HR_OK);
@@ -189,7 +183,7 @@ static void test_norms_and_rope_values(void **state) {
     /* positions [2] x inv_freq [2] -> cos/sin [2, 4]; rope of x [2, 4] */
     int64_t pos[2] = {0, 3};
     const float inv[2] = {1.0f, 0.5f};
-    hr_tensor *p = NULL, *it = from_f32(1, (int64_t[]){2}, inv), *c = NULL, *s = NULL;
+    hr_tensor *p = NULL, *it = test_from_f32(1, (int64_t[]){2}, inv), *c = NULL, *s = NULL;
     assert_int_equal(hr_tensor_from_host(NULL, HR_I64, 1, (int64_t[]){2}, pos, sizeof pos, &p), HR_OK);
     assert_int_equal(hr_rope_cos_sin(p, it, 2.0, HR_F32, &c, &s), HR_OK);
     assert_int_equal(hr_tensor_read(c, f, 32), HR_OK);
@@ -197,7 +191,7 @@ static void test_norms_and_rope_values(void **state) {
     assert_float_equal(f[5], 2 * cos(1.5), 1e-6);             /* position 3, freq 0.5 */
     assert_true(f[5] == f[7]);                                /* cat(freqs, freqs) */
     const float xv[8] = {1, 0, 0, 0, 1, 0, 0, 0};
-    hr_tensor *q = from_f32(2, (int64_t[]){2, 4}, xv);
+    hr_tensor *q = test_from_f32(2, (int64_t[]){2, 4}, xv);
     assert_int_equal(hr_rope(q, c, s, &out), HR_OK);
     assert_int_equal(hr_tensor_read(out, f, 32), HR_OK);
     assert_float_equal(f[4], 2 * cos(3.0), 1e-6); /* x1 * cos */
