@@ -33,6 +33,17 @@ typedef struct hr_gemm {
 
 hr_status hr_gemm_run(const hr_gemm *g);
 
+/* Element offsets of batch `bi` in A, B and C, and the number of batches. */
+void hr_gemm_batch_offsets(const hr_gemm *g, int64_t bi, int64_t *oa, int64_t *ob, int64_t *oc);
+int64_t hr_gemm_batch_count(const hr_gemm *g);
+
+/* Rows the GEMV route takes: kernels run a few rows at a time over the same
+ * weight rows, which stay in cache between the passes, so the weights still
+ * stream from memory once; beyond this, packing for the GEMM pays. */
+#define HR_GEMV_ROUTE_ROWS 16
+/* The GEMV route (gemv_core.c): rows <= HR_GEMV_ROUTE_ROWS, B K-contiguous. */
+hr_status hr_gemv_run(const hr_gemm *g, int rows);
+
 /* ---- micro-kernels (gemm_kernels.c, gemm_avx512.c) ---- */
 
 /* Register-blocked C tile [mr, nr] (+)= A panel @ B panel, in f32.

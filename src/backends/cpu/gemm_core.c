@@ -1,6 +1,6 @@
-/* The GEMM driver: batch/tile decomposition over the thread pool, packing
- * of strided operands of any float dtype into micro-kernel panels, and the
- * GEMV route for a few rows against a K-contiguous B. */
+/* The GEMM driver: batch/tile decomposition over the thread pool and
+ * packing of strided operands of any float dtype into micro-kernel panels;
+ * a few rows against a K-contiguous B go to the GEMV route (gemv_core.c). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -17,11 +17,6 @@
 #define MC 96
 #define NC_MAX 256
 #define KC 256
-#define GEMV_CHUNK 64
-/* Rows the GEMV route takes: kernels run 4 at a time over the same four
- * weight rows, which stay in L1 between the passes, so the weights still
- * stream from memory once; beyond this, packing for the GEMM pays. */
-#define GEMV_ROWS 16
 
 typedef struct family {
     hr_gemm_ukr_fn ukr;
@@ -38,8 +33,7 @@ static family family_for(const hr_gemm *g) {
     return (family){hr_gemm_ukr_f32_scalar, HR_GEMM_F32_MR, HR_GEMM_F32_NR, false, false};
 }
 
-/* Element offsets of batch `bi` in A, B and C. */
-static void batch_offsets(const hr_gemm *g, int64_t bi, int64_t *oa, int64_t *ob, int64_t *oc) {
+void hr_gemm_batch_offsets(const hr_gemm *g, int64_t bi, int64_t *oa, int64_t *ob, int64_t *oc) {
     *oa = *ob = *oc = 0;
     for (int d = g->nb - 1; d >= 0; d--) {
         int64_t i = bi % g->bshape[d];
@@ -50,7 +44,7 @@ static void batch_offsets(const hr_gemm *g, int64_t bi, int64_t *oa, int64_t *ob
     }
 }
 
-static int64_t batch_count(const hr_gemm *g) {
+int64_t hr_gemm_batch_count(const hr_gemm *g) {
     int64_t n = 1;
     for (int d = 0; d < g->nb; d++) n *= g->bshape[d];
     return n;
@@ -288,7 +282,7 @@ static void gemm_unit(gemm_ctx *ctx, scratch *s, int64_t u, int64_t *packed_b) {
     int64_t i0 = mi * MC, j0 = ni * ctx->nc;
     int64_t mc = g->m - i0 < MC ? g->m - i0 : MC, nc = g->n - j0 < ctx->nc ? g->n - j0 : ctx->nc;
     int64_t oa, ob, oc;
-    batch_offsets(g, bi, &oa, &ob, &oc);
+    hr_gemm_batch_offsets(g, bi, &oa, &ob, &oc);
     int64_t ldc = ctx->nc;
     if (g->k == 0) memset(s->ctile, 0, sizeof(float) * MC * NC_MAX);
     /* With several M tiles, B's column panel is packed whole (all K blocks)
@@ -338,7 +332,7 @@ static void gemm_worker(void *arg, int ith, int nth) {
 
 static hr_status gemm_tiled(const hr_gemm *g) {
     gemm_ctx ctx = {.g = g, .f = family_for(g)};
-    int64_t nbatch = batch_count(g);
+    int64_t nbatch = hr_gemm_batch_count(g);
     int nthreads = hr_num_threads();
     ctx.mt = (g->m + MC - 1) / MC;
     /* Narrower N tiles when there are too few tiles to feed every thread. */
@@ -356,79 +350,12 @@ static hr_status gemm_tiled(const hr_gemm *g) {
     return HR_OK;
 }
 
-/* ---- GEMV: rows of A (<= GEMV_ROWS) against K-contiguous B ---- */
-
-typedef struct gemv_ctx {
-    const hr_gemm *g;
-    hr_gemv_fn fn;
-    const char *x; /* [rows][k] f32, or bf16 for the avx512 kernel */
-    size_t xsz;    /* its element size */
-    int rows;
-    int64_t row_off_c[GEMV_ROWS]; /* element offset of each C row */
-    int64_t blocks; /* of 4 output columns */
-} gemv_ctx;
-
-static void gemv_worker(void *arg, int ith, int nth) {
-    gemv_ctx *ctx = arg;
-    const hr_gemm *g = ctx->g;
-    int64_t begin, end;
-    hr_split_range(ctx->blocks, ith, nth, &begin, &end);
-    float y[GEMV_ROWS][GEMV_CHUNK], bias[GEMV_CHUNK];
-    size_t wsz = hr_dtype_size(g->b.dt);
-    for (int64_t j0 = begin * 4; j0 < end * 4 && j0 < g->n; j0 += GEMV_CHUNK) {
-        int64_t jend = j0 + GEMV_CHUNK < end * 4 ? j0 + GEMV_CHUNK : end * 4;
-        if (jend > g->n) jend = g->n;
-        for (int64_t j = j0; j < jend; j += 4) {
-            int nw = jend - j < 4 ? (int)(jend - j) : 4;
-            const char *w = g->b.base + j * g->b.cs * (int64_t)wsz;
-            for (int r = 0; r < ctx->rows; r += HR_GEMV_MAX_ROWS)
-                ctx->fn(g->k, ctx->rows - r < HR_GEMV_MAX_ROWS ? ctx->rows - r : HR_GEMV_MAX_ROWS,
-                        ctx->x + (size_t)r * (size_t)g->k * ctx->xsz, w, g->b.dt, g->b.cs, nw, &y[r][j - j0],
-                        GEMV_CHUNK);
-        }
-        int64_t nc = jend - j0;
-        if (g->bias) hr_load_f32(bias, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt),
-                                 g->bias_dt, nc, g->bias_s);
-        for (int r = 0; r < ctx->rows; r++) {
-            if (g->bias)
-                for (int64_t j = 0; j < nc; j++) y[r][j] += bias[j];
-            hr_store_f32((char *)elem(&g->c, ctx->row_off_c[r], 0, j0), g->c.dt, y[r], nc, g->c.cs);
-        }
-    }
-}
-
-static hr_status gemv(const hr_gemm *g, int rows) {
-    gemv_ctx ctx = {.g = g, .rows = rows, .blocks = (g->n + 3) / 4};
-    bool bf16 = g->a.dt == HR_BF16 && g->b.dt == HR_BF16 && hr_gemm_use_avx512_bf16();
-    ctx.fn = bf16 ? hr_gemv_bf16_avx512 : hr_cpu_isa_get() >= HR_ISA_AVX2 ? hr_gemv_avx2 : hr_gemv_scalar;
-    size_t esz = ctx.xsz = bf16 ? 2 : 4;
-    char *x = malloc((size_t)rows * (size_t)g->k * esz + 64);
-    if (!x) return hr_error(HR_ERR_OOM, "gemv: out of memory for %d x %lld activations", rows, (long long)g->k);
-    for (int r = 0; r < rows; r++) {
-        int64_t oa, ob, oc;
-        batch_offsets(g, r / g->m, &oa, &ob, &oc);
-        ctx.row_off_c[r] = oc + (r % g->m) * g->c.rs;
-        const char *src = elem(&g->a, oa, r % g->m, 0);
-        char *dst = x + (size_t)r * (size_t)g->k * esz;
-        if (bf16) {
-            for (int64_t p = 0; p < g->k; p++) memcpy(dst + 2 * p, src + 2 * p * g->a.cs, 2);
-        } else {
-            hr_load_f32((float *)dst, src, g->a.dt, g->k, g->a.cs);
-        }
-    }
-    ctx.x = x;
-    int nth = hr_parallel_threads_for((int64_t)rows * g->n * g->k, 1 << 16);
-    if (nth > ctx.blocks) nth = (int)ctx.blocks;
-    hr_parallel_run(gemv_worker, &ctx, nth);
-    free(x);
-    return HR_OK;
-}
-
 hr_status hr_gemm_run(const hr_gemm *g) {
     if (g->m <= 0 || g->n <= 0) return HR_OK;
-    int64_t rows = batch_count(g) * g->m;
+    int64_t rows = hr_gemm_batch_count(g) * g->m;
     bool shared_b = true;
     for (int d = 0; d < g->nb; d++) shared_b &= g->bstride_b[d] == 0 || g->bshape[d] == 1;
-    if (rows <= GEMV_ROWS && g->k > 0 && shared_b && (g->b.rs == 1 || g->k == 1)) return gemv(g, (int)rows);
+    if (rows <= HR_GEMV_ROUTE_ROWS && g->k > 0 && shared_b && (g->b.rs == 1 || g->k == 1))
+        return hr_gemv_run(g, (int)rows);
     return gemm_tiled(g);
 }
