@@ -31,7 +31,12 @@ def strided_hr(t, dim0=0, dim1=-1):
 
 
 LINEAR_SHAPES = [(1, 17, 64), (1, 64, 4097), (1, 4097, 15), (3, 15, 17), (17, 3, 1), (15, 64, 3),
-                 (64, 17, 15), (4097, 3, 17), (100, 129, 300)]
+                 (64, 17, 15), (4097, 3, 17), (100, 129, 300),
+                 # around the skinny bf16 route (5..96 rows, no packing of the
+                 # weight) and its tile edges: 6 rows x 4 weight rows per
+                 # tile, K in vectors of 32 and blocks of 1024
+                 (5, 1, 1), (15, 17, 31), (17, 15, 33), (33, 31, 17), (65, 4, 1025), (96, 9, 64),
+                 (97, 5, 40), (6, 3, 4097), (12, 4097, 33)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -119,6 +124,27 @@ def test_matmul_decode_gemv(isa):
         wt = to_hr(w.t().contiguous()).transpose(0, 1)
         check(hubrt.ops.matmul(to_hr(x), wt), x @ w, 4097)
         check(hubrt.ops.matmul(to_hr(x[0]), wt), x[0] @ w, 4097)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matmul_skinny_views(isa, dtype):
+    """Skinny row counts through views: rows gathered across broadcast
+    batches, a K-strided x, a transposed K-contiguous B, a strided output."""
+    k, n = 70, 37
+    a, b = rand(3, 7, k, dtype=dtype), rand(k, n, dtype=dtype, seed=1)
+    bt = to_hr(b.t().contiguous()).transpose(0, 1)
+    want = torch.matmul(a, b)
+    check(hubrt.ops.matmul(to_hr(a), bt), want, k)
+    check(hubrt.ops.matmul(strided_hr(a, 1, 2), bt), want, k)
+    check(hubrt.ops.matmul(to_hr(a[:1]).expand(3, 7, k), bt), torch.matmul(a[:1].expand(3, 7, k), b), k)
+    base = to_hr(torch.zeros(3, 7, 2 * n, dtype=TORCH_DTYPE[dtype]))
+    hubrt.ops.call("matmul", to_hr(a), bt, out=base.slice(2, 1, None, 2))
+    got = to_torch(base)
+    assert torch.all(got[..., 0::2] == 0)
+    check(to_hr(got[..., 1::2]), want, k)
+    # a B with a batch of its own is not shared: the tiled route
+    bb = rand(3, n, k, dtype=dtype, seed=2)
+    check(hubrt.ops.matmul(to_hr(a), to_hr(bb).transpose(1, 2)), torch.matmul(a, bb.transpose(1, 2)), k)
 
 
 def test_linear_errors():

@@ -37,12 +37,24 @@ hr_status hr_gemm_run(const hr_gemm *g);
 void hr_gemm_batch_offsets(const hr_gemm *g, int64_t bi, int64_t *oa, int64_t *ob, int64_t *oc);
 int64_t hr_gemm_batch_count(const hr_gemm *g);
 
+/* This thread's scratch block of at least `bytes`, 64-byte aligned, kept
+ * across calls (contents not); NULL when out of memory. */
+void *hr_gemm_thread_scratch(size_t bytes);
+
 /* Rows the GEMV route takes: kernels run a few rows at a time over the same
  * weight rows, which stay in cache between the passes, so the weights still
  * stream from memory once; beyond this, packing for the GEMM pays. */
 #define HR_GEMV_ROUTE_ROWS 16
 /* The GEMV route (gemv_core.c): rows <= HR_GEMV_ROUTE_ROWS, B K-contiguous. */
 hr_status hr_gemv_run(const hr_gemm *g, int rows);
+
+/* The skinny bf16 route (gemm_skinny.c): HR_GEMM_SKINNY_MIN_ROWS to
+ * HR_GEMM_SKINNY_MAX_ROWS rows of bf16 A against a K-contiguous bf16 B
+ * shared by every batch, on AVX-512 BF16, with no packing of B. */
+#define HR_GEMM_SKINNY_MIN_ROWS 5
+#define HR_GEMM_SKINNY_MAX_ROWS 96
+bool hr_gemm_skinny_fits(const hr_gemm *g, int64_t rows);
+hr_status hr_gemm_skinny_run(const hr_gemm *g, int rows);
 
 /* ---- micro-kernels (gemm_kernels.c, gemm_avx512.c) ---- */
 

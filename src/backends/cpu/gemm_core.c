@@ -220,19 +220,15 @@ typedef struct scratch {
 } scratch;
 
 /* Per-thread scratch kept across calls: fresh multi-megabyte buffers per
- * call would pay page faults every time. Grows to the largest K seen; a
- * pthread key frees it when a pool thread exits. The first 64 bytes hold
+ * call would pay page faults every time. Grows to the largest size asked;
+ * a pthread key frees it when a pool thread exits. The first 64 bytes hold
  * the usable size. */
 static pthread_key_t g_scratch_key;
 static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
 
 static void scratch_key_init(void) { pthread_key_create(&g_scratch_key, free); }
 
-/* nkb: K blocks of B to hold at once. */
-static bool scratch_get(scratch *s, int64_t nkb_) {
-    size_t nkb = (size_t)(nkb_ > 0 ? nkb_ : 1);
-    size_t n_ap = MC * KC, n_bp = nkb * KC * NC_MAX, n_c = (size_t)MC * NC_MAX, n_row = 8 * KC;
-    size_t bytes = (n_ap + n_bp + n_c + n_row + NC_MAX) * sizeof(float);
+void *hr_gemm_thread_scratch(size_t bytes) {
     pthread_once(&g_scratch_once, scratch_key_init);
     char *block = pthread_getspecific(g_scratch_key);
     if (!block || *(size_t *)block < bytes) {
@@ -240,9 +236,17 @@ static bool scratch_get(scratch *s, int64_t nkb_) {
         block = aligned_alloc(64, (bytes + 127) / 64 * 64);
         if (block) *(size_t *)block = bytes;
         pthread_setspecific(g_scratch_key, block);
-        if (!block) return false;
+        if (!block) return NULL;
     }
-    float *mem = (float *)(block + 64);
+    return block + 64;
+}
+
+/* nkb: K blocks of B to hold at once. */
+static bool scratch_get(scratch *s, int64_t nkb_) {
+    size_t nkb = (size_t)(nkb_ > 0 ? nkb_ : 1);
+    size_t n_ap = MC * KC, n_bp = nkb * KC * NC_MAX, n_c = (size_t)MC * NC_MAX, n_row = 8 * KC;
+    float *mem = hr_gemm_thread_scratch((n_ap + n_bp + n_c + n_row + NC_MAX) * sizeof(float));
+    if (!mem) return false;
     s->ap = mem;
     s->bp = mem + n_ap;
     s->ctile = mem + n_ap + n_bp;
@@ -355,6 +359,7 @@ hr_status hr_gemm_run(const hr_gemm *g) {
     int64_t rows = hr_gemm_batch_count(g) * g->m;
     bool shared_b = true;
     for (int d = 0; d < g->nb; d++) shared_b &= g->bstride_b[d] == 0 || g->bshape[d] == 1;
+    if (shared_b && hr_gemm_skinny_fits(g, rows)) return hr_gemm_skinny_run(g, (int)rows);
     if (rows <= HR_GEMV_ROUTE_ROWS && g->k > 0 && shared_b && (g->b.rs == 1 || g->k == 1))
         return hr_gemv_run(g, (int)rows);
     return gemm_tiled(g);
