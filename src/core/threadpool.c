@@ -1,6 +1,11 @@
-/* Persistent thread pool: one region at a time, a generation counter to
- * start it, a countdown to finish it. Workers spin on the generation for a
- * while (so back-to-back ops pay no wake-up), then block on a condvar. */
+/* Persistent thread pool. A region is a list of nth tasks that any thread
+ * of the pool may claim: one atomic word holds (region sequence, task
+ * count, next task), and a thread owns a task once its compare-exchange on
+ * that word succeeds. The caller claims tasks too, so a region never waits
+ * for a worker that has not started: on a loaded machine a descheduled
+ * worker costs the region nothing unless it already holds a task, and on a
+ * quiet one the spinning workers claim their tasks within a cache-line
+ * transfer. Idle workers spin, then yield, then sleep on a condvar. */
 #include "core/threadpool.h"
 
 #include <pthread.h>
@@ -19,11 +24,25 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-/* Waiting threads pause for a few microseconds, then yield the core on
- * every check (on an oversubscribed machine the thread being waited for may
- * need this very core), and a worker idle for longer sleeps. */
+/* An idle worker pauses for a few microseconds (back-to-back ops pay no
+ * wake-up), then yields the core on every check (on an oversubscribed
+ * machine the thread it waits for may need this very core), and sleeps
+ * once it has been idle for about a millisecond. */
 #define SPIN_PAUSES 2048
-#define SPIN_ITERS 50000
+#define SPIN_YIELDS 1024
+
+/* The claim word: region sequence in the high 32 bits, task count in bits
+ * 16..31, next unclaimed task in bits 0..15. */
+#define TASK_BITS 16
+#define TASK_MASK ((1u << TASK_BITS) - 1)
+#define MAX_TASKS ((int)TASK_MASK)
+
+static inline uint64_t claim_word(uint32_t seq, int ntasks, int next) {
+    return (uint64_t)seq << 32 | (uint64_t)(unsigned)ntasks << TASK_BITS | (unsigned)next;
+}
+static inline uint32_t word_seq(uint64_t w) { return (uint32_t)(w >> 32); }
+static inline int word_tasks(uint64_t w) { return (int)((w >> TASK_BITS) & TASK_MASK); }
+static inline int word_next(uint64_t w) { return (int)(w & TASK_MASK); }
 
 static void backoff(int spins) {
     if (spins < SPIN_PAUSES)
@@ -33,15 +52,14 @@ static void backoff(int spins) {
 }
 
 typedef struct {
+    _Alignas(64) _Atomic uint64_t claim;
+    _Alignas(64) atomic_int done; /* tasks of the current region finished */
+    _Alignas(64) atomic_int sleepers;
+    hr_parallel_fn fn; /* written by the caller before it publishes claim */
+    void *ctx;
     pthread_mutex_t lock;
     pthread_cond_t wake;
-    _Alignas(64) atomic_uint generation;
-    _Alignas(64) atomic_int pending;
-    hr_parallel_fn fn;
-    void *ctx;
-    int nth;
     int n_workers; /* threads besides the caller */
-    unsigned start_generation; /* the generation when the workers were created */
     pthread_t *threads;
     atomic_bool stop;
 } pool;
@@ -52,38 +70,62 @@ static _Thread_local bool tl_in_region;
 static int g_num_threads;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void *worker_main(void *arg) {
-    int ith = (int)(intptr_t)arg;
-    /* Regions started before this worker existed are not its business. */
-    unsigned seen = g_pool.start_generation;
-    tl_in_region = true; /* nested regions inside a worker run serially */
+/* Claims and runs tasks of the region `w` was read from until none is
+ * left (or the word moved on to another region). */
+static void run_tasks(uint64_t w) {
     for (;;) {
-        unsigned gen;
-        int spins = 0;
-        while ((gen = atomic_load_explicit(&g_pool.generation, memory_order_acquire)) == seen) {
-            if (++spins < SPIN_ITERS) {
-                backoff(spins);
-                continue;
-            }
-            pthread_mutex_lock(&g_pool.lock);
-            while (atomic_load(&g_pool.generation) == seen && !atomic_load(&g_pool.stop))
-                pthread_cond_wait(&g_pool.wake, &g_pool.lock);
-            pthread_mutex_unlock(&g_pool.lock);
-            spins = 0;
-            if (atomic_load(&g_pool.stop)) return NULL;
-        }
-        seen = gen;
-        if (atomic_load(&g_pool.stop)) return NULL;
-        if (ith < g_pool.nth) g_pool.fn(g_pool.ctx, ith, g_pool.nth);
-        atomic_fetch_sub_explicit(&g_pool.pending, 1, memory_order_acq_rel);
+        int nt = word_tasks(w), i = word_next(w);
+        if (i >= nt) return;
+        if (!atomic_compare_exchange_weak_explicit(&g_pool.claim, &w, w + 1, memory_order_acquire,
+                                                   memory_order_acquire))
+            continue; /* w now holds the current word */
+        /* Holding a task keeps the region open, so fn and ctx are still its own. */
+        g_pool.fn(g_pool.ctx, i, nt);
+        atomic_fetch_add_explicit(&g_pool.done, 1, memory_order_release);
+        w = atomic_load_explicit(&g_pool.claim, memory_order_acquire);
     }
+}
+
+/* Waits until the claim word leaves `seen`'s region; false when stopping. */
+static bool wait_region(uint32_t seen, uint64_t *w) {
+    for (int spins = 0;; spins++) {
+        *w = atomic_load_explicit(&g_pool.claim, memory_order_acquire);
+        if (atomic_load_explicit(&g_pool.stop, memory_order_relaxed)) return false;
+        if (word_seq(*w) != seen) return true;
+        if (spins < SPIN_PAUSES + SPIN_YIELDS) {
+            backoff(spins);
+            continue;
+        }
+        /* Sleep. The sleeper count and the claim word are both seq_cst, so
+         * either the caller sees a sleeper and broadcasts under the lock, or
+         * this thread sees the new word before it waits. */
+        pthread_mutex_lock(&g_pool.lock);
+        atomic_fetch_add(&g_pool.sleepers, 1);
+        while (word_seq(atomic_load(&g_pool.claim)) == seen && !atomic_load(&g_pool.stop))
+            pthread_cond_wait(&g_pool.wake, &g_pool.lock);
+        atomic_fetch_sub(&g_pool.sleepers, 1);
+        pthread_mutex_unlock(&g_pool.lock);
+        spins = 0;
+    }
+}
+
+static void *worker_main(void *arg) {
+    /* Regions started before this worker existed are not its business. */
+    uint32_t seen = word_seq(atomic_load(&g_pool.claim));
+    tl_in_region = true; /* nested regions inside a worker run serially */
+    (void)arg;
+    uint64_t w;
+    while (wait_region(seen, &w)) {
+        seen = word_seq(w);
+        run_tasks(w);
+    }
+    return NULL;
 }
 
 static void pool_stop(void) {
     if (!g_pool.threads) return;
     pthread_mutex_lock(&g_pool.lock);
     atomic_store(&g_pool.stop, true);
-    atomic_fetch_add(&g_pool.generation, 1);
     pthread_cond_broadcast(&g_pool.wake);
     pthread_mutex_unlock(&g_pool.lock);
     for (int i = 0; i < g_pool.n_workers; i++) pthread_join(g_pool.threads[i], NULL);
@@ -94,11 +136,10 @@ static void pool_stop(void) {
 }
 
 static void pool_start(int n) {
-    g_pool.start_generation = atomic_load(&g_pool.generation);
     g_pool.threads = calloc((size_t)(n > 1 ? n - 1 : 1), sizeof(pthread_t));
     int started = 0;
     for (int i = 1; g_pool.threads && i < n; i++) {
-        if (pthread_create(&g_pool.threads[i - 1], NULL, worker_main, (void *)(intptr_t)i)) break;
+        if (pthread_create(&g_pool.threads[i - 1], NULL, worker_main, NULL)) break;
         started++;
     }
     g_pool.n_workers = started;
@@ -146,23 +187,28 @@ int hr_parallel_threads_for(int64_t work, int64_t min_per_thread) {
 
 void hr_parallel_run(hr_parallel_fn fn, void *ctx, int nth) {
     int total = hr_num_threads();
-    if (nth <= 0 || nth > total) nth = total;
-    if (nth == 1 || tl_in_region || pthread_mutex_trylock(&g_region_lock) != 0) {
+    if (nth <= 0) nth = total;
+    if (nth > MAX_TASKS) nth = MAX_TASKS;
+    if (nth == 1 || total == 1 || tl_in_region || pthread_mutex_trylock(&g_region_lock) != 0) {
         /* Nested or concurrent regions run serially rather than deadlock. */
-        fn(ctx, 0, 1);
+        for (int i = 0; i < nth; i++) fn(ctx, i, nth);
         return;
     }
     g_pool.fn = fn;
     g_pool.ctx = ctx;
-    g_pool.nth = nth;
-    atomic_store_explicit(&g_pool.pending, g_pool.n_workers, memory_order_relaxed);
-    pthread_mutex_lock(&g_pool.lock);
-    atomic_fetch_add_explicit(&g_pool.generation, 1, memory_order_release);
-    pthread_cond_broadcast(&g_pool.wake);
-    pthread_mutex_unlock(&g_pool.lock);
+    atomic_store_explicit(&g_pool.done, 0, memory_order_relaxed);
+    uint32_t seq = word_seq(atomic_load_explicit(&g_pool.claim, memory_order_relaxed)) + 1;
+    if (seq == 0) seq = 1; /* 0 marks no region: workers start from it */
+    uint64_t w = claim_word(seq, nth, 0);
+    atomic_store(&g_pool.claim, w);
+    if (atomic_load(&g_pool.sleepers) > 0) {
+        pthread_mutex_lock(&g_pool.lock);
+        pthread_cond_broadcast(&g_pool.wake);
+        pthread_mutex_unlock(&g_pool.lock);
+    }
     tl_in_region = true;
-    fn(ctx, 0, nth);
+    run_tasks(w);
     tl_in_region = false;
-    for (int spins = 0; atomic_load_explicit(&g_pool.pending, memory_order_acquire) > 0; spins++) backoff(spins);
+    for (int spins = 0; atomic_load_explicit(&g_pool.done, memory_order_acquire) < nth; spins++) backoff(spins);
     pthread_mutex_unlock(&g_region_lock);
 }

@@ -1,6 +1,9 @@
-/* The persistent thread pool. A parallel region runs fn(ctx, ith, nth) on
- * nth threads (the caller is thread 0) and returns when all are done.
- * Workers spin briefly between regions, then sleep. */
+/* The persistent thread pool. A parallel region runs the tasks
+ * fn(ctx, ith, nth) for ith in [0, nth) on the pool's threads (the caller
+ * among them) and returns when all are done. Any thread may run any task,
+ * and one thread may run several, one after another: a task must not wait
+ * for another task of its region. Workers spin briefly between regions,
+ * then sleep. */
 #ifndef HR_CORE_THREADPOOL_H
 #define HR_CORE_THREADPOOL_H
 
@@ -8,8 +11,10 @@
 
 typedef void (*hr_parallel_fn)(void *ctx, int ith, int nth);
 
-/* Runs fn on min(nth, pool size) threads; nth <= 0 means all. A call made
- * from inside a region runs serially on the calling thread. */
+/* Runs nth tasks (nth <= 0: one per thread of the pool; at most 65535).
+ * More tasks than threads balance uneven or interrupted work at the cost
+ * of one atomic claim per task. A call made from inside a region runs its
+ * tasks serially on the calling thread. */
 void hr_parallel_run(hr_parallel_fn fn, void *ctx, int nth);
 
 /* Threads worth using for `work` units when one thread should get at
