@@ -80,6 +80,35 @@ def test_linear_strided(isa, dtype, m):
     check(to_hr(got[..., 0::2]), want, k)
 
 
+# The decode route (a few rows against W [n, k]): odd n and k around the
+# kernels' 32-element loads and 4/16-column blocks, and one n split between
+# threads.
+GEMV_SHAPES = [(1, 1), (15, 17), (17, 15), (31, 33), (33, 31), (4097, 33), (17, 4097), (67, 1024)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 16])
+@pytest.mark.parametrize("n,k", GEMV_SHAPES)
+def test_linear_gemv_route(isa, dtype, rows, n, k):
+    x, w, b = rand(rows, k, dtype=dtype), rand(n, k, dtype=dtype, seed=1), rand(n, dtype=dtype, seed=2)
+    check(hubrt.ops.linear(to_hr(x), to_hr(w), to_hr(b)), F.linear(x, w, b), k)
+    # x with its feature dim strided
+    xs = to_hr(torch.stack([x, x], dim=-1)).select(-1, 0)
+    assert k == 1 or not xs.is_contiguous()
+    check(hubrt.ops.linear(xs, to_hr(w)), F.linear(x, w), k)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+def test_linear_gemv_columns_independent(isa, rows):
+    """A column's bits do not depend on n or on where the threads and kernel
+    blocks cut the columns (fused linears rely on it)."""
+    x, w = rand(rows, 1024, dtype="bf16"), rand(4097, 1024, dtype="bf16", seed=1)
+    full = to_torch(hubrt.ops.linear(to_hr(x), to_hr(w)))
+    for a, z in [(0, 1), (3, 20), (17, 50), (4000, 4097)]:
+        part = to_torch(hubrt.ops.linear(to_hr(x), to_hr(w[a:z])))
+        assert torch.equal(part, full[:, a:z])
+
+
 MATMUL_SHAPES = [
     ((17,), (17,)),
     ((64,), (64, 15)),

@@ -48,13 +48,12 @@ void *hr_gemm_thread_scratch(size_t bytes);
 /* The GEMV route (gemv_core.c): rows <= HR_GEMV_ROUTE_ROWS, B K-contiguous. */
 hr_status hr_gemv_run(const hr_gemm *g, int rows);
 
-/* The skinny bf16 route (gemm_skinny.c): HR_GEMM_SKINNY_MIN_ROWS to
- * HR_GEMM_SKINNY_MAX_ROWS rows of bf16 A against a K-contiguous bf16 B
- * shared by every batch, on AVX-512 BF16, with no packing of B. */
+/* The skinny bf16 route (gemm_skinny.c): HR_GEMM_SKINNY_MIN_ROWS rows or
+ * more of bf16 A against a K-contiguous bf16 B (linear's weight) shared by
+ * every batch, on AVX-512 BF16, reading B in place with no packing. */
 #define HR_GEMM_SKINNY_MIN_ROWS 5
-#define HR_GEMM_SKINNY_MAX_ROWS 96
 bool hr_gemm_skinny_fits(const hr_gemm *g, int64_t rows);
-hr_status hr_gemm_skinny_run(const hr_gemm *g, int rows);
+hr_status hr_gemm_skinny_run(const hr_gemm *g, int64_t rows);
 
 /* ---- micro-kernels (gemm_kernels.c, gemm_avx512.c) ---- */
 
@@ -77,9 +76,11 @@ void hr_gemm_ukr_bf16_avx512(int64_t kc, const void *ap, const void *bp, float *
                              bool accumulate);
 
 /* GEMV block: y[r * ldy + j] = dot(x[r], w[j]) for r < rows (<= 4),
- * j < nw (<= 4); w row j starts at w + j * ldw elements of wdt. x rows are
- * contiguous [rows][k]: f32 for the scalar/avx2 versions, bf16 for avx512
- * (which takes wdt == bf16 only). */
+ * j < nw (any count; a call over a whole chunk of columns runs fastest);
+ * w row j starts at w + j * ldw elements of wdt. x rows are contiguous
+ * [rows][k]: f32 for the scalar/avx2 versions, bf16 for avx512 (which takes
+ * wdt == bf16 only). A column's value depends on neither nw nor j, so any
+ * split of the columns gives the same bits. */
 #define HR_GEMV_MAX_ROWS 4
 typedef void (*hr_gemv_fn)(int64_t k, int rows, const void *x, const void *w, hr_dtype wdt, int64_t ldw,
                            int nw, float *y, int64_t ldy);

@@ -176,11 +176,19 @@ static inline __attribute__((always_inline)) void gemv4_avx2(int64_t k, int rows
         GEMV_ROWS_(1, DT) GEMV_ROWS_(2, DT) GEMV_ROWS_(3, DT) default : GEMV_ROWS_(4, DT) \
     }
 
-void hr_gemv_avx2(int64_t k, int rows, const void *x, const void *w, hr_dtype wdt, int64_t ldw, int nw,
-                  float *y, int64_t ldy) {
+static void gemv_avx2_block(int64_t k, int rows, const float *x, const char *w, hr_dtype wdt, int64_t ldw,
+                            int nw, float *y, int64_t ldy) {
     switch (wdt) {
     case HR_BF16: GEMV_DT_(HR_BF16) break;
     case HR_F16: GEMV_DT_(HR_F16) break;
     default: GEMV_DT_(HR_F32) break;
     }
+}
+
+void hr_gemv_avx2(int64_t k, int rows, const void *x, const void *w, hr_dtype wdt, int64_t ldw, int nw,
+                  float *y, int64_t ldy) {
+    size_t isz = hr_dtype_size(wdt);
+    for (int j = 0; j < nw; j += 4)
+        gemv_avx2_block(k, rows, x, (const char *)w + (size_t)(j * ldw) * isz, wdt, ldw, nw - j < 4 ? nw - j : 4,
+                        y + j, ldy);
 }

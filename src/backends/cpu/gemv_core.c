@@ -9,7 +9,16 @@
 #include "core/threadpool.h"
 #include "hubrt/runtime.h"
 
+/* Output columns per kernel call; the f32 results of one chunk wait in a
+ * stack buffer for bias and the store in C's dtype. */
 #define GEMV_CHUNK 64
+/* A thread's share of the output columns is a multiple of this, so the
+ * threads' stores never share a 64-byte line (32 bf16 or 16 f32 values
+ * of a 64-aligned row), and each thread streams one contiguous byte range
+ * of the weights. */
+#define GEMV_SPLIT 32
+/* x converted for the kernel lives on the stack up to this size. */
+#define GEMV_STACK_X 16384
 
 static inline const char *gemv_elem(const hr_gemm_mat *x, int64_t off, int64_t i, int64_t j) {
     return x->base + (off + i * x->rs + j * x->cs) * (x->dt == HR_F32 ? 4 : 2);
@@ -22,44 +31,42 @@ typedef struct gemv_ctx {
     size_t xsz;    /* its element size */
     int rows;
     int64_t row_off_c[HR_GEMV_ROUTE_ROWS]; /* element offset of each C row */
-    int64_t blocks; /* of 4 output columns */
+    int64_t units;                         /* of GEMV_SPLIT output columns */
 } gemv_ctx;
 
 static void gemv_worker(void *arg, int ith, int nth) {
     gemv_ctx *ctx = arg;
     const hr_gemm *g = ctx->g;
     int64_t begin, end;
-    hr_split_range(ctx->blocks, ith, nth, &begin, &end);
+    hr_split_range(ctx->units, ith, nth, &begin, &end);
+    begin *= GEMV_SPLIT;
+    end = end * GEMV_SPLIT < g->n ? end * GEMV_SPLIT : g->n;
     float y[HR_GEMV_ROUTE_ROWS][GEMV_CHUNK], bias[GEMV_CHUNK];
     size_t wsz = hr_dtype_size(g->b.dt);
-    for (int64_t j0 = begin * 4; j0 < end * 4 && j0 < g->n; j0 += GEMV_CHUNK) {
-        int64_t jend = j0 + GEMV_CHUNK < end * 4 ? j0 + GEMV_CHUNK : end * 4;
-        if (jend > g->n) jend = g->n;
-        for (int64_t j = j0; j < jend; j += 4) {
-            int nw = jend - j < 4 ? (int)(jend - j) : 4;
-            const char *w = g->b.base + j * g->b.cs * (int64_t)wsz;
-            for (int r = 0; r < ctx->rows; r += HR_GEMV_MAX_ROWS)
-                ctx->fn(g->k, ctx->rows - r < HR_GEMV_MAX_ROWS ? ctx->rows - r : HR_GEMV_MAX_ROWS,
-                        ctx->x + (size_t)r * (size_t)g->k * ctx->xsz, w, g->b.dt, g->b.cs, nw, &y[r][j - j0],
-                        GEMV_CHUNK);
-        }
-        int64_t nc = jend - j0;
+    for (int64_t j0 = begin; j0 < end; j0 += GEMV_CHUNK) {
+        int nc = end - j0 < GEMV_CHUNK ? (int)(end - j0) : GEMV_CHUNK;
+        const char *w = g->b.base + j0 * g->b.cs * (int64_t)wsz;
+        for (int r = 0; r < ctx->rows; r += HR_GEMV_MAX_ROWS)
+            ctx->fn(g->k, ctx->rows - r < HR_GEMV_MAX_ROWS ? ctx->rows - r : HR_GEMV_MAX_ROWS,
+                    ctx->x + (size_t)r * (size_t)g->k * ctx->xsz, w, g->b.dt, g->b.cs, nc, y[r], GEMV_CHUNK);
         if (g->bias) hr_load_f32(bias, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt),
                                  g->bias_dt, nc, g->bias_s);
         for (int r = 0; r < ctx->rows; r++) {
             if (g->bias)
-                for (int64_t j = 0; j < nc; j++) y[r][j] += bias[j];
+                for (int j = 0; j < nc; j++) y[r][j] += bias[j];
             hr_store_f32((char *)gemv_elem(&g->c, ctx->row_off_c[r], 0, j0), g->c.dt, y[r], nc, g->c.cs);
         }
     }
 }
 
 hr_status hr_gemv_run(const hr_gemm *g, int rows) {
-    gemv_ctx ctx = {.g = g, .rows = rows, .blocks = (g->n + 3) / 4};
+    gemv_ctx ctx = {.g = g, .rows = rows, .units = (g->n + GEMV_SPLIT - 1) / GEMV_SPLIT};
     bool bf16 = g->a.dt == HR_BF16 && g->b.dt == HR_BF16 && hr_gemm_use_avx512_bf16();
     ctx.fn = bf16 ? hr_gemv_bf16_avx512 : hr_cpu_isa_get() >= HR_ISA_AVX2 ? hr_gemv_avx2 : hr_gemv_scalar;
     size_t esz = ctx.xsz = bf16 ? 2 : 4;
-    char *x = malloc((size_t)rows * (size_t)g->k * esz + 64);
+    size_t xbytes = (size_t)rows * (size_t)g->k * esz;
+    _Alignas(64) char stack_x[GEMV_STACK_X];
+    char *x = xbytes <= sizeof stack_x ? stack_x : malloc(xbytes);
     if (!x) return hr_error(HR_ERR_OOM, "gemv: out of memory for %d x %lld activations", rows, (long long)g->k);
     for (int r = 0; r < rows; r++) {
         int64_t oa, ob, oc;
@@ -67,16 +74,17 @@ hr_status hr_gemv_run(const hr_gemm *g, int rows) {
         ctx.row_off_c[r] = oc + (r % g->m) * g->c.rs;
         const char *src = gemv_elem(&g->a, oa, r % g->m, 0);
         char *dst = x + (size_t)r * (size_t)g->k * esz;
-        if (bf16) {
+        if (bf16 && g->a.cs == 1)
+            memcpy(dst, src, (size_t)g->k * 2);
+        else if (bf16)
             for (int64_t p = 0; p < g->k; p++) memcpy(dst + 2 * p, src + 2 * p * g->a.cs, 2);
-        } else {
+        else
             hr_load_f32((float *)dst, src, g->a.dt, g->k, g->a.cs);
-        }
     }
     ctx.x = x;
     int nth = hr_parallel_threads_for((int64_t)rows * g->n * g->k, 1 << 16);
-    if (nth > ctx.blocks) nth = (int)ctx.blocks;
+    if (nth > ctx.units) nth = (int)ctx.units;
     hr_parallel_run(gemv_worker, &ctx, nth);
-    free(x);
+    if (x != stack_x) free(x);
     return HR_OK;
 }

@@ -1,0 +1,192 @@
+/* GEMV micro-benchmark: GB/s of bf16 weight bytes streamed by hr_linear at
+ * decode shapes (x [rows, K] @ W[N, K]^T), next to a plain read of the same
+ * bytes measured moments apart.
+ *
+ * Every shape cycles through distinct weights totaling --mib MiB (default
+ * 512, well above the 32 MiB L3) so they come from memory, as in decode.
+ * A sample is one pass over all of them; samples of the GEMV and of the
+ * plain read (the same number of threads, 64-byte loads) alternate, and the
+ * best of --samples is reported with the median.
+ *
+ * Build (against any hubrt build dir B):
+ *   gcc -O2 -march=x86-64-v3 -Iinclude bench/bench_gemv.c -o B/bench_gemv \
+ *       -LB -lhubrt -Wl,-rpath,$PWD/B -lpthread
+ * Run: B/bench_gemv [--model qwen3|smollm2|all] [--rows R] [--threads T]
+ *                   [--mib M] [--samples S] [--huge]
+ * --huge: madvise(MADV_HUGEPAGE) on the weights (THP is "madvise" here). */
+#define _GNU_SOURCE
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "hubrt.h"
+
+typedef struct shape {
+    const char *name;
+    int64_t n, k;
+} shape;
+
+static const shape QWEN3[] = {
+    {"qwen3 q_proj", 2048, 1024},  {"qwen3 k/v_proj", 1024, 1024}, {"qwen3 o_proj", 1024, 2048},
+    {"qwen3 gate/up", 3072, 1024}, {"qwen3 down", 1024, 3072},     {"qwen3 lm_head", 151936, 1024},
+};
+static const shape SMOLLM2[] = {
+    {"smollm2 q/o_proj", 576, 576}, {"smollm2 k/v_proj", 192, 576}, {"smollm2 gate/up", 1536, 576},
+    {"smollm2 down", 576, 1536},    {"smollm2 lm_head", 49152, 576},
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void check(hr_status s, const char *what) {
+    if (s != HR_OK) {
+        fprintf(stderr, "bench_gemv: %s: %s\n", what, hr_last_error());
+        exit(1);
+    }
+}
+
+/* ---- plain read: each thread sums its contiguous share with 64-byte loads ---- */
+
+typedef struct read_arg {
+    const char *p;
+    size_t n;
+    uint64_t sink;
+} read_arg;
+
+static void *read_share(void *arg) {
+    read_arg *a = arg;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i + 128 <= a->n; i += 128) {
+        s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(a->p + i)));
+        s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i *)(a->p + i + 32)));
+        s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i *)(a->p + i + 64)));
+        s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i *)(a->p + i + 96)));
+    }
+    __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
+    a->sink = (uint64_t)_mm256_extract_epi64(s, 0) + (uint64_t)_mm256_extract_epi64(s, 3);
+    return NULL;
+}
+
+static double read_pass(const char *p, size_t n, int nth) {
+    pthread_t th[64];
+    read_arg args[64];
+    size_t share = (n / (size_t)nth) & ~(size_t)127;
+    double t0 = now_s();
+    for (int i = 0; i < nth; i++) {
+        args[i] = (read_arg){p + (size_t)i * share, share, 0};
+        if (i > 0) pthread_create(&th[i], NULL, read_share, &args[i]);
+    }
+    read_share(&args[0]);
+    for (int i = 1; i < nth; i++) pthread_join(th[i], NULL);
+    double dt = now_s() - t0;
+    volatile uint64_t sink = 0;
+    for (int i = 0; i < nth; i++) sink += args[i].sink;
+    return (double)(share * (size_t)nth) / dt / 1e9;
+}
+
+/* ---- one shape ---- */
+
+static void bench_shape(const shape *s, int rows, int nth, size_t total, int samples, bool huge) {
+    size_t wbytes = (size_t)(s->n * s->k) * 2;
+    size_t count = (total + wbytes - 1) / wbytes;
+    size_t bytes = count * wbytes;
+    char *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) {
+        fprintf(stderr, "bench_gemv: cannot map %zu bytes\n", bytes);
+        exit(1);
+    }
+    if (huge) madvise(buf, bytes, MADV_HUGEPAGE);
+    /* Small random bf16 values (exponent near 1) so sums stay finite. */
+    uint32_t seed = 12345u;
+    for (size_t i = 0; i < bytes / 2; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        ((uint16_t *)buf)[i] = (uint16_t)(0x3c00u | (seed >> 25));
+    }
+    int64_t wshape[2] = {s->n, s->k}, xshape[2] = {rows, s->k}, yshape[2] = {rows, s->n};
+    hr_tensor **w = calloc(count, sizeof *w);
+    for (size_t i = 0; i < count; i++)
+        check(hr_tensor_wrap_host(HR_BF16, 2, wshape, NULL, buf + i * wbytes, wbytes, NULL, NULL, &w[i]),
+              "wrap weight");
+    uint16_t *xh = malloc((size_t)(rows * s->k) * 2);
+    for (int64_t i = 0; i < rows * s->k; i++) xh[i] = (uint16_t)(0x3c00u | (i & 127));
+    hr_tensor *x, *y;
+    check(hr_tensor_from_host(hr_device_cpu(), HR_BF16, 2, xshape, xh, (size_t)(rows * s->k) * 2, &x), "x");
+    check(hr_tensor_empty(hr_device_cpu(), HR_BF16, 2, yshape, &y), "y");
+    hr_op lin;
+    check(hr_op_find("linear", &lin), "op");
+    double *g = malloc((size_t)samples * sizeof *g), *r = malloc((size_t)samples * sizeof *r);
+    for (int it = -1; it < samples; it++) { /* it -1 warms up */
+        double t0 = now_s();
+        for (size_t i = 0; i < count; i++) {
+            const hr_tensor *in[2] = {x, w[i]};
+            check(hr_op_run(lin, NULL, in, 2, &y, 1), "linear");
+        }
+        double gbs = (double)bytes / (now_s() - t0) / 1e9;
+        double rbs = read_pass(buf, bytes, nth);
+        if (it >= 0) g[it] = gbs, r[it] = rbs;
+    }
+    qsort(g, (size_t)samples, sizeof *g, cmp_double);
+    qsort(r, (size_t)samples, sizeof *r, cmp_double);
+    printf("%-18s N=%6lld K=%5lld rows=%d thr=%d %4zu x %7.2f MB  gemv best %5.1f med %5.1f GB/s | "
+           "read best %5.1f med %5.1f GB/s | %3.0f%%  %.1f us/call\n",
+           s->name, (long long)s->n, (long long)s->k, rows, nth, count, (double)wbytes / 1e6, g[samples - 1],
+           g[samples / 2], r[samples - 1], r[samples / 2], 100.0 * g[samples - 1] / r[samples - 1],
+           (double)wbytes / g[samples - 1] / 1e3);
+    fflush(stdout);
+    for (size_t i = 0; i < count; i++) hr_tensor_free(w[i]);
+    hr_tensor_free(x);
+    hr_tensor_free(y);
+    free(w);
+    free(xh);
+    free(g);
+    free(r);
+    munmap(buf, bytes);
+}
+
+int main(int argc, char **argv) {
+    const char *model = "all";
+    int rows = 1, nth = 2, samples = 7;
+    size_t mib = 512;
+    bool huge = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--rows") && i + 1 < argc) rows = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) nth = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--samples") && i + 1 < argc) samples = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--huge")) huge = true;
+        else {
+            fprintf(stderr, "usage: %s [--model qwen3|smollm2|all] [--rows R] [--threads T] [--mib M] "
+                            "[--samples S] [--huge]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (rows < 1 || nth < 1 || nth > 64 || samples < 1) {
+        fprintf(stderr, "bench_gemv: rows, threads and samples must be >= 1 (threads <= 64)\n");
+        return 2;
+    }
+    check(hr_set_num_threads(nth), "threads");
+    printf("isa %s, %d threads, %zu MiB of weights per shape%s\n", hr_cpu_isa_name(hr_cpu_isa_get()), nth,
+           mib, huge ? ", huge pages" : "");
+    bool all = !strcmp(model, "all");
+    if (all || !strcmp(model, "qwen3"))
+        for (size_t i = 0; i < sizeof QWEN3 / sizeof *QWEN3; i++)
+            bench_shape(&QWEN3[i], rows, nth, mib << 20, samples, huge);
+    if (all || !strcmp(model, "smollm2"))
+        for (size_t i = 0; i < sizeof SMOLLM2 / sizeof *SMOLLM2; i++)
+            bench_shape(&SMOLLM2[i], rows, nth, mib << 20, samples, huge);
+    return 0;
+}
