@@ -359,7 +359,7 @@ hr_status hr_gemm_run(const hr_gemm *g) {
     int64_t rows = hr_gemm_batch_count(g) * g->m;
     bool shared_b = true;
     for (int d = 0; d < g->nb; d++) shared_b &= g->bstride_b[d] == 0 || g->bshape[d] == 1;
-    if (shared_b && hr_gemm_skinny_fits(g, rows)) return hr_gemm_skinny_run(g, (int)rows);
+    if (shared_b && hr_gemm_skinny_fits(g, rows)) return hr_gemm_skinny_run(g, rows);
     if (rows <= HR_GEMV_ROUTE_ROWS && g->k > 0 && shared_b && (g->b.rs == 1 || g->k == 1))
         return hr_gemv_run(g, (int)rows);
     return gemm_tiled(g);

@@ -1,4 +1,4 @@
-/* The skinny bf16 route: a few to a few dozen rows of A (batched decode)
+/* The skinny bf16 route: five rows of A or more (batched decode, prefill)
  * against a K-contiguous bf16 B (x @ W^T), with no packing of the weights.
  * The tiled GEMM transposes every weight into panels on each call, which at
  * these row counts costs about as much as the math; here each block of four
@@ -23,8 +23,11 @@
 /* K per block: four weight rows of it (8 KiB) stay in L1 between row
  * groups. A multiple of 32 (one vector of bf16). */
 #define SK_KC 1024
-/* Output columns per store pass: y [rows][SK_CHUNK] f32 on the stack. */
+/* Output columns per store pass: y [SK_MB][SK_CHUNK] f32 on the stack. */
 #define SK_CHUNK 32
+/* x rows per block: 96 rows of one K block (192 KiB) stay in L2 while the
+ * weights pass over them. A multiple of SK_R. */
+#define SK_MB 96
 
 /* Four accumulators of one x row -> their four sums, in order. */
 static inline __attribute__((always_inline)) TARGET_ __m128 reduce4(__m512 a0, __m512 a1, __m512 a2,
@@ -107,63 +110,71 @@ typedef struct skinny_ctx {
     const hr_gemm *g;
     const uint16_t *x; /* [rows][ldx] bf16 */
     int64_t ldx;
-    int rows;
-    int64_t row_off_c[HR_GEMM_SKINNY_MAX_ROWS]; /* element offset of each C row */
-    int64_t blocks;                             /* of SK_J weight rows */
+    int64_t rows;
+    int64_t blocks; /* of SK_J weight rows */
 } skinny_ctx;
 
-static void skinny_worker(void *arg, int ith, int nth) {
-    skinny_ctx *ctx = arg;
+/* Rows [r0, r0 + mb) of C over this thread's weight rows [j_begin, j_end). */
+static void skinny_rows(const skinny_ctx *ctx, int64_t r0, int mb, int64_t j_begin, int64_t j_end) {
     const hr_gemm *g = ctx->g;
-    int64_t begin, end;
-    hr_split_range(ctx->blocks, ith, nth, &begin, &end);
-    float y[HR_GEMM_SKINNY_MAX_ROWS][SK_CHUNK], bias[SK_CHUNK];
-    const uint16_t *wbase = (const uint16_t *)g->b.base;
-    int64_t ldw = g->b.cs, n_end = end * SK_J < g->n ? end * SK_J : g->n;
+    float y[SK_MB][SK_CHUNK], bias[SK_CHUNK];
+    int64_t row_off_c[SK_MB]; /* element offset of each C row */
+    for (int r = 0; r < mb; r++) {
+        int64_t oa, ob, oc;
+        hr_gemm_batch_offsets(g, (r0 + r) / g->m, &oa, &ob, &oc);
+        row_off_c[r] = oc + ((r0 + r) % g->m) * g->c.rs;
+    }
+    const uint16_t *wbase = (const uint16_t *)g->b.base, *x = ctx->x + r0 * ctx->ldx;
+    int64_t ldw = g->b.cs;
     size_t csz = hr_dtype_size(g->c.dt);
-    for (int64_t j0 = begin * SK_J; j0 < n_end; j0 += SK_CHUNK) {
-        int64_t jend = j0 + SK_CHUNK < n_end ? j0 + SK_CHUNK : n_end;
+    for (int64_t j0 = j_begin; j0 < j_end; j0 += SK_CHUNK) {
+        int64_t jend = j0 + SK_CHUNK < j_end ? j0 + SK_CHUNK : j_end;
         for (int64_t j = j0; j < jend; j += SK_J) {
-            /* past n, a block repeats its last row; those sums land in y
-             * columns past jend and are never stored */
+            /* past the end, a block repeats its last row; those sums land
+             * in y columns past jend and are never stored */
             const uint16_t *w[SK_J];
-            for (int i = 0; i < SK_J; i++) w[i] = wbase + (j + i < n_end ? j + i : n_end - 1) * ldw;
+            for (int i = 0; i < SK_J; i++) w[i] = wbase + (j + i < j_end ? j + i : j_end - 1) * ldw;
             for (int64_t k0 = 0; k0 < g->k; k0 += SK_KC) {
                 int64_t kc = g->k - k0 < SK_KC ? g->k - k0 : SK_KC;
                 /* the weight block read next: these rows' next K block, else
                  * the next rows' first (when whole and this thread's) */
                 const uint16_t *pf = k0 + SK_KC < g->k          ? w[0] + k0 + SK_KC
-                                     : j + 2 * SK_J <= n_end ? w[0] + SK_J * ldw
+                                     : j + 2 * SK_J <= j_end ? w[0] + SK_J * ldw
                                                              : NULL;
                 const uint16_t *wk[SK_J];
                 for (int i = 0; i < SK_J; i++) wk[i] = w[i] + k0;
-                block_rows(ctx->rows, kc, ctx->x + k0, ctx->ldx, wk, pf, ldw, &y[0][j - j0], SK_CHUNK, k0 > 0);
+                block_rows(mb, kc, x + k0, ctx->ldx, wk, pf, ldw, &y[0][j - j0], SK_CHUNK, k0 > 0);
             }
         }
         int64_t nc = jend - j0;
         if (g->bias) hr_load_f32(bias, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt),
                                  g->bias_dt, nc, g->bias_s);
-        for (int r = 0; r < ctx->rows; r++) {
+        for (int r = 0; r < mb; r++) {
             if (g->bias)
                 for (int64_t c = 0; c < nc; c++) y[r][c] += bias[c];
-            hr_store_f32(g->c.base + (ctx->row_off_c[r] + j0 * g->c.cs) * (int64_t)csz, g->c.dt, y[r], nc,
-                         g->c.cs);
+            hr_store_f32(g->c.base + (row_off_c[r] + j0 * g->c.cs) * (int64_t)csz, g->c.dt, y[r], nc, g->c.cs);
         }
     }
 }
 
+/* Each thread takes a range of weight rows and runs every block of SK_MB x
+ * rows over it: the x block stays in L2 while the weights pass. */
+static void skinny_worker(void *arg, int ith, int nth) {
+    skinny_ctx *ctx = arg;
+    int64_t begin, end;
+    hr_split_range(ctx->blocks, ith, nth, &begin, &end);
+    int64_t j_end = end * SK_J < ctx->g->n ? end * SK_J : ctx->g->n;
+    for (int64_t r0 = 0; r0 < ctx->rows && begin < end; r0 += SK_MB)
+        skinny_rows(ctx, r0, ctx->rows - r0 < SK_MB ? (int)(ctx->rows - r0) : SK_MB, begin * SK_J, j_end);
+}
+
 bool hr_gemm_skinny_fits(const hr_gemm *g, int64_t rows) {
-    return rows >= HR_GEMM_SKINNY_MIN_ROWS && rows <= HR_GEMM_SKINNY_MAX_ROWS && g->k > 0 &&
+    return rows >= HR_GEMM_SKINNY_MIN_ROWS && g->k > 0 &&
            g->a.dt == HR_BF16 && g->b.dt == HR_BF16 && g->b.rs == 1 && hr_gemm_use_avx512_bf16();
 }
 
-hr_status hr_gemm_skinny_run(const hr_gemm *g, int rows) {
+hr_status hr_gemm_skinny_run(const hr_gemm *g, int64_t rows) {
     skinny_ctx ctx = {.g = g, .rows = rows, .blocks = (g->n + SK_J - 1) / SK_J};
-    for (int r = 0; r < rows; r++) {
-        int64_t oa, ob, oc;
-        hr_gemm_batch_offsets(g, r / g->m, &oa, &ob, &oc);
-        ctx.row_off_c[r] = oc + (r % g->m) * g->c.rs;
-    }
     if (rows == g->m && g->a.cs == 1) {
         /* one batch of K-contiguous rows: read x in place */
         ctx.x = (const uint16_t *)g->a.base;
@@ -171,8 +182,8 @@ hr_status hr_gemm_skinny_run(const hr_gemm *g, int rows) {
     } else {
         /* the caller's scratch: its pool threads only read x */
         uint16_t *x = hr_gemm_thread_scratch((size_t)rows * (size_t)g->k * 2);
-        if (!x) return hr_error(HR_ERR_OOM, "gemm: out of memory for %d x %lld activations", rows, (long long)g->k);
-        for (int r = 0; r < rows; r++) {
+        if (!x) return hr_error(HR_ERR_OOM, "gemm: out of memory for %lld x %lld activations", (long long)rows, (long long)g->k);
+        for (int64_t r = 0; r < rows; r++) {
             int64_t oa, ob, oc;
             hr_gemm_batch_offsets(g, r / g->m, &oa, &ob, &oc);
             const uint16_t *src = (const uint16_t *)g->a.base + oa + (r % g->m) * g->a.rs;
