@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "device/device_impl.h"
+#include "graph/fuse.h"
 #include "hubrt/graph.h"
 #include "ops/profile.h"
 
@@ -56,9 +57,10 @@ size_t hr_plan_assign_arena(hr_plan *plan) {
     for (int v = 0; v < nv; v++) first[v] = -1, last[v] = -1;
     for (int i = 0; i < plan->n_nodes; i++) {
         const hr_plan_node *n = &plan->nodes[i];
-        if (n->dead || n->folded) continue;
-        for (int k = 0; k < n->n_in + n->n_out; k++) {
-            int v = hr_plan_value_index(plan, &plan->tensors[n->first_tensor + k]);
+        if (n->dead || n->folded || n->absorbed) continue;
+        const hr_plan_fused *f = n->fused ? &plan->fused[n->fused - 1] : NULL;
+        for (int k = 0; k < (f ? f->n_touched : n->n_in + n->n_out); k++) {
+            int v = hr_plan_value_index(plan, f ? f->touched[k] : &plan->tensors[n->first_tensor + k]);
             if (first[v] < 0) first[v] = i;
             last[v] = i;
         }
@@ -164,6 +166,13 @@ static hr_status fold_weight_only_nodes(hr_plan *p) {
     return s;
 }
 
+/* Fusion runs on the CPU device only (other devices compile the captured
+ * list themselves); HUBRT_FUSE=0 turns it off to compare. */
+static bool fusion_enabled(const hr_plan *p) {
+    const char *env = getenv("HUBRT_FUSE");
+    return p->device == hr_device_cpu() && p->device->host_visible && !(env && !strcmp(env, "0"));
+}
+
 hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_in, int n_out,
                         bool fold_constants, hr_plan **out) {
     *out = NULL;
@@ -238,8 +247,10 @@ hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_
         while (v < cap->n_values && cap->values[v].seq != outputs[i]->buf->seq) v++;
         p->output_value[i] = v;
     }
+    double t0 = hr_profile_now();
     hr_status s = eliminate_dead_nodes(p);
     if (s == HR_OK && fold_constants) s = fold_weight_only_nodes(p);
+    if (s == HR_OK && fusion_enabled(p)) s = hr_plan_fuse(p);
     if (s == HR_OK && p->device->host_visible) {
         p->arena_size = hr_plan_assign_arena(p);
         if (p->arena_size == (size_t)-1) s = hr_error(HR_ERR_OOM, "plan: out of memory planning the arena");
@@ -261,6 +272,9 @@ hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_
         return s;
     }
     p->structure_hash = structure_hash(p);
+    p->build_ms = (hr_profile_now() - t0) * 1e3;
+    hr_log(HR_LOG_DEBUG, "plan: %d nodes, %d dead, %d folded, %d fused into %d, arena %zu bytes, built in %.1f ms",
+           p->n_nodes, p->n_dead, p->n_folded, p->n_absorbed, p->n_fused, p->arena_size, p->build_ms);
     *out = p;
     return HR_OK;
 }
@@ -293,12 +307,15 @@ hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **ou
     bool profile = hr_profile_enabled();
     for (int i = 0; i < p->n_nodes && s == HR_OK; i++) {
         const hr_plan_node *n = &p->nodes[i];
-        if (n->empty || n->dead || n->folded) continue;
+        if (n->empty || n->dead || n->folded || n->absorbed) continue;
         const hr_tensor *const *ins = &p->in_ptrs[n->first_tensor];
         hr_tensor *const *outs = (hr_tensor *const *)&p->in_ptrs[n->first_tensor + n->n_in];
         double t0 = profile ? hr_profile_now() : 0;
-        s = p->device->vt->run_op(p->device, n->op, n->attrs_size ? n->attrs : NULL, ins, n->n_in, outs,
-                                  n->n_out);
+        if (n->fused)
+            s = hr_cpu_fused_linear(&p->fused[n->fused - 1].k);
+        else
+            s = p->device->vt->run_op(p->device, n->op, n->attrs_size ? n->attrs : NULL, ins, n->n_in, outs,
+                                      n->n_out);
         if (profile) hr_profile_add(n->op, hr_profile_now() - t0);
         if (s != HR_OK) s = hr_error_context(s, "compiled call: op %d '%s'", i, hr_op_name(n->op));
     }
@@ -325,6 +342,7 @@ void hr_plan_free(hr_plan *p) {
         if (p->values[v].owned) hr_buffer_release(p->values[v].owned);
     }
     free(p->arena);
+    free(p->fused);
     free(p->nodes);
     free(p->tensors);
     free(p->in_ptrs);

@@ -4,6 +4,7 @@
 #ifndef HR_GRAPH_PLAN_H
 #define HR_GRAPH_PLAN_H
 
+#include "backends/cpu/k_fused.h"
 #include "graph/capture.h"
 
 typedef struct hr_plan_value {
@@ -27,9 +28,19 @@ typedef struct hr_plan_node {
     bool empty;  /* every output has no elements: the kernel is skipped */
     bool dead;   /* no live value depends on it (dead-code elimination) */
     bool folded; /* reads only weights: ran once at build, result kept */
+    bool absorbed; /* an earlier fused node does its work */
+    int fused;     /* 1 + index into plan->fused: runs that kernel instead of op */
     size_t attrs_size;
     unsigned char attrs[HR_CAPTURE_ATTRS_MAX];
 } hr_plan_node;
+
+/* A fused CPU node (graph/fuse.c) and every tensor it reads or writes,
+ * for liveness. */
+typedef struct hr_plan_fused {
+    hr_fused_linear k;
+    int n_touched;
+    const hr_tensor *touched[4 * HR_FUSED_MAX_LINEARS];
+} hr_plan_fused;
 
 typedef struct hr_plan {
     hr_device *device;
@@ -47,6 +58,10 @@ typedef struct hr_plan {
     int *output_value;
     uint64_t structure_hash;  /* ops, attrs and layouts: part of the disk key */
     int n_dead, n_folded;     /* what the passes removed */
+    int n_absorbed;           /* nodes whose work a fused node does */
+    int n_fused, cap_fused;
+    hr_plan_fused *fused;
+    double build_ms;          /* passes and arena, capture excluded */
     bool portable;            /* every constant has a name: may go to disk */
 } hr_plan;
 

@@ -420,6 +420,194 @@ static void test_two_processes_share_the_cache(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+
+/* ---- fusion ---------------------------------------------------------- */
+
+typedef struct {
+    hr_tensor *w[6]; /* q [8, 8], k [4, 8], v [4, 8], gate [12, 8], up [12, 8], down [8, 12] */
+    hr_tensor *bq;   /* [8] */
+} layer_w;
+
+static const hr_tensor *resolve_layer(void *ctx, const char *name) {
+    layer_w *L = ctx;
+    static const char *names[6] = {"wq", "wk", "wv", "wg", "wu", "wd"};
+    for (int i = 0; i < 6; i++)
+        if (!strcmp(name, names[i])) return L->w[i];
+    return strcmp(name, "bq") ? NULL : L->bq;
+}
+
+static void setup_layer(layer_w *L) {
+    static const char *names[6] = {"wq", "wk", "wv", "wg", "wu", "wd"};
+    int64_t shapes[6][2] = {{8, 8}, {4, 8}, {4, 8}, {12, 8}, {12, 8}, {8, 12}}, bs[1] = {8};
+    for (int i = 0; i < 6; i++) {
+        L->w[i] = filled(2, shapes[i], 0.2f * (float)i);
+        hr_tensor_set_name(L->w[i], names[i]);
+    }
+    L->bq = filled(1, bs, 2.0f);
+    hr_tensor_set_name(L->bq, "bq");
+}
+
+static void free_layer(layer_w *L) {
+    for (int i = 0; i < 6; i++) hr_tensor_free(L->w[i]);
+    hr_tensor_free(L->bq);
+}
+
+/* A decoder layer's linears on rows x [1, r, 8]: q (with bias), k, v;
+ * silu(gate) * up; down + x. A fifth output reads the down projection
+ * again after the add, so the add may not take it into an epilogue. */
+static hr_status fn_layer(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
+    layer_w *L = ctx;
+    hr_tensor *g = NULL, *u = NULL, *a = NULL, *d = NULL;
+    hr_status s = hr_linear(in[0], L->w[0], L->bq, &out[0]);
+    if (s == HR_OK) s = hr_linear(in[0], L->w[1], NULL, &out[1]);
+    if (s == HR_OK) s = hr_linear(in[0], L->w[2], NULL, &out[2]);
+    if (s == HR_OK) s = hr_linear(in[0], L->w[3], NULL, &g);
+    if (s == HR_OK) s = hr_linear(in[0], L->w[4], NULL, &u);
+    if (s == HR_OK) s = hr_silu_mul(g, u, &a);
+    if (s == HR_OK) s = hr_linear(a, L->w[5], NULL, &d);
+    if (s == HR_OK) s = hr_add(in[0], d, &out[3]);
+    if (s == HR_OK && n_out > 4) s = hr_mul(d, d, &out[4]);
+    hr_tensor_free(g);
+    hr_tensor_free(u);
+    hr_tensor_free(a);
+    hr_tensor_free(d);
+    return s;
+}
+
+static void assert_close_f32(const hr_tensor *a, const hr_tensor *b, float tol) {
+    size_t n = hr_tensor_nbytes(a);
+    assert_int_equal(n, hr_tensor_nbytes(b));
+    float *x = malloc(n), *y = malloc(n);
+    assert_int_equal(hr_tensor_read(a, x, n), HR_OK);
+    assert_int_equal(hr_tensor_read(b, y, n), HR_OK);
+    for (size_t i = 0; i < n / 4; i++) assert_true(fabsf(x[i] - y[i]) <= tol * (1.0f + fabsf(y[i])));
+    free(x);
+    free(y);
+}
+
+/* Replays p on `in` twice and compares with the eager outputs: the
+ * linears bit for bit, what went through silu within float rounding. */
+static void assert_replay_matches(hr_plan *p, const hr_tensor *const *in, hr_tensor **want, int n_out) {
+    for (int rep = 0; rep < 2; rep++) {
+        hr_tensor *got[5] = {0};
+        assert_int_equal(hr_plan_run(p, in, got), HR_OK);
+        for (int i = 0; i < n_out; i++) {
+            if (i < 3)
+                assert_same(got[i], want[i]);
+            else
+                assert_close_f32(got[i], want[i], 1e-6f);
+            hr_tensor_free(got[i]);
+        }
+    }
+}
+
+static hr_plan *capture_layer(layer_w *L, const hr_tensor *const *in, hr_tensor **outs, int n_out,
+                              hr_capture *cap) {
+    assert_int_equal(hr_capture_begin(cap, in, 1), HR_OK);
+    assert_int_equal(fn_layer(L, in, 1, outs, n_out), HR_OK);
+    assert_int_equal(hr_capture_end(cap, outs, n_out), HR_OK);
+    hr_plan *p = NULL;
+    assert_int_equal(hr_plan_build(cap, outs, 1, n_out, false, &p), HR_OK);
+    return p;
+}
+
+static void test_fusion_of_linears_and_epilogues(void **state) {
+    setenv("HUBRT_CACHE", "0", 1);
+    layer_w L;
+    setup_layer(&L);
+    static const int64_t row_counts[3] = {1, 3, 17};
+    for (int ri = 0; ri < 3; ri++) {
+        int64_t rows = row_counts[ri];
+        int64_t xs[3] = {1, rows, 8};
+        hr_tensor *x = filled(3, xs, 0.7f);
+        const hr_tensor *in[1] = {x};
+        for (int n_out = 4; n_out <= 5; n_out++) {
+            hr_tensor *want[5] = {0};
+            hr_capture cap;
+            hr_plan *p = capture_layer(&L, in, want, n_out, &cap);
+            assert_int_equal(p->n_nodes, 8 + (n_out == 5));
+            if (rows > 16) {
+                /* prefill-sized rows go to the GEMM: nothing fused */
+                assert_int_equal(p->n_absorbed, 0);
+            } else {
+                /* q+k+v, gate+up+silu_mul, and down+add unless the down
+                 * projection is read again */
+                assert_int_equal(p->n_fused, n_out == 4 ? 3 : 2);
+                assert_int_equal(p->n_absorbed, n_out == 4 ? 5 : 4);
+            }
+            assert_replay_matches(p, in, want, n_out);
+            /* the disk keeps the captured list; loading fuses it again */
+            unsigned char *data = NULL;
+            size_t len = 0;
+            assert_int_equal(hr_plan_serialize(p, 42, resolve_layer, &L, &data, &len), HR_OK);
+            hr_plan *back = NULL;
+            assert_int_equal(hr_plan_deserialize(data, len, 42, resolve_layer, &L, false, in, 1, n_out, &back),
+                             HR_OK);
+            assert_int_equal(back->n_nodes, p->n_nodes);
+            assert_int_equal(back->n_absorbed, p->n_absorbed);
+            assert_true(back->structure_hash == p->structure_hash);
+            assert_replay_matches(back, in, want, n_out);
+            free(data);
+            hr_plan_free(back);
+            /* HUBRT_FUSE=0 keeps every captured op */
+            setenv("HUBRT_FUSE", "0", 1);
+            hr_plan *plain = NULL;
+            assert_int_equal(hr_plan_build(&cap, want, 1, n_out, false, &plain), HR_OK);
+            unsetenv("HUBRT_FUSE");
+            assert_int_equal(plain->n_absorbed, 0);
+            assert_true(plain->structure_hash == p->structure_hash);
+            assert_replay_matches(plain, in, want, n_out);
+            hr_plan_free(plain);
+            hr_plan_free(p);
+            hr_capture_free(&cap);
+            for (int i = 0; i < n_out; i++) hr_tensor_free(want[i]);
+        }
+        hr_tensor_free(x);
+    }
+    free_layer(&L);
+}
+
+/* The residual add writes into the tensor the linear reads (x += x W^T):
+ * the fused node must read x whole before any sum lands on it. */
+static hr_status fn_inplace(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
+    layer_w *L = ctx;
+    hr_tensor *t = NULL, *y = NULL;
+    hr_status s = hr_add(in[0], in[0], &t); /* a temporary, not an alias of the input */
+    for (int i = 0; i < 3 && s == HR_OK; i++) {
+        s = hr_linear(t, L->w[0], NULL, &y);
+        if (s == HR_OK) s = hr_op_run(HR_OP_add, NULL, (const hr_tensor *[]){t, y}, 2, (hr_tensor *[]){t}, 1);
+        hr_tensor_free(y);
+        y = NULL;
+    }
+    if (s == HR_OK) s = hr_add(t, t, &out[0]); /* a value of its own to return */
+    hr_tensor_free(t);
+    return s;
+}
+
+static void test_fused_residual_in_place(void **state) {
+    setenv("HUBRT_CACHE", "0", 1);
+    layer_w L;
+    setup_layer(&L);
+    int64_t xs[2] = {3, 8};
+    hr_tensor *x = filled(2, xs, 0.1f), *want = NULL, *got = NULL;
+    const hr_tensor *in[1] = {x};
+    hr_capture cap;
+    assert_int_equal(hr_capture_begin(&cap, in, 1), HR_OK);
+    assert_int_equal(fn_inplace(&L, in, 1, &want, 1), HR_OK);
+    assert_int_equal(hr_capture_end(&cap, &want, 1), HR_OK);
+    hr_plan *p = NULL;
+    assert_int_equal(hr_plan_build(&cap, &want, 1, 1, false, &p), HR_OK);
+    assert_int_equal(p->n_absorbed, 3);
+    assert_int_equal(hr_plan_run(p, in, &got), HR_OK);
+    assert_same(got, want);
+    hr_tensor_free(got);
+    hr_plan_free(p);
+    hr_capture_free(&cap);
+    hr_tensor_free(want);
+    hr_tensor_free(x);
+    free_layer(&L);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replay_matches_eager),
@@ -428,6 +616,8 @@ int main(void) {
         cmocka_unit_test(test_arena_reuses_dead_values),
         cmocka_unit_test(test_dce_and_constant_folding),
         cmocka_unit_test(test_two_processes_share_the_cache),
+        cmocka_unit_test(test_fusion_of_linears_and_epilogues),
+        cmocka_unit_test(test_fused_residual_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

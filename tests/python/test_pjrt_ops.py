@@ -350,6 +350,15 @@ def test_rms_norm(dtype, weight, offset):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("weight", [False, True])
+def test_add_rms_norm(dtype, weight):
+    x, res = rand(3, 5, 64, dtype=dtype, lo=-3, hi=3), rand(3, 5, 64, dtype=dtype, seed=4)
+    w = rand(64, dtype=dtype, seed=3) if weight else None
+    total = res + x
+    check("add_rms_norm", [x, res, w], (torch_rms_norm(total, w, 1e-6, 0.0), total), eps=1e-6)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("n_params", [1, 2, 3])
 def test_layer_norm(dtype, n_params):
     x = rand(4, 33, dtype=dtype, lo=-3, hi=3)

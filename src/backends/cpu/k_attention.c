@@ -6,6 +6,7 @@
  * of one GQA group, so each packed K/V block serves every head that reads
  * it (decode fills a block with the group's heads). Work is split over
  * (batch, kv head, row block).
+ * Key blocks the mask hides from every row of a query block are skipped.
  * A query row that every key is masked from yields zeros (torch yields NaN
  * there). */
 #include <immintrin.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/simd_math.h"
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
@@ -59,44 +61,16 @@ static inline char *at4(const hr_tensor *t, int64_t i0, int64_t i1, int64_t i2) 
 
 /* ---- softmax helpers: AVX2 and portable ---- */
 
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* exp on 8 lanes: 2^n * poly(r), |r| <= ln2/2, ~1 ulp; inputs below -87
- * (including -inf) give exactly 0. */
-static inline __m256 exp8(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.0f), hi = _mm256_set1_ps(88.0f);
-    __m256 keep = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
-}
-
 /* p[j] = exp(p[j] - m) in place; returns the sum. */
 static float exp_sum_avx2(float *p, int n, float m) {
     __m256 mv = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
     int j = 0;
     for (; j + 8 <= n; j += 8) {
-        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j), mv));
+        __m256 e = hr_exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j), mv));
         _mm256_storeu_ps(p + j, e);
         acc = _mm256_add_ps(acc, e);
     }
-    float s = hsum8(acc);
+    float s = hr_hsum8(acc);
     for (; j < n; j++) s += p[j] = expf(p[j] - m);
     return s;
 }
@@ -173,6 +147,30 @@ static void pack_kv(const attn_ctx *c, const hr_tensor *t, int64_t bi, int64_t h
             for (int64_t e = width; e < (width + NR - 1) / NR * NR; e++) dst[(e / NR) * BK * NR + jr * NR + e % NR] = 0;
 }
 
+/* True when the mask hides keys [j0, j0+nk) from every row of the block:
+ * reading nq * nk mask entries costs far less than packing K/V and the two
+ * products, and a static-shape forward attends over a whole cache of
+ * which only the filled slots are visible. */
+static bool block_masked(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t r0, int64_t nq, int64_t j0, int nk) {
+    size_t esz = hr_dtype_size(c->mask->dtype);
+    for (int64_t i = 0; i < nq; i++) {
+        int64_t r = r0 + i;
+        const char *mp = (const char *)hr_tensor_ptr(c->mask) +
+                         (bi * c->mstr[0] + (kvh * c->rep + r % c->rep) * c->mstr[1] + (r / c->rep) * c->mstr[2] +
+                          j0 * c->mstr[3]) * (int64_t)esz;
+        if (c->mask->dtype == HR_BOOL) {
+            for (int j = 0; j < nk; j++)
+                if (((const uint8_t *)mp)[j * c->mstr[3]]) return false;
+        } else {
+            float row[BK];
+            hr_load_f32(row, mp, c->mask->dtype, nk, c->mstr[3]);
+            for (int j = 0; j < nk; j++)
+                if (row[j] != -INFINITY) return false;
+        }
+    }
+    return true;
+}
+
 /* One row of the online softmax: scores p[0..nk) become probabilities
  * against the updated running max; returns the factor that rescales the
  * row's earlier numerators (1 when the block adds nothing). */
@@ -221,6 +219,7 @@ static void attn_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     if (c->window > 0 && pos_first - c->window + 1 > lo) lo = pos_first - c->window + 1;
     for (int64_t j0 = lo; j0 < hi; j0 += BK) {
         int nk = (int)(hi - j0 < BK ? hi - j0 : BK), nkpad = (nk + NR - 1) / NR * NR;
+        if (c->mask && block_masked(c, bi, kvh, r0, nq, j0, nk)) continue;
         pack_kv(c, c->k, bi, kvh, j0, nk, d, true, s->kp, s->row);
         pack_kv(c, c->v, bi, kvh, j0, nk, c->dv, false, s->vp, s->row);
         for (int64_t ib = 0; ib < nqpad; ib += MR)

@@ -1,0 +1,40 @@
+/* Fused plan nodes of the CPU compile path (graph/fuse.c builds them):
+ * linears that share one input run in one pass over the thread pool, with
+ * the op that consumed their outputs (silu_mul, a residual add) applied in
+ * the GEMV's epilogue, so the intermediates never reach memory. */
+#ifndef HR_BACKENDS_CPU_K_FUSED_H
+#define HR_BACKENDS_CPU_K_FUSED_H
+
+#include <stdbool.h>
+
+#include "core/tensor_impl.h"
+
+#define HR_FUSED_MAX_LINEARS 3
+
+typedef enum hr_fused_epilogue {
+    HR_FUSED_STORE = 0,    /* out[j] = x @ w[j]^T + b[j], for each j */
+    HR_FUSED_GATED = 1,    /* out[0] = silu(x @ w[0]^T + b[0]) * (x @ w[1]^T + b[1]) */
+    HR_FUSED_RESIDUAL = 2, /* out[0] = (x @ w[0]^T + b[0]) + res */
+} hr_fused_epilogue;
+
+typedef struct hr_fused_linear {
+    hr_fused_epilogue epi;
+    int n;                                    /* linears sharing x */
+    const hr_tensor *x;                       /* [..., k]: rows of one stride */
+    const hr_tensor *w[HR_FUSED_MAX_LINEARS]; /* [n_j, k], k contiguous, x's dtype */
+    const hr_tensor *b[HR_FUSED_MAX_LINEARS]; /* [n_j] or NULL */
+    const hr_tensor *res;                     /* RESIDUAL: [..., n_0] */
+    hr_tensor *out[HR_FUSED_MAX_LINEARS];     /* [..., n_j]; GATED, RESIDUAL: out[0] only */
+} hr_fused_linear;
+
+/* True when t reads as a matrix [rows, last dim] with unit element stride
+ * and one row stride; sets both. */
+bool hr_fused_rows(const hr_tensor *t, int64_t *rows, int64_t *row_stride);
+
+/* Whether a linear x [..., k] @ w [n, k]^T -> out takes the GEMV route the
+ * fused kernel replaces (few rows, k-contiguous weights, one dtype). */
+bool hr_fused_linear_fits(const hr_tensor *x, const hr_tensor *w, const hr_tensor *out);
+
+hr_status hr_cpu_fused_linear(const hr_fused_linear *f);
+
+#endif

@@ -1,0 +1,180 @@
+/* The fused linear node: one thread-pool pass computes every linear that
+ * reads the same few rows x (q/k/v, gate/up), through the same GEMV
+ * micro-kernels and blocking as gemv_core.c so each column is bit-for-bit
+ * what the unfused linear gives. Epilogues round the products to the
+ * output dtype first, as the unfused ops would have stored them. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/k_fused.h"
+#include "backends/cpu/simd_math.h"
+#include "core/error.h"
+#include "core/iter.h"
+#include "core/threadpool.h"
+#include "hubrt/runtime.h"
+
+#define CHUNK 64 /* output columns per work unit */
+
+bool hr_fused_rows(const hr_tensor *t, int64_t *rows, int64_t *row_stride) {
+    if (t->ndim < 1 || (t->shape[t->ndim - 1] > 1 && t->strides[t->ndim - 1] != 1)) return false;
+    int64_t r = 1, rs = t->shape[t->ndim - 1], expect = -1;
+    for (int d = t->ndim - 2; d >= 0; d--) {
+        if (t->shape[d] == 1) continue;
+        if (expect < 0) {
+            rs = t->strides[d];
+        } else if (t->strides[d] != expect) {
+            return false;
+        }
+        expect = t->strides[d] * t->shape[d];
+        r *= t->shape[d];
+    }
+    *rows = r;
+    *row_stride = rs;
+    return true;
+}
+
+bool hr_fused_linear_fits(const hr_tensor *x, const hr_tensor *w, const hr_tensor *out) {
+    int64_t rows, rs, orows, ors;
+    if (x->dtype != HR_F32 && x->dtype != HR_BF16 && x->dtype != HR_F16) return false;
+    if (w->dtype != x->dtype || out->dtype != x->dtype || w->ndim != 2 || out->ndim != x->ndim) return false;
+    int64_t k = x->shape[x->ndim - 1];
+    if (k < 1 || w->shape[1] != k || (k > 1 && w->strides[1] != 1) || out->shape[out->ndim - 1] != w->shape[0])
+        return false;
+    if (!hr_fused_rows(x, &rows, &rs) || !hr_fused_rows(out, &orows, &ors)) return false;
+    for (int d = 0; d + 1 < x->ndim; d++)
+        if (x->shape[d] != out->shape[d]) return false;
+    /* Only rows the unfused linear sends to the GEMV route: bf16 rows from
+     * HR_GEMM_SKINNY_MIN_ROWS on may take the skinny GEMM, which sums in
+     * another order. */
+    int64_t max_rows = x->dtype == HR_BF16 ? HR_GEMM_SKINNY_MIN_ROWS - 1 : HR_GEMV_ROUTE_ROWS;
+    return rows >= 1 && rows <= max_rows && ors >= w->shape[0];
+}
+
+typedef struct fl_ctx {
+    const hr_fused_linear *f;
+    hr_gemv_fn fn;
+    const char *x; /* [rows][k], f32 or (avx512) bf16 */
+    size_t xsz;
+    int rows;
+    int64_t k;
+    int64_t out_rs[HR_FUSED_MAX_LINEARS], res_rs;
+    int64_t first_unit[HR_FUSED_MAX_LINEARS + 1]; /* units of CHUNK columns, per linear */
+    bool simd;
+} fl_ctx;
+
+/* y[r][0..nc) = x[r] . w[j] rows c0.., for every row r. */
+static void fl_product(const fl_ctx *c, int j, int64_t c0, int64_t nc, float (*y)[CHUNK]) {
+    const hr_tensor *w = c->f->w[j];
+    size_t wsz = hr_dtype_size(w->dtype);
+    int64_t ldw = w->strides[0];
+    for (int64_t i = 0; i < nc; i += 4) {
+        int nw = nc - i < 4 ? (int)(nc - i) : 4;
+        const char *wp = (const char *)hr_tensor_ptr(w) + (c0 + i) * ldw * (int64_t)wsz;
+        for (int r = 0; r < c->rows; r += HR_GEMV_MAX_ROWS)
+            c->fn(c->k, c->rows - r < HR_GEMV_MAX_ROWS ? c->rows - r : HR_GEMV_MAX_ROWS,
+                  c->x + (size_t)r * (size_t)c->k * c->xsz, wp, w->dtype, ldw, nw, &y[r][i], CHUNK);
+    }
+    const hr_tensor *b = c->f->b[j];
+    if (!b) return;
+    float bias[CHUNK];
+    hr_load_f32(bias, (const char *)hr_tensor_ptr(b) + c0 * b->strides[0] * (int64_t)hr_dtype_size(b->dtype),
+                b->dtype, nc, b->strides[0]);
+    for (int r = 0; r < c->rows; r++)
+        for (int64_t i = 0; i < nc; i++) y[r][i] += bias[i];
+}
+
+/* v rounded to dt, as storing and reloading it would. */
+static void round_to(float *v, int64_t n, hr_dtype dt) {
+    if (dt == HR_F32) return;
+    uint16_t tmp[CHUNK];
+    hr_store_f32((char *)tmp, dt, v, n, 1);
+    hr_load_f32(v, (const char *)tmp, dt, n, 1);
+}
+
+static void silu_mul_row(float *g, const float *u, int64_t n, bool simd) {
+    int64_t i = 0;
+    if (simd)
+        for (; i + 8 <= n; i += 8) {
+            __m256 x = _mm256_loadu_ps(g + i);
+            __m256 e = hr_exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+            __m256 s = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+            _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+        }
+    for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void fl_worker(void *arg, int ith, int nth) {
+    const fl_ctx *c = arg;
+    const hr_fused_linear *f = c->f;
+    int64_t begin, end;
+    hr_split_range(c->first_unit[f->n], ith, nth, &begin, &end);
+    float y[2][HR_GEMV_ROUTE_ROWS][CHUNK], res[CHUNK];
+    for (int64_t u = begin; u < end; u++) {
+        int j = 0;
+        while (u >= c->first_unit[j + 1]) j++;
+        int64_t c0 = (u - c->first_unit[j]) * CHUNK, n = f->w[j]->shape[0];
+        int64_t nc = n - c0 < CHUNK ? n - c0 : CHUNK;
+        fl_product(c, j, c0, nc, y[0]);
+        if (f->epi == HR_FUSED_GATED) fl_product(c, 1, c0, nc, y[1]);
+        hr_tensor *o = f->out[j];
+        size_t osz = hr_dtype_size(o->dtype);
+        for (int r = 0; r < c->rows; r++) {
+            float *yr = y[0][r];
+            if (f->epi == HR_FUSED_GATED) {
+                round_to(yr, nc, o->dtype);
+                round_to(y[1][r], nc, o->dtype);
+                silu_mul_row(yr, y[1][r], nc, c->simd);
+            } else if (f->epi == HR_FUSED_RESIDUAL) {
+                round_to(yr, nc, o->dtype);
+                hr_load_f32(res, (const char *)hr_tensor_ptr(f->res) + (r * c->res_rs + c0) * (int64_t)osz,
+                            f->res->dtype, nc, 1);
+                for (int64_t i = 0; i < nc; i++) yr[i] += res[i];
+            }
+            hr_store_f32((char *)hr_tensor_ptr(o) + (r * c->out_rs[j] + c0) * (int64_t)osz, o->dtype, yr, nc, 1);
+        }
+    }
+}
+
+hr_status hr_cpu_fused_linear(const hr_fused_linear *f) {
+    fl_ctx c = {.f = f, .k = f->x->shape[f->x->ndim - 1], .simd = hr_cpu_isa_get() >= HR_ISA_AVX2};
+    int64_t rows, xrs, orows;
+    if (!hr_fused_rows(f->x, &rows, &xrs))
+        return hr_error(HR_ERR_INVALID_ARG, "fused linear: input rows are not evenly strided");
+    c.rows = (int)rows;
+    int n_out = f->epi == HR_FUSED_STORE ? f->n : 1;
+    for (int j = 0; j < n_out; j++)
+        if (!hr_fused_rows(f->out[j], &orows, &c.out_rs[j]))
+            return hr_error(HR_ERR_INVALID_ARG, "fused linear: output %d rows are not evenly strided", j);
+    if (f->res && !hr_fused_rows(f->res, &orows, &c.res_rs))
+        return hr_error(HR_ERR_INVALID_ARG, "fused linear: residual rows are not evenly strided");
+    /* GATED walks the columns of w[0] and takes w[1]'s alongside. */
+    int n_walk = f->epi == HR_FUSED_STORE ? f->n : 1;
+    int64_t work = 0;
+    for (int j = 0; j < n_walk; j++) c.first_unit[j + 1] = c.first_unit[j] + (f->w[j]->shape[0] + CHUNK - 1) / CHUNK;
+    for (int j = n_walk; j < f->n; j++) c.first_unit[j + 1] = c.first_unit[j];
+    for (int j = 0; j < f->n; j++) work += f->w[j]->shape[0];
+    bool bf16 = f->x->dtype == HR_BF16 && hr_gemm_use_avx512_bf16();
+    c.fn = bf16 ? hr_gemv_bf16_avx512 : c.simd ? hr_gemv_avx2 : hr_gemv_scalar;
+    c.xsz = bf16 ? 2 : 4;
+    char *x = malloc((size_t)c.rows * (size_t)c.k * c.xsz + 64);
+    if (!x) return hr_error(HR_ERR_OOM, "fused linear: out of memory for %d x %lld activations", c.rows,
+                            (long long)c.k);
+    size_t esz = hr_dtype_size(f->x->dtype);
+    for (int r = 0; r < c.rows; r++) {
+        const char *src = (const char *)hr_tensor_ptr(f->x) + r * xrs * (int64_t)esz;
+        if (bf16)
+            memcpy(x + (size_t)r * (size_t)c.k * 2, src, (size_t)c.k * 2);
+        else
+            hr_load_f32((float *)(x + (size_t)r * (size_t)c.k * 4), src, f->x->dtype, c.k, 1);
+    }
+    c.x = x;
+    int64_t units = c.first_unit[f->n];
+    int nth = hr_parallel_threads_for(rows * work * c.k, 1 << 16);
+    if (nth > units) nth = (int)units;
+    if (nth < 1) nth = 1;
+    hr_parallel_run(fl_worker, &c, nth);
+    free(x);
+    return HR_OK;
+}

@@ -1,0 +1,156 @@
+/* Fusion of decode-sized linears and their consumers (see fuse.h). Every
+ * group is made of consecutive running nodes, so no node moves across
+ * another: what changes is that one thread-pool pass does the work of
+ * several, and intermediates that nothing reads again are never stored. */
+#include "graph/fuse.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+static const hr_tensor *t_in(const hr_plan *p, const hr_plan_node *n, int k) {
+    return &p->tensors[n->first_tensor + k];
+}
+
+static hr_tensor *t_out(const hr_plan *p, const hr_plan_node *n, int k) {
+    return &p->tensors[n->first_tensor + n->n_in + k];
+}
+
+static int value_of(const hr_plan *p, const hr_tensor *t) { return hr_plan_value_index(p, t); }
+
+static bool runs(const hr_plan_node *n) { return !n->dead && !n->folded && !n->empty && !n->absorbed && !n->fused; }
+
+static int next_running(const hr_plan *p, int i) {
+    for (i++; i < p->n_nodes && !runs(&p->nodes[i]); i++) continue;
+    return i;
+}
+
+static bool same_shape(const hr_tensor *a, const hr_tensor *b) {
+    return a->dtype == b->dtype && a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
+}
+
+static bool same_layout(const hr_tensor *a, const hr_tensor *b) {
+    return same_shape(a, b) && a->buf == b->buf && a->offset == b->offset &&
+           !memcmp(a->strides, b->strides, sizeof(int64_t) * (size_t)a->ndim);
+}
+
+/* True when nothing reads the bytes t covers after node `after`: the next
+ * running node that touches t's value overwrites exactly t's region, or
+ * none does and the value is a temporary of the call. */
+static bool dead_after(const hr_plan *p, const hr_tensor *t, int after) {
+    int v = value_of(p, t);
+    if (p->values[v].kind != HR_VALUE_TEMP) return false;
+    for (int i = after + 1; i < p->n_nodes; i++) {
+        const hr_plan_node *n = &p->nodes[i];
+        if (n->dead || n->folded || n->empty) continue;
+        for (int k = 0; k < n->n_in; k++)
+            if (value_of(p, t_in(p, n, k)) == v) return false;
+        for (int k = 0; k < n->n_out; k++)
+            if (value_of(p, t_out(p, n, k)) == v) return same_layout(t_out(p, n, k), t);
+    }
+    return true;
+}
+
+/* A linear the fused kernel can run; its bias, if any, is [n]. */
+static bool fusable_linear(const hr_plan *p, const hr_plan_node *n) {
+    if (n->op != HR_OP_linear || !runs(n)) return false;
+    const hr_tensor *w = t_in(p, n, 1), *out = t_out(p, n, 0);
+    if (!hr_fused_linear_fits(t_in(p, n, 0), w, out)) return false;
+    if (n->n_in == 3) {
+        const hr_tensor *b = t_in(p, n, 2);
+        if (b->ndim != 1 || b->shape[0] != w->shape[0] || (b->dtype != HR_F32 && b->dtype != HR_BF16 && b->dtype != HR_F16))
+            return false;
+    }
+    return value_of(p, out) != value_of(p, t_in(p, n, 0));
+}
+
+static bool rows_like(const hr_tensor *t, const hr_tensor *like) {
+    int64_t r, rs;
+    return same_shape(t, like) && hr_fused_rows(t, &r, &rs);
+}
+
+/* silu_mul(out0, out1) at node k, both products dead after it. */
+static bool gated_epilogue(const hr_plan *p, const hr_plan_node *k, int ki, const hr_tensor *o0, const hr_tensor *o1) {
+    if (k->op != HR_OP_silu_mul || !same_layout(t_in(p, k, 0), o0) || !same_layout(t_in(p, k, 1), o1)) return false;
+    return rows_like(t_out(p, k, 0), o0) && dead_after(p, o0, ki) && dead_after(p, o1, ki);
+}
+
+/* add(y, r) or add(r, y) at node k, y dead after it; the sum may overwrite
+ * r only element for element. Returns r, or NULL. */
+static const hr_tensor *residual_epilogue(const hr_plan *p, const hr_plan_node *k, int ki, const hr_tensor *y) {
+    if (k->op != HR_OP_add) return NULL;
+    int yi = same_layout(t_in(p, k, 0), y) ? 0 : same_layout(t_in(p, k, 1), y) ? 1 : -1;
+    if (yi < 0) return NULL;
+    const hr_tensor *r = t_in(p, k, 1 - yi), *z = t_out(p, k, 0);
+    if (!rows_like(r, y) || !rows_like(z, y) || value_of(p, r) == value_of(p, y)) return NULL;
+    if (value_of(p, z) == value_of(p, r) && !same_layout(z, r)) return NULL;
+    return dead_after(p, y, ki) ? r : NULL;
+}
+
+static void add_tensor(hr_plan_fused *pf, const hr_tensor *t) {
+    if (t) pf->touched[pf->n_touched++] = t;
+}
+
+/* Node i heads a group: gathers the linears after it that read the same
+ * rows, then an epilogue; records the fused node when it saves an op. */
+static hr_status fuse_from(hr_plan *p, int i) {
+    hr_plan_node *head = &p->nodes[i];
+    const hr_tensor *x = t_in(p, head, 0);
+    int members[HR_FUSED_MAX_LINEARS] = {i}, n = 1, next = next_running(p, i);
+    while (n < HR_FUSED_MAX_LINEARS && next < p->n_nodes && fusable_linear(p, &p->nodes[next]) &&
+           same_layout(t_in(p, &p->nodes[next], 0), x)) {
+        int v = value_of(p, t_out(p, &p->nodes[next], 0)), clash = 0;
+        for (int m = 0; m < n; m++) clash |= value_of(p, t_out(p, &p->nodes[members[m]], 0)) == v;
+        if (clash) break;
+        members[n++] = next;
+        next = next_running(p, next);
+    }
+    hr_fused_linear k = {.epi = HR_FUSED_STORE, .n = n, .x = x};
+    for (int m = 0; m < n; m++) {
+        const hr_plan_node *mn = &p->nodes[members[m]];
+        k.w[m] = t_in(p, mn, 1);
+        k.b[m] = mn->n_in == 3 ? t_in(p, mn, 2) : NULL;
+        k.out[m] = t_out(p, mn, 0);
+    }
+    int epi_node = -1;
+    if (next < p->n_nodes && n == 2 && gated_epilogue(p, &p->nodes[next], next, k.out[0], k.out[1])) {
+        k.epi = HR_FUSED_GATED;
+        k.out[0] = t_out(p, &p->nodes[next], 0);
+        k.out[1] = NULL;
+        epi_node = next;
+    } else if (next < p->n_nodes && n == 1 && (k.res = residual_epilogue(p, &p->nodes[next], next, k.out[0]))) {
+        k.epi = HR_FUSED_RESIDUAL;
+        k.out[0] = t_out(p, &p->nodes[next], 0);
+        epi_node = next;
+    }
+    if (n == 1 && epi_node < 0) return HR_OK;
+    if (p->n_fused == p->cap_fused) {
+        int nc = p->cap_fused ? 2 * p->cap_fused : 64;
+        hr_plan_fused *f = realloc(p->fused, sizeof *f * (size_t)nc);
+        if (!f) return hr_error(HR_ERR_OOM, "plan: out of memory fusing");
+        p->fused = f;
+        p->cap_fused = nc;
+    }
+    hr_plan_fused *pf = &p->fused[p->n_fused++];
+    memset(pf, 0, sizeof *pf);
+    pf->k = k;
+    add_tensor(pf, k.x);
+    add_tensor(pf, k.res);
+    for (int m = 0; m < n; m++) {
+        add_tensor(pf, k.w[m]);
+        add_tensor(pf, k.b[m]);
+        add_tensor(pf, k.out[m]);
+    }
+    head->fused = p->n_fused;
+    for (int m = 1; m < n; m++) p->nodes[members[m]].absorbed = true;
+    if (epi_node >= 0) p->nodes[epi_node].absorbed = true;
+    p->n_absorbed += n - 1 + (epi_node >= 0);
+    return HR_OK;
+}
+
+hr_status hr_plan_fuse(hr_plan *p) {
+    for (int i = 0; i < p->n_nodes; i++)
+        if (fusable_linear(p, &p->nodes[i])) HR_TRY(fuse_from(p, i));
+    return HR_OK;
+}
