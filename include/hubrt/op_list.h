@@ -51,6 +51,7 @@
     X(linear,       2, 3, 1, hr_attrs_none)                        \
     /* normalization and positions */                              \
     X(rms_norm,     1, 2, 1, hr_attrs_norm)                        \
+    X(add_rms_norm, 2, 3, 2, hr_attrs_norm)                        \
     X(layer_norm,   1, 3, 1, hr_attrs_norm)                        \
     X(rope_cos_sin, 2, 2, 2, hr_attrs_rope_cos_sin)                \
     X(rope,         3, 3, 1, hr_attrs_none)                        \

@@ -185,6 +185,13 @@ HR_API hr_status hr_linear(const hr_tensor *x, const hr_tensor *weight,
                            const hr_tensor *bias, hr_tensor **out);
 HR_API hr_status hr_rms_norm(const hr_tensor *x, const hr_tensor *weight, double eps,
                              double weight_offset, hr_tensor **out);
+/* The pre-norm residual step in one pass: *sum = x + residual (rounded to
+ * their dtype, as torch's add) and *out = rms_norm(*sum) * weight exactly
+ * as hr_rms_norm (weight may be NULL); x and residual have the same shape
+ * and dtype. Through hr_op_run the outputs (out, sum) may be the inputs
+ * themselves, e.g. sum = residual to update the residual stream in place. */
+HR_API hr_status hr_add_rms_norm(const hr_tensor *x, const hr_tensor *residual, const hr_tensor *weight,
+                                 double eps, double weight_offset, hr_tensor **out, hr_tensor **sum);
 HR_API hr_status hr_layer_norm(const hr_tensor *x, const hr_tensor *weight,
                                const hr_tensor *bias, double eps, hr_tensor **out);
 HR_API hr_status hr_rope_cos_sin(const hr_tensor *positions, const hr_tensor *inv_freq,

@@ -170,6 +170,12 @@ def rms_norm(x, weight=None, eps=1e-6, weight_offset=0.0):
     return call("rms_norm", x, weight, eps=eps, weight_offset=weight_offset)
 
 
+def add_rms_norm(x, residual, weight=None, eps=1e-6, weight_offset=0.0, out=None):
+    """(rms_norm(x + residual) * weight, x + residual) in one pass; `out`
+    may give the two destinations, e.g. (h, residual) to update in place."""
+    return call("add_rms_norm", x, residual, weight, out=out, eps=eps, weight_offset=weight_offset)
+
+
 def layer_norm(x, weight=None, bias=None, eps=1e-5):
     return call("layer_norm", x, weight, bias, eps=eps)
 

@@ -115,6 +115,15 @@ hr_status hr_block_residual(hr_tensor *x, const hr_tensor *y) {
     return hr_op_run(HR_OP_add, NULL, IN_(x, y), 2, o, 1);
 }
 
+/* x += y, then out = rms_norm(x) * w, in one op (add_rms_norm): the sum
+ * overwrites x in place, the normed rows go to out. */
+static hr_status residual_norm(const hr_model *m, hr_tensor *x, const hr_tensor *y, const hr_tensor *w,
+                               hr_tensor *out) {
+    hr_attrs_norm a = {.eps = m->cfg.rms_norm_eps, .weight_offset = 0};
+    hr_tensor *o[2] = {out, x};
+    return hr_op_run(HR_OP_add_rms_norm, &a, IN_(y, x, w), 3, o, 2);
+}
+
 /* [b, s, n*d] -> view [b, s, n, d] */
 static hr_status split_heads(const hr_tensor *t, int64_t n, int64_t d, hr_tensor **out) {
     const int64_t *sh = hr_tensor_shape(t);
@@ -212,13 +221,16 @@ hr_status hr_block_mlp(const hr_model *m, const hr_layer_weights *lw, const hr_t
     return linear_into(sc->act, lw->w_down, lw->b_down, out);
 }
 
+/* Each residual add runs fused with the norm that reads its sum: this
+ * layer's mlp norm, and the next layer's input norm, so a layer after the
+ * first finds its normed input in sc->h already. */
 hr_status hr_block_decoder_layer(const hr_model *m, const hr_layer_weights *lw, int64_t layer,
                                  const hr_fwd_ctx *f) {
     const hr_scratch *sc = &m->scratch;
-    HR_TRY(hr_block_norm(m, sc->x, lw->attn_norm, sc->h));
+    if (layer == 0) HR_TRY(hr_block_norm(m, sc->x, lw->attn_norm, sc->h));
     HR_TRY(hr_block_attention(m, lw, layer, f, sc->h, sc->o));
-    HR_TRY(hr_block_residual(sc->x, sc->o));
-    HR_TRY(hr_block_norm(m, sc->x, lw->mlp_norm, sc->h));
+    HR_TRY(residual_norm(m, sc->x, sc->o, lw->mlp_norm, sc->h));
     HR_TRY(hr_block_mlp(m, lw, sc->h, sc->o));
+    if (layer + 1 < m->cfg.n_layers) return residual_norm(m, sc->x, sc->o, m->layers[layer + 1].attn_norm, sc->h);
     return hr_block_residual(sc->x, sc->o);
 }

@@ -163,7 +163,9 @@ hr_status hr_block_attention(const hr_model *m, const hr_layer_weights *lw, int6
 /* down(silu(gate(h)) * up(h)) into out. */
 hr_status hr_block_mlp(const hr_model *m, const hr_layer_weights *lw, const hr_tensor *h,
                        hr_tensor *out);
-/* Pre-norm decoder layer: x += attn(norm(x)); x += mlp(norm(x)). */
+/* Pre-norm decoder layer: x += attn(norm(x)); x += mlp(norm(x)). Layers
+ * run in order 0..n-1: each one's last residual add also writes the next
+ * layer's normed input into scratch.h, where that layer takes it. */
 hr_status hr_block_decoder_layer(const hr_model *m, const hr_layer_weights *lw, int64_t layer,
                                  const hr_fwd_ctx *f);
 

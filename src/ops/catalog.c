@@ -35,7 +35,7 @@ static_assert(sizeof ops / sizeof ops[0] == HR_OP_COUNT, "op info table out of s
     DIM_(F, softmax) DIM_(F, log_softmax) DIM_(F, cumsum)                                \
     F(topk, I64, hr_attrs_topk, k) F(topk, I64, hr_attrs_topk, dim)                      \
     F(topk, BOOL, hr_attrs_topk, largest) F(topk, BOOL, hr_attrs_topk, sorted)           \
-    NORM_(F, rms_norm) NORM_(F, layer_norm)                                              \
+    NORM_(F, rms_norm) NORM_(F, add_rms_norm) NORM_(F, layer_norm)                       \
     F(rope_cos_sin, F64, hr_attrs_rope_cos_sin, attention_scaling)                       \
     F(rope_cos_sin, I64, hr_attrs_rope_cos_sin, dtype)                                   \
     F(sdpa, F64, hr_attrs_sdpa, scale) F(sdpa, F64, hr_attrs_sdpa, softcap)              \

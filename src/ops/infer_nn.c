@@ -1,5 +1,5 @@
-/* Shape and dtype inference for the nn ops: rms_norm, layer_norm,
- * rope_cos_sin and rope (sdpa has its own file). dispatch prefixes
+/* Shape and dtype inference for the nn ops: rms_norm, add_rms_norm,
+ * layer_norm, rope_cos_sin and rope (sdpa has its own file). dispatch prefixes
  * "op 'name': " to every message. */
 #include "core/error.h"
 #include "ops/op_impl.h"
@@ -28,6 +28,27 @@ static hr_status infer_norm(const char *op, const hr_tensor *const *in, int n_in
 static hr_status infer_rms_norm(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor_meta *out,
                                 int n_out) {
     return infer_norm("rms_norm", in, n_in, out);
+}
+
+/* x, residual [..., h] of one shape and dtype; optional weight [h]
+ * -> normed, sum [..., h] in that dtype. */
+static hr_status infer_add_rms_norm(const void *attrs, const hr_tensor *const *in, int n_in,
+                                    hr_tensor_meta *out, int n_out) {
+    const hr_tensor *x = in[0], *r = in[1];
+    HR_TRY(hr_require_float("add_rms_norm", "x", x));
+    HR_TRY(hr_require_float("add_rms_norm", "residual", r));
+    bool same = x->ndim == r->ndim && x->dtype == r->dtype;
+    for (int i = 0; same && i < x->ndim; i++) same = x->shape[i] == r->shape[i];
+    if (!same) {
+        char sx[160], sr[160];
+        return hr_error(HR_ERR_SHAPE, "residual %s %s must have the shape and dtype of x %s %s",
+                        hr_shape_str(r->ndim, r->shape, sr, sizeof sr), hr_dtype_name(r->dtype),
+                        hr_shape_str(x->ndim, x->shape, sx, sizeof sx), hr_dtype_name(x->dtype));
+    }
+    const hr_tensor *xw[2] = {x, n_in > 2 ? in[2] : NULL};
+    HR_TRY(infer_norm("add_rms_norm", xw, n_in - 1, &out[0]));
+    out[1] = out[0];
+    return HR_OK;
 }
 
 static hr_status infer_layer_norm(const void *attrs, const hr_tensor *const *in, int n_in,
@@ -102,6 +123,7 @@ static hr_status infer_rope(const void *attrs, const hr_tensor *const *in, int n
 
 void hr_infer_register_nn(hr_infer_fn *table) {
     table[HR_OP_rms_norm] = infer_rms_norm;
+    table[HR_OP_add_rms_norm] = infer_add_rms_norm;
     table[HR_OP_layer_norm] = infer_layer_norm;
     table[HR_OP_rope_cos_sin] = infer_rope_cos_sin;
     table[HR_OP_rope] = infer_rope;

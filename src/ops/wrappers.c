@@ -105,6 +105,17 @@ hr_status hr_rms_norm(const hr_tensor *x, const hr_tensor *weight, double eps, d
     return run1(HR_OP_rms_norm, &a, IN_(x, weight), weight ? 2 : 1, out);
 }
 
+hr_status hr_add_rms_norm(const hr_tensor *x, const hr_tensor *residual, const hr_tensor *weight, double eps,
+                          double weight_offset, hr_tensor **out, hr_tensor **sum) {
+    if (!out || !sum) return hr_error(HR_ERR_INVALID_ARG, "op 'add_rms_norm': outputs are NULL");
+    hr_attrs_norm a = {.eps = eps, .weight_offset = weight_offset};
+    hr_tensor *outs[2] = {NULL, NULL};
+    hr_status s = hr_op_run(HR_OP_add_rms_norm, &a, IN_(x, residual, weight), weight ? 3 : 2, outs, 2);
+    *out = outs[0];
+    *sum = outs[1];
+    return s;
+}
+
 hr_status hr_layer_norm(const hr_tensor *x, const hr_tensor *weight, const hr_tensor *bias, double eps,
                         hr_tensor **out) {
     if (bias && !weight) return hr_error(HR_ERR_INVALID_ARG, "op 'layer_norm': bias given without weight");

@@ -1,5 +1,6 @@
 """nn ops against torch / transformers: rms_norm (LlamaRMSNorm and Gemma's
-offset form), layer_norm, rope_cos_sin (LlamaRotaryEmbedding.forward) and
+offset form), add_rms_norm (the decoder layer's residual add then
+LlamaRMSNorm), layer_norm, rope_cos_sin (LlamaRotaryEmbedding.forward) and
 rope (apply_rotary_pos_emb, partial rotary), over f32/bf16/f16, odd sizes,
 broadcasting and non-contiguous inputs and outputs."""
 import numpy as np
@@ -11,6 +12,7 @@ from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 import hubrt
+from cpu_isa import isa  # noqa: F401 (fixture)
 from oracle import TOL, TORCH_DTYPE, assert_close, to_hr, to_torch
 
 FLOATS = ["f32", "bf16", "f16"]
@@ -77,6 +79,98 @@ def test_rms_norm_strided_in_out_and_mixed_weight():
     xb = x.to(torch.bfloat16)
     want = (w * (xb.float() * torch.rsqrt(xb.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16))
     assert_close(hubrt.ops.rms_norm(to_hr(xb), to_hr(w), eps=1e-6), want.to(torch.bfloat16))
+
+
+def residual_then_norm(x, residual, norm):
+    """The decoder layer's step in transformers: the residual add in the
+    activations' dtype, then the norm of that sum."""
+    total = residual + x
+    return norm(total), total
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("h", HIDDEN)
+def test_add_rms_norm_matches_residual_then_llama_rmsnorm(dtype, h, isa):
+    x, res = rand((3, 5, h), dtype, scale=3.0), rand((3, 5, h), dtype, seed=1, scale=2.0)
+    m = LlamaRMSNorm(h, eps=1e-6).to(TORCH_DTYPE[dtype])
+    m.weight.data = rand((h,), dtype, seed=2)
+    got_y, got_sum = hubrt.ops.add_rms_norm(to_hr(x), to_hr(res), to_hr(m.weight.data), eps=1e-6)
+    want_y, want_sum = residual_then_norm(x, res, m)
+    assert torch.equal(to_torch(got_sum), want_sum)  # torch's add rounds once, as the kernel
+    assert_close(got_y, want_y)
+    if dtype != "f32":
+        # bit for bit but where the sum of squares (summed in another order)
+        # moves a product across a rounding boundary, as for rms_norm
+        assert (to_torch(got_y) != want_y).float().mean() < 0.01
+    # the unfused ops of hubrt agree with the fused one (bit for bit off AVX-512)
+    unfused = hubrt.ops.rms_norm(hubrt.ops.add(to_hr(x), to_hr(res)), to_hr(m.weight.data), eps=1e-6)
+    if isa != "avx512" or dtype != "bf16":
+        assert torch.equal(to_torch(got_y), to_torch(unfused))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_add_rms_norm_offset_no_weight_and_specials(dtype, isa):
+    h = 4097
+    x, res = rand((2, h), dtype), rand((2, h), dtype, seed=3)
+    x[0, 5], res[1, 7], x[1, 9], res[1, 9] = float("nan"), float("inf"), 1e4, -1e4
+    m = GemmaRMSNorm(h, eps=1e-6).to(TORCH_DTYPE[dtype])
+    m.weight.data = rand((h,), dtype, seed=4) * 0.1
+    got_y, got_sum = hubrt.ops.add_rms_norm(to_hr(x), to_hr(res), to_hr(m.weight.data), eps=1e-6,
+                                            weight_offset=1.0)
+    want_y, want_sum = residual_then_norm(x, res, m)
+    assert_close(got_sum, want_sum, atol=0, rtol=0)  # nan and inf kept where torch keeps them
+    assert_close(got_y, want_y)
+    plain = lambda t: (t.float() * torch.rsqrt(t.float().pow(2).mean(-1, keepdim=True) + 1e-5)).to(t.dtype)
+    got_y, _ = hubrt.ops.add_rms_norm(to_hr(x[:, :17]), to_hr(res[:, :17]), eps=1e-5)
+    assert_close(got_y, residual_then_norm(x[:, :17], res[:, :17], plain)[0])
+
+
+def test_add_rms_norm_strided_and_in_place(isa):
+    # x strided along the normalized dim, residual a column slice, weight with stride 2
+    x = rand((17, 6, 64), "bf16", scale=2.0)
+    xt, xh = transposed(x)
+    wide_res = rand((17, 6, 128), "bf16", seed=5)
+    res_t, res_h = wide_res[..., 32:96], to_hr(wide_res).slice(-1, 32, 96)
+    w = rand((64,), "bf16", seed=6)
+    w_h = to_hr(torch.stack([w, w], -1)).select(-1, 0)
+    y_out, sum_out = hr_out((17, 6, 64), "bf16"), hr_out((17, 6, 64), "bf16")
+    hubrt.ops.add_rms_norm(xh, res_h, w_h, eps=1e-6, out=(y_out, sum_out))
+    ref = LlamaRMSNorm(64, eps=1e-6).to(torch.bfloat16)
+    ref.weight.data = w
+    want_y, want_sum = residual_then_norm(xt, res_t, ref)
+    assert torch.equal(to_torch(sum_out), want_sum)
+    assert_close(y_out, want_y)
+    # in place as the decoder layers run it: the sum over the residual, the
+    # normed rows over x (both contiguous here, so the AVX-512 row runs)
+    xc, rc = to_hr(x), to_hr(wide_res[..., :64])
+    hubrt.ops.add_rms_norm(xc, rc, to_hr(w), eps=1e-6, out=(xc, rc))
+    want_y, want_sum = residual_then_norm(x, wide_res[..., :64], ref)
+    assert torch.equal(to_torch(rc), want_sum)
+    assert_close(xc, want_y)
+    # f32 weight on bf16 activations: normalized, rounded to bf16, times the f32 weight
+    got_y, _ = hubrt.ops.add_rms_norm(to_hr(x), to_hr(x), to_hr(w.float()), eps=1e-6)
+    s2 = x + x
+    want = w.float() * (s2.float() * torch.rsqrt(s2.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16)
+    assert_close(got_y, want.to(torch.bfloat16))
+
+
+def test_add_rms_norm_errors_name_op_and_input():
+    x = to_hr(torch.zeros(2, 8))
+    with pytest.raises(hubrt.HubrtError, match=r"op 'add_rms_norm': residual \[2, 7\] f32 must have the shape "
+                                               r"and dtype of x \[2, 8\] f32"):
+        hubrt.ops.add_rms_norm(x, to_hr(torch.zeros(2, 7)))
+    with pytest.raises(hubrt.HubrtError, match=r"op 'add_rms_norm': residual \[2, 8\] bf16 must have"):
+        hubrt.ops.add_rms_norm(x, to_hr(torch.zeros(2, 8, dtype=torch.bfloat16)))
+    with pytest.raises(hubrt.HubrtError, match=r"op 'add_rms_norm'.*residual must be f32, bf16 or f16, got i64"):
+        hubrt.ops.add_rms_norm(x, to_hr(torch.zeros(2, 8, dtype=torch.int64)))
+    with pytest.raises(hubrt.HubrtError, match=r"op 'add_rms_norm'.*x must be f32, bf16 or f16, got i32"):
+        hubrt.ops.add_rms_norm(to_hr(torch.zeros(2, 8, dtype=torch.int32)), x)
+    with pytest.raises(hubrt.HubrtError, match=r"op 'add_rms_norm': weight shape \[7\] != \[8\]"):
+        hubrt.ops.add_rms_norm(x, x, to_hr(torch.zeros(7)))
+    with pytest.raises(hubrt.HubrtError, match=r"op 'add_rms_norm': output 1 is \[2, 4\] f32 but the result is"):
+        hubrt.ops.add_rms_norm(x, x, out=(None, to_hr(torch.zeros(2, 4))))
+    got_y, got_sum = hubrt.ops.add_rms_norm(to_hr(torch.zeros(0, 8)), to_hr(torch.zeros(0, 8)))
+    assert got_y.shape == (0, 8) and got_sum.shape == (0, 8)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

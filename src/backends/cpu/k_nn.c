@@ -1,4 +1,5 @@
-/* CPU kernels for the nn ops: rms_norm, layer_norm, rope_cos_sin, rope.
+/* CPU kernels for the nn ops: rms_norm, add_rms_norm, layer_norm,
+ * rope_cos_sin, rope.
  *
  * All compute in f32 and round where transformers rounds, so bf16 results
  * agree bit for bit where the arithmetic allows:
@@ -15,12 +16,16 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "backends/cpu/k_eltwise.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
+#include "hubrt/runtime.h"
 #include "ops/op_impl.h"
 
 /* The last bits above depend on no multiply-add being fused: GCC keeps
@@ -221,6 +226,141 @@ static hr_status k_layer_norm(const void *attrs, const hr_tensor *const *in, int
     return k_norm(HR_OP_layer_norm, attrs, in, n_in, out[0]);
 }
 
+/* ---- add_rms_norm ---------------------------------------------------------- */
+
+/* One row is two passes over data that stays in L1: the sum is rounded
+ * and stored while its squares accumulate, then read back, normalized and
+ * scaled. Bit for bit the unfused add + rms_norm, except the AVX-512 row,
+ * which sums the squares in another order. */
+typedef struct {
+    const hr_tensor *x, *r, *w; /* x, residual [..., h]; weight [h] or NULL */
+    const hr_tensor *y, *s;     /* normed, sum [..., h]; may alias x or r */
+    float eps, offset;
+    int64_t rows, h;
+    bool simd;   /* vector row conversions allowed (HUBRT_CPU_ISA) */
+    bool avx512; /* every row contiguous bf16 and the AVX-512 path allowed */
+} add_norm_ctx;
+
+/* a = round(a + b) in place; returns the sum of the rounded squares. */
+static float add_round_sum_sq(hr_dtype dt, float *a, const float *b, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f v = v8_load(a + i) + v8_load(b + i);
+        memcpy(a + i, &v, sizeof v);
+    }
+    for (; i < n; i++) a[i] += b[i];
+    round_to(dt, a, n);
+    return sum_sq(a, n, 0.0f);
+}
+
+/* Pass 2 of one row (shared by every path): y = rms_norm(s) * w with s
+ * already rounded, chunk by chunk through f32. */
+static void add_norm_scale(const add_norm_ctx *c, const char *ps, char *py, float rstd) {
+    const hr_tensor *s = c->s, *y = c->y;
+    float buf[CHUNK], wb[CHUNK];
+    int64_t ss = s->strides[s->ndim - 1], sy = y->strides[y->ndim - 1];
+    int64_t esz = (int64_t)hr_dtype_size(s->dtype);
+    for (int64_t k0 = 0; k0 < c->h; k0 += CHUNK) {
+        int64_t n = c->h - k0 < CHUNK ? c->h - k0 : CHUNK;
+        hr_k_load_f32(buf, ps + k0 * ss * esz, s->dtype, n, ss, c->simd);
+        normalize(buf, buf, 0.0f, rstd, n);
+        if (c->w) {
+            hr_k_load_f32(wb, (const char *)hr_tensor_ptr(c->w) + k0 * c->w->strides[0] * (int64_t)hr_dtype_size(c->w->dtype),
+                          c->w->dtype, n, c->w->strides[0], c->simd);
+            if (c->offset == 0) round_to(y->dtype, buf, n); /* LlamaRMSNorm, as k_norm */
+            affine(buf, wb, c->offset, NULL, n);
+        }
+        hr_k_store_f32(py + k0 * sy * esz, y->dtype, buf, n, sy, c->simd);
+    }
+}
+
+/* Pass 1 of one row through f32 chunks, any dtype and strides. */
+static float add_norm_sum_row(const add_norm_ctx *c, const char *px, const char *pr, char *ps) {
+    float a[CHUNK], b[CHUNK], acc = 0;
+    hr_dtype dt = c->x->dtype;
+    int64_t esz = (int64_t)hr_dtype_size(dt);
+    int64_t sx = c->x->strides[c->x->ndim - 1], sr = c->r->strides[c->r->ndim - 1];
+    int64_t ss = c->s->strides[c->s->ndim - 1];
+    for (int64_t k0 = 0; k0 < c->h; k0 += CHUNK) {
+        int64_t n = c->h - k0 < CHUNK ? c->h - k0 : CHUNK;
+        hr_k_load_f32(a, px + k0 * sx * esz, dt, n, sx, c->simd);
+        hr_k_load_f32(b, pr + k0 * sr * esz, dt, n, sr, c->simd);
+        acc += add_round_sum_sq(dt, a, b, n);
+        hr_k_store_f32(ps + k0 * ss * esz, dt, a, n, ss, c->simd);
+    }
+    return acc;
+}
+
+#if defined(__x86_64__)
+#define ADD_NORM_AVX512 1
+
+/* Pass 1 of a contiguous bf16 row, 16 lanes at a time: the sum rounded to
+ * bf16 (nearest even, NaNs kept quiet, as round_to) and its squares. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static float
+add_norm_sum_row_bf16_avx512(const uint16_t *x, const uint16_t *r, uint16_t *s, int64_t h) {
+    __m512 acc = _mm512_setzero_ps();
+    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i quiet = _mm512_set1_epi32(0x00400000);
+    for (int64_t i = 0; i < h; i += 16) {
+        __mmask16 m = h - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (h - i)) - 1);
+        __m512i xi = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + i)), 16);
+        __m512i ri = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, r + i)), 16);
+        __m512i u = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(xi), _mm512_castsi512_ps(ri)));
+        __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+        __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(bias, lsb));
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+        rounded = _mm512_mask_or_epi32(rounded, nan, u, quiet);
+        __m512i hi = _mm512_srli_epi32(rounded, 16);
+        _mm256_mask_storeu_epi16(s + i, m, _mm512_cvtepi32_epi16(hi));
+        __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(hi, 16));
+        acc = _mm512_add_ps(acc, _mm512_maskz_mul_ps(m, v, v));
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+#endif
+
+static void add_norm_body(void *arg, int ith, int nth) {
+    const add_norm_ctx *c = arg;
+    int64_t b, e;
+    hr_split_range(c->rows, ith, nth, &b, &e);
+    if (b >= e) return;
+    row_walk w;
+    walk_init(&w, c->x->shape, c->x->ndim - 1, b);
+    for (int64_t i = b; i < e; i++, walk_next(&w)) {
+        const char *px = walk_ptr(&w, c->x), *pr = walk_ptr(&w, c->r);
+        char *ps = walk_ptr(&w, c->s);
+        float acc;
+#ifdef ADD_NORM_AVX512
+        if (c->avx512)
+            acc = add_norm_sum_row_bf16_avx512((const uint16_t *)px, (const uint16_t *)pr, (uint16_t *)ps, c->h);
+        else
+#endif
+            acc = add_norm_sum_row(c, px, pr, ps);
+        add_norm_scale(c, ps, walk_ptr(&w, c->y), 1.0f / sqrtf(acc / (float)c->h + c->eps));
+    }
+}
+
+static bool last_dim_unit(const hr_tensor *t) { return t->strides[t->ndim - 1] == 1; }
+
+static hr_status k_add_rms_norm(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
+                                int n_out) {
+    const hr_attrs_norm *a = attrs;
+    add_norm_ctx c = {.x = in[0], .r = in[1], .w = n_in > 2 ? in[2] : NULL, .y = out[0], .s = out[1]};
+    c.eps = a ? (float)a->eps : 0.0f;
+    c.offset = a ? (float)a->weight_offset : 0.0f;
+    c.h = c.x->shape[c.x->ndim - 1];
+    c.rows = c.h ? hr_tensor_numel(c.x) / c.h : 0;
+    c.simd = hr_k_simd();
+#ifdef ADD_NORM_AVX512
+    c.avx512 = c.x->dtype == HR_BF16 && hr_cpu_isa_get() >= HR_ISA_AVX512 && last_dim_unit(c.x) &&
+               last_dim_unit(c.r) && last_dim_unit(c.s);
+#endif
+    if (c.rows == 0) return HR_OK;
+    hr_parallel_run(add_norm_body, &c, hr_parallel_threads_for(c.rows * c.h, 16384));
+    return HR_OK;
+}
+
 /* ---- rope_cos_sin ---------------------------------------------------------- */
 
 typedef struct {
@@ -391,6 +531,7 @@ static hr_status k_rope(const void *attrs, const hr_tensor *const *in, int n_in,
 
 void hr_cpu_register_nn(hr_cpu_kernel_fn *table) {
     table[HR_OP_rms_norm] = k_rms_norm;
+    table[HR_OP_add_rms_norm] = k_add_rms_norm;
     table[HR_OP_layer_norm] = k_layer_norm;
     table[HR_OP_rope_cos_sin] = k_rope_cos_sin;
     table[HR_OP_rope] = k_rope;

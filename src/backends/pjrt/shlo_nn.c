@@ -50,6 +50,16 @@ static hr_status lower_rms_norm(hr_shlo_builder *b, const void *attrs, const hr_
     return lower_norm(true, b, attrs, in, n_in, m, out);
 }
 
+/* sum = x + residual rounded to their dtype (out[1]), then rms_norm of
+ * that sum (out[0]), as the cpu kernel. */
+static hr_status lower_add_rms_norm(hr_shlo_builder *b, const void *attrs, const hr_shlo_value *in, int n_in,
+                                    const hr_tensor_meta *m, hr_shlo_value *out, int n_out) {
+    hr_shlo_value sum = hr_shlo_binary(b, "add", hr_shlo_up(b, in[0]), hr_shlo_up(b, in[1]));
+    out[1] = hr_shlo_convert(b, sum, m[1].dtype);
+    hr_shlo_value xw[2] = {out[1], n_in > 2 ? in[2] : out[1]};
+    return lower_norm(true, b, attrs, xw, n_in - 1, &m[0], &out[0]);
+}
+
 static hr_status lower_layer_norm(hr_shlo_builder *b, const void *attrs, const hr_shlo_value *in, int n_in,
                                   const hr_tensor_meta *m, hr_shlo_value *out, int n_out) {
     return lower_norm(false, b, attrs, in, n_in, m, out);
@@ -115,6 +125,7 @@ static hr_status lower_rope(hr_shlo_builder *b, const void *attrs, const hr_shlo
 
 void hr_shlo_register_nn(hr_shlo_lowering *t) {
     t[HR_OP_rms_norm].lower = lower_rms_norm;
+    t[HR_OP_add_rms_norm].lower = lower_add_rms_norm;
     t[HR_OP_layer_norm].lower = lower_layer_norm;
     t[HR_OP_rope_cos_sin].lower = lower_rope_cos_sin;
     t[HR_OP_rope].lower = lower_rope;
