@@ -173,13 +173,15 @@ def masked_reference(q, k, v, keep):
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-@pytest.mark.parametrize("s,hq,hkv", [(1, 4, 2), (5, 6, 2), (3, 7, 1)])
+@pytest.mark.parametrize("s,hq,hkv", [(1, 4, 2), (5, 4, 4), (1, 7, 1), (5, 6, 2)])
 @pytest.mark.parametrize("kind", ["bool", "additive"])
 def test_sdpa_skips_masked_key_blocks(dtype, s, hq, hkv, kind):
     """A static cache of 300 slots (five 64-key blocks) with each row
     seeing a prefix of a different length, one row seeing nothing and one
     row seeing only a window in the middle: blocks no row of a query block
-    sees are skipped, the output is torch's."""
+    sees are skipped, the output is torch's. Up to 8 (query, head) rows
+    per kv head take the direct decode path with two key splits, more the
+    blocked one."""
     t, d, b = 300, 64, 3
     g = torch.Generator().manual_seed(17)
     q, k, v = (torch.randn(*sh, generator=g).to(TORCH_DTYPE[dtype])

@@ -40,6 +40,9 @@ typedef struct attn_ctx {
     hr_gemm_ukr_fn ukr;
     int64_t mstr[4]; /* mask strides against [b, hq, s, t]; 0 where it broadcasts */
     int64_t rblocks, units; /* row blocks of BQ over rep * s rows */
+    bool decode;     /* few rows: the direct path, keys split DEC_SPLIT at a time */
+    int64_t nsplit;  /* key splits per (batch, kv head) in the direct path */
+    float *parts;    /* [units][rep * s][2 + dv]: max, denominator, numerators */
     atomic_int failed;
 } attn_ctx;
 
@@ -254,6 +257,109 @@ static void attn_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     }
 }
 
+/* ---- decode: a few query rows per (batch, kv head) ---- */
+
+#define DEC_ROWS 8    /* rep * s up to this takes the direct path */
+#define DEC_SPLIT 256 /* keys per split, a multiple of BK, counted from key 0 */
+
+static float dot_f32(const float *a, const float *b, int64_t n, bool avx2) {
+    int64_t i = 0;
+    float sum = 0.0f;
+    if (avx2) {
+        __m256 acc = _mm256_setzero_ps();
+        for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+        sum = hr_hsum8(acc);
+    }
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+/* y += a * x */
+static void axpy_f32(float *y, float a, const float *x, int64_t n, bool avx2) {
+    int64_t i = 0;
+    if (avx2) {
+        __m256 av = _mm256_set1_ps(a);
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    }
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* Unit (batch, kv head, split): every query row of the pair against the
+ * split's keys, one key row at a time straight from K and V. With a few
+ * rows, packing K/V into GEMM panels costs more than the products it
+ * feeds; each converted key or value row serves all rows here. Splits let
+ * both threads share one head's keys; each leaves its running max,
+ * denominator and unnormalized numerators per row in c->parts. */
+static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
+    int64_t sp = u % c->nsplit, kvh = (u / c->nsplit) % c->hkv, bi = u / (c->nsplit * c->hkv);
+    int64_t rows = c->rep * c->s, d = c->d, dv = c->dv;
+    float *q = s->qp, *o = s->ot, *kr = s->kp, *vr = s->vp; /* [rows][d], [rows][dv], [d], [dv] */
+    for (int64_t r = 0; r < rows; r++) {
+        load_row(c, q + r * d, c->q, bi, kvh * c->rep + r % c->rep, r / c->rep, d);
+        for (int64_t e = 0; e < d; e++) q[r * d + e] *= c->scale;
+        s->m[r] = -INFINITY;
+        s->l[r] = 0.0f;
+    }
+    memset(o, 0, sizeof(float) * (size_t)(rows * dv));
+    /* rows span positions t - s .. t - 1 */
+    int64_t lo = sp * DEC_SPLIT, hi = (sp + 1) * DEC_SPLIT < c->t ? (sp + 1) * DEC_SPLIT : c->t;
+    if (c->window > 0 && c->t - c->s - c->window + 1 > lo) lo = c->t - c->s - c->window + 1;
+    for (int64_t j0 = lo; j0 < hi; j0 += BK) {
+        int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
+        if (c->mask && block_masked(c, bi, kvh, 0, rows, j0, nk)) continue;
+        for (int j = 0; j < nk; j++) {
+            load_row(c, kr, c->k, bi, kvh, j0 + j, d);
+            for (int64_t r = 0; r < rows; r++) s->st[r * BK + j] = dot_f32(q + r * d, kr, d, c->avx2);
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            float *p = s->st + r * BK;
+            int64_t qi = r / c->rep;
+            mask_row(c, s, p, bi, kvh * c->rep + r % c->rep, qi, c->t - c->s + qi, j0, nk);
+            float corr = softmax_step(c, s, p, nk, r);
+            if (corr != 1.0f)
+                for (int64_t e = 0; e < dv; e++) o[r * dv + e] *= corr;
+        }
+        for (int j = 0; j < nk; j++) {
+            load_row(c, vr, c->v, bi, kvh, j0 + j, dv);
+            for (int64_t r = 0; r < rows; r++)
+                if (s->st[r * BK + j] != 0.0f) axpy_f32(o + r * dv, s->st[r * BK + j], vr, dv, c->avx2);
+        }
+    }
+    float *part = c->parts + u * rows * (2 + dv);
+    for (int64_t r = 0; r < rows; r++, part += 2 + dv) {
+        part[0] = s->m[r];
+        part[1] = s->l[r];
+        memcpy(part + 2, o + r * dv, sizeof(float) * (size_t)dv);
+    }
+}
+
+/* Merges the splits of each row (rescaled to their common max) into o. */
+static void attn_decode_combine(const attn_ctx *c) {
+    int64_t rows = c->rep * c->s, dv = c->dv, stride = rows * (2 + dv);
+    for (int64_t pair = 0; pair < c->b * c->hkv; pair++) {
+        int64_t bi = pair / c->hkv, kvh = pair % c->hkv;
+        float *first = c->parts + pair * c->nsplit * stride;
+        for (int64_t r = 0; r < rows; r++) {
+            float *acc = first + r * (2 + dv), mx = -INFINITY;
+            for (int64_t sp = 0; sp < c->nsplit; sp++) mx = fmaxf(mx, first[sp * stride + r * (2 + dv)]);
+            float w0 = mx == -INFINITY ? 0.0f : expf(acc[0] - mx), den = acc[1] * w0;
+            for (int64_t e = 0; e < dv; e++) acc[2 + e] *= w0;
+            for (int64_t sp = 1; sp < c->nsplit && mx != -INFINITY; sp++) {
+                const float *part = first + sp * stride + r * (2 + dv);
+                if (part[1] == 0.0f) continue;
+                float w = expf(part[0] - mx);
+                den += part[1] * w;
+                for (int64_t e = 0; e < dv; e++) acc[2 + e] += w * part[2 + e];
+            }
+            float inv = den > 0 ? 1.0f / den : 0.0f;
+            for (int64_t e = 0; e < dv; e++) acc[2 + e] *= inv;
+            hr_store_f32(at4(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep), c->o->dtype, acc + 2, dv,
+                         c->o->strides[3]);
+        }
+    }
+}
+
 static void attn_worker(void *arg, int ith, int nth) {
     attn_ctx *c = arg;
     int64_t begin, end;
@@ -274,7 +380,7 @@ static void attn_worker(void *arg, int ith, int nth) {
     s.st = s.pp + BQ * BK;
     s.ot = s.st + BQ * BK;
     s.row = s.ot + BQ * c->dvpad;
-    for (int64_t u = begin; u < end; u++) attn_unit(c, &s, u);
+    for (int64_t u = begin; u < end; u++) (c->decode ? attn_decode_unit : attn_unit)(c, &s, u);
     free(mem);
 }
 
@@ -306,10 +412,19 @@ static hr_status k_sdpa(const void *attrs, const hr_tensor *const *in, int n_in,
     c.rep = c.hq / c.hkv;
     c.rblocks = (c.rep * c.s + BQ - 1) / BQ;
     c.units = c.b * c.hkv * c.rblocks;
+    c.decode = c.rep * c.s <= DEC_ROWS && c.t > 0;
+    if (c.decode) {
+        c.nsplit = (c.t + DEC_SPLIT - 1) / DEC_SPLIT;
+        c.units = c.b * c.hkv * c.nsplit;
+        c.parts = malloc(sizeof(float) * (size_t)(c.units * c.rep * c.s * (2 + c.dv)));
+        if (!c.parts) return hr_error(HR_ERR_OOM, "sdpa: out of memory for %lld key splits", (long long)c.units);
+    }
     atomic_init(&c.failed, 0);
     int nth = hr_parallel_threads_for(c.b * c.hq * c.s * (c.t + 1) * (c.d + c.dv + 1), 1 << 16);
     if (nth > c.units) nth = (int)c.units;
     hr_parallel_run(attn_worker, &c, nth);
+    if (c.decode && !atomic_load(&c.failed)) attn_decode_combine(&c);
+    free(c.parts);
     if (atomic_load(&c.failed)) return hr_error(HR_ERR_OOM, "sdpa: out of memory for attention scratch");
     return HR_OK;
 }
