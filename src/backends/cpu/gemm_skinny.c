@@ -20,9 +20,9 @@
  * accumulators plus J weight vectors fit the 32 zmm registers. */
 #define SK_J 4
 #define SK_R 6
-/* K per block: four weight rows of it (8 KiB) stay in L1 between row
- * groups. A multiple of 32 (one vector of bf16). */
-#define SK_KC 1024
+/* Most K per block: four weight rows of it (16 KiB) stay in L1 between
+ * row groups. K splits into equal blocks of whole vectors of 32. */
+#define SK_KC_MAX 2048
 /* Output columns per store pass: y [SK_MB][SK_CHUNK] f32 on the stack. */
 #define SK_CHUNK 32
 /* x rows per block: 96 rows of one K block (192 KiB) stay in L2 while the
@@ -125,7 +125,8 @@ static void skinny_rows(const skinny_ctx *ctx, int64_t r0, int mb, int64_t j_beg
         row_off_c[r] = oc + ((r0 + r) % g->m) * g->c.rs;
     }
     const uint16_t *wbase = (const uint16_t *)g->b.base, *x = ctx->x + r0 * ctx->ldx;
-    int64_t ldw = g->b.cs;
+    int64_t ldw = g->b.cs, nkb = (g->k + SK_KC_MAX - 1) / SK_KC_MAX;
+    int64_t kb = ((g->k + nkb - 1) / nkb + 31) & ~(int64_t)31;
     size_t csz = hr_dtype_size(g->c.dt);
     for (int64_t j0 = j_begin; j0 < j_end; j0 += SK_CHUNK) {
         int64_t jend = j0 + SK_CHUNK < j_end ? j0 + SK_CHUNK : j_end;
@@ -134,11 +135,11 @@ static void skinny_rows(const skinny_ctx *ctx, int64_t r0, int mb, int64_t j_beg
              * in y columns past jend and are never stored */
             const uint16_t *w[SK_J];
             for (int i = 0; i < SK_J; i++) w[i] = wbase + (j + i < j_end ? j + i : j_end - 1) * ldw;
-            for (int64_t k0 = 0; k0 < g->k; k0 += SK_KC) {
-                int64_t kc = g->k - k0 < SK_KC ? g->k - k0 : SK_KC;
+            for (int64_t k0 = 0; k0 < g->k; k0 += kb) {
+                int64_t kc = g->k - k0 < kb ? g->k - k0 : kb;
                 /* the weight block read next: these rows' next K block, else
                  * the next rows' first (when whole and this thread's) */
-                const uint16_t *pf = k0 + SK_KC < g->k          ? w[0] + k0 + SK_KC
+                const uint16_t *pf = k0 + kb < g->k             ? w[0] + k0 + kb
                                      : j + 2 * SK_J <= j_end ? w[0] + SK_J * ldw
                                                              : NULL;
                 const uint16_t *wk[SK_J];
