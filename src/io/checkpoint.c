@@ -337,6 +337,12 @@ hr_status hr_checkpoint_tensor_as(const hr_checkpoint *ck, const char *name, hr_
     return HR_OK;
 }
 
+bool hr_checkpoint_drop_pages(const hr_checkpoint *ck, const void *p, size_t n) {
+    for (size_t i = 0; i < ck->n_shards; i++)
+        if (hr_safetensors_drop_pages(ck->shards[i], p, n)) return true;
+    return false;
+}
+
 size_t hr_checkpoint_shard_count(const hr_checkpoint *ck) { return ck->n_shards; }
 
 const hr_safetensors *hr_checkpoint_shard(const hr_checkpoint *ck, size_t i) {

@@ -140,6 +140,16 @@ static void st_prefetch(const uint8_t *p, size_t n) {
     madvise((void *)lo, hi - lo, MADV_WILLNEED);
 }
 
+bool hr_safetensors_drop_pages(const hr_safetensors *st, const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p, lo = (uintptr_t)st->map->addr, hi = lo + st->map->len;
+    if (a < lo || a + n > hi) return false;
+    if (!n) return true;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t first = a & ~(page - 1), last = (a + n + page - 1) & ~(page - 1);
+    madvise((void *)first, last - first, MADV_DONTNEED);
+    return true;
+}
+
 hr_status hr_safetensors_tensor(const hr_safetensors *st, const char *name, hr_tensor **out) {
     if (!out) return hr_error(HR_ERR_INVALID_ARG, "hr_safetensors_tensor: out is NULL");
     *out = NULL;

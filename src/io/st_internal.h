@@ -35,6 +35,14 @@ void hr_st_header_free(st_header *h);
 /* Index of `name` in h->entries, or -1. */
 long hr_st_find(const st_header *h, const char *name);
 
+/* When [p, p + n) lies in the file map of `st` (of a shard of `ck`), drops
+ * the pages it touches from this process (MADV_DONTNEED: a page read again
+ * comes back from the file; one written through the private map loses
+ * that write) and returns true; otherwise does nothing and returns false.
+ * n == 0 only asks. For a loader that copied those bytes elsewhere. */
+bool hr_safetensors_drop_pages(const hr_safetensors *st, const void *p, size_t n);
+bool hr_checkpoint_drop_pages(const hr_checkpoint *ck, const void *p, size_t n);
+
 /* Reads a whole file of at most `max` bytes into a NUL-terminated malloc'd
  * buffer (*len excludes the NUL). */
 hr_status hr_io_read_file(const char *path, size_t max, char **out, size_t *len);

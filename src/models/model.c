@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "generate/kv_cache.h"
 #include "models/model_impl.h"
+#include "models/weights_anon.h"
 
 #define IN_(...) ((const hr_tensor *const[]){__VA_ARGS__})
 
@@ -28,7 +29,7 @@ static hr_status load_weights(hr_model *m) {
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return hr_error(HR_ERR_OOM, "model layers");
     for (int64_t i = 0; i < c->n_layers; i++) HR_TRY(m->arch->load_layer(m, i, &m->layers[i]));
-    return HR_OK;
+    return hr_model_weights_to_anon(m);
 }
 
 static hr_status resolve_dtype(const hr_model_options *opts, const hr_model_config *cfg, hr_dtype *out) {

@@ -1,0 +1,150 @@
+/* Weights copied at load from the checkpoint's file map into one anonymous
+ * mapping with transparent huge pages. THP serves anonymous memory only
+ * (here in "madvise" mode), never file pages, and the hardware prefetchers
+ * stop at page boundaries: decode streams every weight once per token, and
+ * 2 MiB pages read faster than 4 KiB ones. Each chunk's file pages are
+ * dropped once copied, so peak memory stays at the weights plus a chunk.
+ * HUBRT_WEIGHTS=mmap keeps the zero-copy views of the files. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "core/error.h"
+#include "io/st_internal.h"
+#include "models/weights_anon.h"
+
+#define ANON_ALIGN ((size_t)64)
+/* Bytes copied between two drops of file pages: what peak memory exceeds
+ * the weights by. */
+#define ANON_CHUNK ((size_t)2 << 20)
+#define ANON_HUGE_PAGE ((size_t)2 << 20)
+
+typedef struct anon_map {
+    atomic_int refs; /* one per tensor over it, one for the copy in progress */
+    void *addr;
+    size_t len;
+} anon_map;
+
+static void anon_release(void *ctx) {
+    anon_map *a = ctx;
+    if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) != 1) return;
+    munmap(a->addr, a->len);
+    free(a);
+}
+
+static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* len bytes (a multiple of ANON_HUGE_PAGE) of anonymous memory starting on
+ * a huge page boundary, so that every page of it can be a huge one. */
+static void *map_huge_aligned(size_t len) {
+    char *raw = mmap(NULL, len + ANON_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    char *addr = (char *)align_up((size_t)raw, ANON_HUGE_PAGE);
+    if (addr > raw) munmap(raw, (size_t)(addr - raw));
+    munmap(addr + len, (size_t)(raw + ANON_HUGE_PAGE - addr));
+    /* Without THP the copy still works; it just reads no faster. */
+    madvise(addr, len, MADV_HUGEPAGE);
+    return addr;
+}
+
+/* The model's weight handles that view a checkpoint file, into slots
+ * (NULL: only count them); a tied lm_head is the embedding's alias and is
+ * redone afterwards. */
+static size_t file_weights(hr_model *m, hr_tensor ***slots, size_t *bytes) {
+    size_t n = 0;
+    *bytes = 0;
+#define SLOT_(t)                                                                                  \
+    if ((t) && hr_tensor_is_contiguous(t) && hr_tensor_nbytes(t) > 0 &&                          \
+        hr_checkpoint_drop_pages(m->ckpt, hr_tensor_ptr(t), 0)) {                                 \
+        if (slots) slots[n] = &(t);                                                               \
+        n++;                                                                                      \
+        *bytes += align_up(hr_tensor_nbytes(t), ANON_ALIGN);                                      \
+    }
+    SLOT_(m->embed)
+    SLOT_(m->final_norm)
+    if (!m->cfg.tie_word_embeddings) SLOT_(m->lm_head)
+    for (int64_t i = 0; i < m->cfg.n_layers; i++) {
+        hr_layer_weights *lw = &m->layers[i];
+#define FIELD_(f) SLOT_(lw->f)
+        HR_LAYER_WEIGHT_FIELDS(FIELD_)
+#undef FIELD_
+    }
+#undef SLOT_
+    return n;
+}
+
+/* *slot's bytes into dst, file pages dropped chunk by chunk, then *slot
+ * replaced by a tensor over dst. */
+static hr_status move_weight(hr_model *m, anon_map *a, char *dst, hr_tensor **slot) {
+    hr_tensor *t = *slot;
+    const char *src = hr_tensor_ptr(t);
+    size_t n = hr_tensor_nbytes(t);
+    for (size_t off = 0; off < n; off += ANON_CHUNK) {
+        size_t c = n - off < ANON_CHUNK ? n - off : ANON_CHUNK;
+        memcpy(dst + off, src + off, c);
+        hr_checkpoint_drop_pages(m->ckpt, src, off + c);
+    }
+    hr_tensor *moved = NULL;
+    HR_TRY(hr_tensor_wrap_host(t->dtype, t->ndim, t->shape, NULL, dst, n, anon_release, a, &moved));
+    atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
+    hr_tensor_set_name(moved, hr_tensor_name(t));
+    hr_tensor_free(t);
+    *slot = moved;
+    return HR_OK;
+}
+
+static hr_status weights_mode_copy(bool *copy) {
+    const char *e = getenv("HUBRT_WEIGHTS");
+    *copy = !e || !*e || !strcmp(e, "copy");
+    if (*copy || !strcmp(e, "mmap")) return HR_OK;
+    return hr_error(HR_ERR_INVALID_ARG, "HUBRT_WEIGHTS=%s: expected 'copy' or 'mmap'", e);
+}
+
+hr_status hr_model_weights_to_anon(hr_model *m) {
+    bool copy;
+    HR_TRY(weights_mode_copy(&copy));
+    if (!copy || m->dev != hr_device_cpu()) return HR_OK;
+    size_t bytes;
+    size_t n = file_weights(m, NULL, &bytes);
+    if (!n) return HR_OK;
+    hr_tensor ***slots = malloc(n * sizeof *slots);
+    const char **src = malloc(n * sizeof *src);
+    size_t *src_n = malloc(n * sizeof *src_n);
+    anon_map *a = malloc(sizeof *a);
+    size_t len = align_up(bytes, ANON_HUGE_PAGE);
+    void *addr = slots && src && src_n && a ? map_huge_aligned(len) : NULL;
+    if (!addr) {
+        free(slots);
+        free(src);
+        free(src_n);
+        free(a);
+        return hr_error(HR_ERR_OOM, "weights: cannot map %zu bytes of anonymous memory", len);
+    }
+    atomic_init(&a->refs, 1);
+    a->addr = addr;
+    a->len = len;
+    file_weights(m, slots, &bytes);
+    hr_status s = HR_OK;
+    char *dst = addr;
+    for (size_t i = 0; i < n && s == HR_OK; i++) {
+        src[i] = hr_tensor_ptr(*slots[i]);
+        src_n[i] = hr_tensor_nbytes(*slots[i]);
+        s = move_weight(m, a, dst, slots[i]);
+        dst += align_up(src_n[i], ANON_ALIGN);
+    }
+    /* Reading a page maps its cached neighbours too (fault-around), so the
+     * drops during the copy leave some pages mapped: once more, now that
+     * nothing reads them. */
+    for (size_t i = 0; i < n && s == HR_OK; i++) hr_checkpoint_drop_pages(m->ckpt, src[i], src_n[i]);
+    if (s == HR_OK && m->cfg.tie_word_embeddings) {
+        hr_tensor_free(m->lm_head);
+        m->lm_head = NULL;
+        s = hr_tensor_alias(m->embed, &m->lm_head);
+    }
+    anon_release(a);
+    free(slots);
+    free(src);
+    free(src_n);
+    return s == HR_OK ? HR_OK : hr_error_context(s, "copying weights to anonymous memory");
+}

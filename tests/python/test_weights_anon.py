@@ -1,0 +1,68 @@
+"""HUBRT_WEIGHTS: a CPU model's weights copied at load out of the
+checkpoint's file map into anonymous huge-page memory (copy, the default)
+or left as zero-copy views of it (mmap). Both give the same logits; copy
+leaves no weight pages of the file mapped."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hubrt
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "fixtures"
+MODELS = [("tiny-llama", "float32"), ("tiny-llama-tied", "float32"), ("tiny-qwen3-bf16-trained", "bfloat16")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_fixtures():
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_fixtures.py"), "tiny"], check=True,
+                   capture_output=True)
+
+
+def file_rss_kb(path):
+    """Resident kB of this process's mappings of `path` (from /proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if len(head) >= 5 and "-" in head[0] and ":" in head[3]:
+                inside = len(head) >= 6 and head[5] == str(path)
+            elif inside and head[0] == "Rss:":
+                total += int(head[1])
+    return total
+
+
+def logits(path, dtype, ids):
+    return hubrt.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)(ids).logits
+
+
+@pytest.mark.parametrize("name,dtype", MODELS)
+def test_copy_matches_mmap(monkeypatch, tmp_path, name, dtype):
+    # a private copy of the folder, so that no other test's map of the file counts
+    folder = tmp_path / name
+    shutil.copytree(FIX / name, folder)
+    weights = folder / "model.safetensors"
+    ids = np.random.default_rng(0).integers(3, 512, (2, 9))
+    monkeypatch.setenv("HUBRT_WEIGHTS", "mmap")
+    model = hubrt.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    want = model(ids).logits
+    mapped = file_rss_kb(weights)
+    assert mapped * 1024 >= weights.stat().st_size // 2
+    del model
+    monkeypatch.setenv("HUBRT_WEIGHTS", "copy")
+    model = hubrt.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    got = model(ids).logits
+    assert file_rss_kb(weights) <= 8  # the header's page or two
+    np.testing.assert_array_equal(got, want)
+    monkeypatch.delenv("HUBRT_WEIGHTS")
+    np.testing.assert_array_equal(logits(folder, dtype, ids), want)
+
+
+def test_bad_mode(monkeypatch):
+    monkeypatch.setenv("HUBRT_WEIGHTS", "huge")
+    with pytest.raises(Exception, match="HUBRT_WEIGHTS=huge"):
+        hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-llama")
