@@ -92,8 +92,8 @@ static hr_status run_fallback(hr_device *dev, hr_op op, const void *attrs,
     return s;
 }
 
-hr_status hr_op_run_on(hr_device *dev, hr_op op, const void *attrs, const hr_tensor *const *in,
-                       int n_in, hr_tensor **outs, int n_out) {
+static hr_status op_run_on(hr_device *dev, hr_op op, const void *attrs, const hr_tensor *const *in, int n_in,
+                           hr_tensor **outs, int n_out, double *kernel_s) {
     HR_TRY(validate(op, in, n_in, outs, n_out));
     const char *name = hr_op_name(op);
     for (int i = 0; i < n_in; i++) {
@@ -140,12 +140,15 @@ hr_status hr_op_run_on(hr_device *dev, hr_op op, const void *attrs, const hr_ten
                              (!dev->vt->supports_op || dev->vt->supports_op(dev, op, attrs, in, n_in));
             /* Ops that kernels run internally are not part of a capture. */
             hr_capture_enter_op();
-            double t0 = hr_profile_enabled() ? hr_profile_now() : 0;
+            double t0 = kernel_s ? hr_profile_now() : 0;
             if (supported)
                 s = dev->vt->run_op(dev, op, attrs, in, n_in, outs, n_out);
             else
                 s = run_fallback(dev, op, attrs, in, n_in, outs, n_out);
-            if (t0) hr_profile_add(op, hr_profile_now() - t0);
+            if (kernel_s) {
+                *kernel_s = hr_profile_now() - t0;
+                hr_profile_add(op, *kernel_s);
+            }
             hr_capture_leave_op();
             if (s != HR_OK) s = op_context(s, name);
         }
@@ -157,6 +160,15 @@ hr_status hr_op_run_on(hr_device *dev, hr_op op, const void *attrs, const hr_ten
                 hr_tensor_free(outs[i]);
                 outs[i] = NULL;
             }
+    return s;
+}
+
+hr_status hr_op_run_on(hr_device *dev, hr_op op, const void *attrs, const hr_tensor *const *in,
+                       int n_in, hr_tensor **outs, int n_out) {
+    if (!hr_profile_enabled()) return op_run_on(dev, op, attrs, in, n_in, outs, n_out, NULL);
+    double kernel_s = 0, t0 = hr_profile_now();
+    hr_status s = op_run_on(dev, op, attrs, in, n_in, outs, n_out, &kernel_s);
+    hr_profile_add_dispatch(hr_profile_now() - t0 - kernel_s);
     return s;
 }
 

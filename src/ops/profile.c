@@ -12,6 +12,8 @@ static bool g_enabled;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static double g_seconds[HR_OP_COUNT];
 static long long g_calls[HR_OP_COUNT];
+static double g_dispatch_seconds;
+static long long g_dispatch_calls;
 
 static void report(void) {
     int order[HR_OP_COUNT];
@@ -31,6 +33,9 @@ static void report(void) {
                 g_seconds[op] * 1e3, g_seconds[op] * 1e6 / (double)g_calls[op],
                 total > 0 ? 100 * g_seconds[op] / total : 0);
     }
+    if (g_dispatch_calls)
+        fprintf(stderr, "eager dispatch outside the kernels: %.1f ms over %lld ops, %.2f us per op\n",
+                g_dispatch_seconds * 1e3, g_dispatch_calls, g_dispatch_seconds * 1e6 / (double)g_dispatch_calls);
 }
 
 static void init(void) {
@@ -54,5 +59,12 @@ void hr_profile_add(hr_op op, double seconds) {
     pthread_mutex_lock(&g_lock);
     g_seconds[op] += seconds;
     g_calls[op]++;
+    pthread_mutex_unlock(&g_lock);
+}
+
+void hr_profile_add_dispatch(double seconds) {
+    pthread_mutex_lock(&g_lock);
+    g_dispatch_seconds += seconds;
+    g_dispatch_calls++;
     pthread_mutex_unlock(&g_lock);
 }
