@@ -28,6 +28,10 @@
 /* x rows per block: 96 rows of one K block (192 KiB) stay in L2 while the
  * weights pass over them. A multiple of SK_R. */
 #define SK_MB 96
+/* Tasks per pool thread, each of at least SK_TASK_MIN_BLOCKS blocks of
+ * SK_J weight rows (a task's first block has nothing prefetched). */
+#define SK_TASKS_PER_THREAD 4
+#define SK_TASK_MIN_BLOCKS 8
 
 /* Four accumulators of one x row -> their four sums, in order. */
 static inline __attribute__((always_inline)) TARGET_ __m128 reduce4(__m512 a0, __m512 a1, __m512 a2,
@@ -197,8 +201,12 @@ hr_status hr_gemm_skinny_run(const hr_gemm *g, int64_t rows) {
         ctx.x = x;
         ctx.ldx = g->k;
     }
-    int nth = hr_parallel_threads_for((int64_t)rows * g->n * g->k, 1 << 16);
-    if (nth > ctx.blocks) nth = (int)ctx.blocks;
-    hr_parallel_run(skinny_worker, &ctx, nth);
+    /* Several tasks per thread, each a run of weight rows: a thread that
+     * is descheduled (other processes share the cores) or slowed leaves
+     * its later tasks to the others instead of holding up the region. */
+    int64_t tasks = hr_parallel_threads_for((int64_t)rows * g->n * g->k, 1 << 16);
+    if (tasks > 1) tasks *= SK_TASKS_PER_THREAD;
+    if (tasks > ctx.blocks / SK_TASK_MIN_BLOCKS) tasks = ctx.blocks / SK_TASK_MIN_BLOCKS;
+    hr_parallel_run(skinny_worker, &ctx, tasks > 1 ? (int)tasks : 1);
     return HR_OK;
 }
