@@ -82,6 +82,17 @@ void hr_gemm_ukr_bf16_avx512(int64_t kc, const void *ap, const void *bp, float *
  * wdt == bf16 only). A column's value depends on neither nw nor j, so any
  * split of the columns gives the same bits. */
 #define HR_GEMV_MAX_ROWS 4
+/* x bytes one kernel call may keep in L1 beside the weight stream. */
+#define HR_GEMV_X_L1 12288
+/* x rows per kernel call (4, 2 or 1) for rows of k elements of xsz bytes:
+ * a call reads all its x rows once per weight row, so they must stay in
+ * L1; more rows take several calls over the same chunk of weights, which
+ * is in L2 by the second. */
+static inline int hr_gemv_group_rows(int64_t k, size_t xsz) {
+    int g = HR_GEMV_MAX_ROWS;
+    while (g > 1 && (int64_t)g * k * (int64_t)xsz > HR_GEMV_X_L1) g /= 2;
+    return g;
+}
 typedef void (*hr_gemv_fn)(int64_t k, int rows, const void *x, const void *w, hr_dtype wdt, int64_t ldw,
                            int nw, float *y, int64_t ldy);
 

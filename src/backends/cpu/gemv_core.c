@@ -9,9 +9,12 @@
 #include "core/threadpool.h"
 #include "hubrt/runtime.h"
 
-/* Output columns per kernel call; the f32 results of one chunk wait in a
- * stack buffer for bias and the store in C's dtype. */
+/* Output columns per kernel call (at most); the f32 results of one chunk
+ * wait in a stack buffer for bias and the store in C's dtype. */
 #define GEMV_CHUNK 64
+/* Weight bytes of a chunk at most when x takes several calls per chunk, so
+ * that the later calls find the chunk in L2 (1 MiB here). */
+#define GEMV_CHUNK_L2 (512 << 10)
 /* A thread's share of the output columns is a multiple of this, so the
  * threads' stores never share a 64-byte line (32 bf16 or 16 f32 values
  * of a 64-aligned row), and each thread streams one contiguous byte range
@@ -32,6 +35,8 @@ typedef struct gemv_ctx {
     int rows;
     int64_t row_off_c[HR_GEMV_ROUTE_ROWS]; /* element offset of each C row */
     int64_t units;                         /* of GEMV_SPLIT output columns */
+    int group;                             /* x rows per kernel call */
+    int chunk;                             /* output columns per kernel call */
 } gemv_ctx;
 
 static void gemv_worker(void *arg, int ith, int nth) {
@@ -43,11 +48,11 @@ static void gemv_worker(void *arg, int ith, int nth) {
     end = end * GEMV_SPLIT < g->n ? end * GEMV_SPLIT : g->n;
     float y[HR_GEMV_ROUTE_ROWS][GEMV_CHUNK], bias[GEMV_CHUNK];
     size_t wsz = hr_dtype_size(g->b.dt);
-    for (int64_t j0 = begin; j0 < end; j0 += GEMV_CHUNK) {
-        int nc = end - j0 < GEMV_CHUNK ? (int)(end - j0) : GEMV_CHUNK;
+    for (int64_t j0 = begin; j0 < end; j0 += ctx->chunk) {
+        int nc = end - j0 < ctx->chunk ? (int)(end - j0) : ctx->chunk;
         const char *w = g->b.base + j0 * g->b.cs * (int64_t)wsz;
-        for (int r = 0; r < ctx->rows; r += HR_GEMV_MAX_ROWS)
-            ctx->fn(g->k, ctx->rows - r < HR_GEMV_MAX_ROWS ? ctx->rows - r : HR_GEMV_MAX_ROWS,
+        for (int r = 0; r < ctx->rows; r += ctx->group)
+            ctx->fn(g->k, ctx->rows - r < ctx->group ? ctx->rows - r : ctx->group,
                     ctx->x + (size_t)r * (size_t)g->k * ctx->xsz, w, g->b.dt, g->b.cs, nc, y[r], GEMV_CHUNK);
         if (g->bias) hr_load_f32(bias, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt),
                                  g->bias_dt, nc, g->bias_s);
@@ -64,6 +69,10 @@ hr_status hr_gemv_run(const hr_gemm *g, int rows) {
     bool bf16 = g->a.dt == HR_BF16 && g->b.dt == HR_BF16 && hr_gemm_use_avx512_bf16();
     ctx.fn = bf16 ? hr_gemv_bf16_avx512 : hr_cpu_isa_get() >= HR_ISA_AVX2 ? hr_gemv_avx2 : hr_gemv_scalar;
     size_t esz = ctx.xsz = bf16 ? 2 : 4;
+    ctx.group = hr_gemv_group_rows(g->k, esz);
+    ctx.chunk = GEMV_CHUNK;
+    while (rows > ctx.group && ctx.chunk > 16 && ctx.chunk * g->k * (int64_t)hr_dtype_size(g->b.dt) > GEMV_CHUNK_L2)
+        ctx.chunk /= 2;
     size_t xbytes = (size_t)rows * (size_t)g->k * esz;
     _Alignas(64) char stack_x[GEMV_STACK_X];
     char *x = xbytes <= sizeof stack_x ? stack_x : malloc(xbytes);
