@@ -150,9 +150,9 @@ static float sum_plain(const float *x, int64_t n) {
 }
 
 /* n values of a 1-d tensor from element k0, as f32 in dst. */
-static void load_vec(const norm_ctx *c, float *dst, const hr_tensor *t, int64_t k0, int64_t n) {
+static void load_vec(bool simd, float *dst, const hr_tensor *t, int64_t k0, int64_t n) {
     hr_k_load_f32(dst, (const char *)hr_tensor_ptr(t) + k0 * t->strides[0] * (int64_t)hr_dtype_size(t->dtype),
-                  t->dtype, n, t->strides[0], c->simd);
+                  t->dtype, n, t->strides[0], simd);
 }
 
 /* One row of h values: x at px, y at py (strides of their last dims). */
@@ -183,8 +183,8 @@ static void norm_row(const norm_ctx *c, const char *px, char *py) {
         hr_k_load_f32(buf, px + k0 * sx * xsz, x->dtype, n, sx, c->simd);
         normalize(buf, buf, mean, rstd, n);
         if (c->w) {
-            load_vec(c, wb, c->w, k0, n);
-            if (c->b) load_vec(c, bb, c->b, k0, n);
+            load_vec(c->simd, wb, c->w, k0, n);
+            if (c->b) load_vec(c->simd, bb, c->b, k0, n);
             /* LlamaRMSNorm: back to x's dtype, then times the weight */
             if (rms && c->offset == 0) round_to(x->dtype, buf, n);
             affine(buf, wb, c->offset, c->b ? bb : NULL, n);
@@ -265,8 +265,7 @@ static void add_norm_scale(const add_norm_ctx *c, const char *ps, char *py, floa
         hr_k_load_f32(buf, ps + k0 * ss * esz, s->dtype, n, ss, c->simd);
         normalize(buf, buf, 0.0f, rstd, n);
         if (c->w) {
-            hr_k_load_f32(wb, (const char *)hr_tensor_ptr(c->w) + k0 * c->w->strides[0] * (int64_t)hr_dtype_size(c->w->dtype),
-                          c->w->dtype, n, c->w->strides[0], c->simd);
+            load_vec(c->simd, wb, c->w, k0, n);
             if (c->offset == 0) round_to(y->dtype, buf, n); /* LlamaRMSNorm, as k_norm */
             affine(buf, wb, c->offset, NULL, n);
         }
