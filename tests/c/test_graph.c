@@ -515,9 +515,12 @@ static void test_fusion_of_linears_and_epilogues(void **state) {
     setenv("HUBRT_CACHE", "0", 1);
     layer_w L;
     setup_layer(&L);
+    hr_cpu_isa isa_before = hr_cpu_isa_get();
     static const int64_t row_counts[3] = {1, 3, 17};
-    for (int ri = 0; ri < 3; ri++) {
-        int64_t rows = row_counts[ri];
+    /* each row count under every kernel path the CPU has: scalar, AVX2, AVX-512 */
+    for (int step = 0; step < 9; step++) {
+        if (hr_cpu_isa_set((hr_cpu_isa)(HR_ISA_SCALAR + step / 3)) != HR_OK) continue;
+        int64_t rows = row_counts[step % 3];
         int64_t xs[3] = {1, rows, 8};
         hr_tensor *x = filled(3, xs, 0.7f);
         const hr_tensor *in[1] = {x};
@@ -564,6 +567,7 @@ static void test_fusion_of_linears_and_epilogues(void **state) {
         }
         hr_tensor_free(x);
     }
+    hr_cpu_isa_set(isa_before);
     free_layer(&L);
 }
 

@@ -17,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM as HFModel
 
 import hubrt
+from cpu_isa import isa  # noqa: F401 (fixture)
 from oracle import TORCH_DTYPE, assert_close, to_hr
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,7 +148,7 @@ def test_static_cache_argument_is_checked():
 
 
 @pytest.mark.parametrize("name,batch", [("tiny-llama-bias", 1), ("tiny-qwen3", 3), ("tiny-llama-gqa7", 4)])
-def test_fused_plans_generate_what_unfused_plans_do(name, batch, monkeypatch):
+def test_fused_plans_generate_what_unfused_plans_do(name, batch, monkeypatch, isa):
     """Fusion (q/k/v and gate/up in one pass, silu_mul and the residual add
     in the epilogue) is on by default; HUBRT_FUSE=0 replays the captured ops
     one by one. Decode batches up to 4 rows fuse; float32 greedy tokens
@@ -175,7 +176,7 @@ def masked_reference(q, k, v, keep):
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("s,hq,hkv", [(1, 4, 2), (5, 4, 4), (1, 7, 1), (5, 6, 2)])
 @pytest.mark.parametrize("kind", ["bool", "additive"])
-def test_sdpa_skips_masked_key_blocks(dtype, s, hq, hkv, kind):
+def test_sdpa_skips_masked_key_blocks(dtype, s, hq, hkv, kind, isa):
     """A static cache of 300 slots (five 64-key blocks) with each row
     seeing a prefix of a different length, one row seeing nothing and one
     row seeing only a window in the middle: blocks no row of a query block
