@@ -6,7 +6,6 @@
  * in L1 while every row of x passes over it, and is loaded from memory once.
  * Horizontal reductions happen once per (row, weight row, K block). */
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
@@ -42,7 +41,8 @@ static inline __attribute__((always_inline)) TARGET_ __m128 reduce4(__m512 a0, _
     __m512 t23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
     __m512 s = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))),
                              _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))));
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1));
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s), hi);
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
@@ -187,7 +187,9 @@ hr_status hr_gemm_skinny_run(const hr_gemm *g, int64_t rows) {
     } else {
         /* the caller's scratch: its pool threads only read x */
         uint16_t *x = hr_gemm_thread_scratch((size_t)rows * (size_t)g->k * 2);
-        if (!x) return hr_error(HR_ERR_OOM, "gemm: out of memory for %lld x %lld activations", (long long)rows, (long long)g->k);
+        if (!x)
+            return hr_error(HR_ERR_OOM, "gemm: out of memory for %lld x %lld activations", (long long)rows,
+                            (long long)g->k);
         for (int64_t r = 0; r < rows; r++) {
             int64_t oa, ob, oc;
             hr_gemm_batch_offsets(g, r / g->m, &oa, &ob, &oc);
