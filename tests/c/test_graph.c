@@ -513,6 +513,7 @@ static hr_plan *capture_layer(layer_w *L, const hr_tensor *const *in, hr_tensor 
 
 static void test_fusion_of_linears_and_epilogues(void **state) {
     setenv("HUBRT_CACHE", "0", 1);
+    setenv("HUBRT_FUSE", "1", 1);
     layer_w L;
     setup_layer(&L);
     hr_cpu_isa isa_before = hr_cpu_isa_get();
@@ -552,11 +553,11 @@ static void test_fusion_of_linears_and_epilogues(void **state) {
             assert_replay_matches(back, in, want, n_out);
             free(data);
             hr_plan_free(back);
-            /* HUBRT_FUSE=0 keeps every captured op */
-            setenv("HUBRT_FUSE", "0", 1);
+            /* without HUBRT_FUSE=1 every captured op runs */
+            unsetenv("HUBRT_FUSE");
             hr_plan *plain = NULL;
             assert_int_equal(hr_plan_build(&cap, want, 1, n_out, false, &plain), HR_OK);
-            unsetenv("HUBRT_FUSE");
+            setenv("HUBRT_FUSE", "1", 1);
             assert_int_equal(plain->n_absorbed, 0);
             assert_true(plain->structure_hash == p->structure_hash);
             assert_replay_matches(plain, in, want, n_out);
@@ -568,6 +569,7 @@ static void test_fusion_of_linears_and_epilogues(void **state) {
         hr_tensor_free(x);
     }
     hr_cpu_isa_set(isa_before);
+    unsetenv("HUBRT_FUSE");
     free_layer(&L);
 }
 
@@ -590,6 +592,7 @@ static hr_status fn_inplace(void *ctx, const hr_tensor *const *in, int n_in, hr_
 
 static void test_fused_residual_in_place(void **state) {
     setenv("HUBRT_CACHE", "0", 1);
+    setenv("HUBRT_FUSE", "1", 1);
     layer_w L;
     setup_layer(&L);
     int64_t xs[2] = {3, 8};
@@ -601,6 +604,7 @@ static void test_fused_residual_in_place(void **state) {
     assert_int_equal(hr_capture_end(&cap, &want, 1), HR_OK);
     hr_plan *p = NULL;
     assert_int_equal(hr_plan_build(&cap, &want, 1, 1, false, &p), HR_OK);
+    unsetenv("HUBRT_FUSE");
     assert_int_equal(p->n_absorbed, 3);
     assert_int_equal(hr_plan_run(p, in, &got), HR_OK);
     assert_same(got, want);

@@ -149,19 +149,31 @@ def test_static_cache_argument_is_checked():
 
 @pytest.mark.parametrize("name,batch", [("tiny-llama-bias", 1), ("tiny-qwen3", 3), ("tiny-llama-gqa7", 4)])
 def test_fused_plans_generate_what_unfused_plans_do(name, batch, monkeypatch, isa):
-    """Fusion (q/k/v and gate/up in one pass, silu_mul and the residual add
-    in the epilogue) is on by default; HUBRT_FUSE=0 replays the captured ops
-    one by one. Decode batches up to 4 rows fuse; float32 greedy tokens
-    agree with each other and with eager."""
+    """HUBRT_FUSE=1 fuses (q/k/v and gate/up in one pass, silu_mul and the
+    residual add in the epilogue); by default the captured ops replay one
+    by one. Decode batches up to 4 rows fuse; float32 greedy tokens agree
+    with each other and with eager."""
     ids = np.random.default_rng(13).integers(3, 500, (batch, 21))
     args = dict(max_new_tokens=40, do_sample=False, eos_token_id=[])
+    monkeypatch.setenv("HUBRT_FUSE", "1")
     fused = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name, dtype="float32")
     got = fused.generate(ids, cache_implementation="static", **args)
-    monkeypatch.setenv("HUBRT_FUSE", "0")
+    monkeypatch.delenv("HUBRT_FUSE")
     plain = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name, dtype="float32")
     want = plain.generate(ids, cache_implementation="static", **args)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got, plain.generate(ids, **args))
+
+
+def test_fused_bf16_plans_agree_with_eager(monkeypatch):
+    """bf16 rows (up to 4) fuse too; greedy tokens as the existing bf16
+    check asks of compiled plans."""
+    monkeypatch.setenv("HUBRT_FUSE", "1")
+    ids = np.random.default_rng(7).integers(3, 500, (2, 40))
+    m = hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-qwen3-bf16-trained", dtype="bfloat16")
+    eager = m.generate(ids, max_new_tokens=32, do_sample=False, eos_token_id=[])
+    static = m.generate(ids, max_new_tokens=32, do_sample=False, eos_token_id=[], cache_implementation="static")
+    assert (static == eager).mean() >= 0.99
 
 
 def masked_reference(q, k, v, keep):
