@@ -178,12 +178,26 @@ bool hr_gemm_skinny_fits(const hr_gemm *g, int64_t rows) {
            g->a.dt == HR_BF16 && g->b.dt == HR_BF16 && g->b.rs == 1 && hr_gemm_use_avx512_bf16();
 }
 
+/* Whether A's rows, across batches, are K-contiguous and one stride
+ * (*ld) apart, so x is read in place: linear's [batch, seq, k] input, and
+ * decode's [batch, 1, k]. */
+static bool rows_evenly_spaced(const hr_gemm *g, int64_t rows, int64_t *ld) {
+    if (g->a.cs != 1) return false;
+    int64_t oa, ob, oc, step = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        hr_gemm_batch_offsets(g, r / g->m, &oa, &ob, &oc);
+        int64_t off = oa + (r % g->m) * g->a.rs; /* row 0 sits at 0 */
+        if (r == 1) step = off;
+        if (off != r * step) return false;
+    }
+    *ld = step;
+    return true;
+}
+
 hr_status hr_gemm_skinny_run(const hr_gemm *g, int64_t rows) {
     skinny_ctx ctx = {.g = g, .rows = rows, .blocks = (g->n + SK_J - 1) / SK_J};
-    if (rows == g->m && g->a.cs == 1) {
-        /* one batch of K-contiguous rows: read x in place */
+    if (rows_evenly_spaced(g, rows, &ctx.ldx)) {
         ctx.x = (const uint16_t *)g->a.base;
-        ctx.ldx = g->a.rs;
     } else {
         /* the caller's scratch: its pool threads only read x */
         uint16_t *x = hr_gemm_thread_scratch((size_t)rows * (size_t)g->k * 2);
