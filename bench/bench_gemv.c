@@ -8,9 +8,7 @@
  * plain read (the same number of threads, 64-byte loads) alternate, and the
  * best of --samples is reported with the median.
  *
- * Build (against any hubrt build dir B):
- *   gcc -O2 -march=x86-64-v3 -Iinclude bench/bench_gemv.c -o B/bench_gemv \
- *       -LB -lhubrt -Wl,-rpath,$PWD/B -lpthread
+ * Built by `make` (CMake target bench_gemv in the build folder).
  * Run: B/bench_gemv [--model qwen3|smollm2|all] [--rows R] [--threads T]
  *                   [--mib M] [--samples S] [--huge]
  * --huge: madvise(MADV_HUGEPAGE) on the weights (THP is "madvise" here). */
