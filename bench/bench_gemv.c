@@ -12,7 +12,9 @@
  * Run: B/bench_gemv [--model qwen3|smollm2|all] [--rows R] [--threads T]
  *                   [--mib M] [--samples S] [--huge]
  * --huge: madvise(MADV_HUGEPAGE) on the weights (THP is "madvise" here). */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdint.h>
