@@ -22,9 +22,19 @@ typedef struct hr_device_vtable {
     hr_status (*run_op)(hr_device *dev, hr_op op, const void *attrs,
                         const hr_tensor *const *in, int n_in, hr_tensor *const *out,
                         int n_out);
-    hr_status (*compile)(hr_device *dev, const hr_graph *g, hr_executable **out);
+    /* Whole-graph compilation (NULL: hr_jit replays the plan op by op).
+     * `g` is a plan (graph/plan.h) built on this device; it outlives the
+     * executable. A device with `compile` may skip its kernels while a
+     * capture is active (hr_capture_active()): the capture only records,
+     * and hr_jit runs the executable to produce the call's results.
+     * HR_ERR_UNSUPPORTED means "replay the plan instead". `name` names
+     * the function in dumps and messages. */
+    hr_status (*compile)(hr_device *dev, const hr_graph *g, const char *name, hr_executable **out);
+    /* Runs exe on the inputs (the layouts it was compiled for); each
+     * out[i] receives a new tensor; constants the graph writes are
+     * updated in place. */
     hr_status (*execute)(hr_device *dev, hr_executable *exe, const hr_tensor *const *in,
-                         int n_in, hr_tensor *const *out, int n_out);
+                         int n_in, hr_tensor **out, int n_out);
     void (*executable_free)(hr_device *dev, hr_executable *exe);
     hr_status (*sync)(hr_device *dev);
 } hr_device_vtable;

@@ -1,5 +1,7 @@
 /* hr_jit: compile once per input signature, cache in memory and on disk,
- * replay. */
+ * replay. On a device with a graph compiler (vt->compile: the PJRT
+ * devices) the plan is handed to it and each call is one execution of the
+ * device's executable; elsewhere the plan is replayed op by op. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@ typedef struct jit_entry {
     int sig_len;
     int64_t sig[SIG_MAX];
     hr_plan *plan;
+    hr_executable *exe; /* the device's compiled plan, NULL: replay the plan */
 } jit_entry;
 
 struct hr_jit {
@@ -88,7 +91,11 @@ hr_status hr_jit_create(const hr_jit_options *opts, hr_jit **out) {
 
 void hr_jit_free(hr_jit *j) {
     if (!j) return;
-    for (int i = 0; i < j->n_entries; i++) hr_plan_free(j->entries[i].plan);
+    for (int i = 0; i < j->n_entries; i++) {
+        jit_entry *e = &j->entries[i];
+        if (e->exe) e->plan->device->vt->executable_free(e->plan->device, e->exe);
+        hr_plan_free(e->plan);
+    }
     free(j->entries);
     pthread_mutex_destroy(&j->lock);
     free(j);
@@ -156,7 +163,8 @@ static void warn_recompile(hr_jit *j, const int64_t *sig, const hr_tensor *const
            j->name, j->n_entries, limit, changed, shape);
 }
 
-static hr_status add_entry(hr_jit *j, uint64_t key, const int64_t *sig, int sig_len, hr_plan *plan) {
+static hr_status add_entry(hr_jit *j, uint64_t key, const int64_t *sig, int sig_len, hr_plan *plan,
+                           hr_executable *exe) {
     if (j->n_entries == j->cap_entries) {
         int nc = j->cap_entries ? 2 * j->cap_entries : 8;
         jit_entry *e = realloc(j->entries, sizeof *e * (size_t)nc);
@@ -169,6 +177,7 @@ static hr_status add_entry(hr_jit *j, uint64_t key, const int64_t *sig, int sig_
     e->sig_len = sig_len;
     memcpy(e->sig, sig, sizeof(int64_t) * (size_t)sig_len);
     e->plan = plan;
+    e->exe = exe;
     return HR_OK;
 }
 
@@ -188,6 +197,31 @@ static hr_status capture_and_plan(hr_jit *j, const hr_tensor *const *in, int n_i
             outs[i] = NULL;
         }
     return s;
+}
+
+/* Hands the plan to its device's graph compiler, when it has one. A graph
+ * the device cannot lower whole is replayed op by op, with one warning. */
+static hr_status compile_on_device(hr_jit *j, hr_plan *plan, hr_executable **exe) {
+    *exe = NULL;
+    hr_device *dev = plan->device;
+    if (!dev->vt->compile) return HR_OK;
+    hr_status s = dev->vt->compile(dev, (const hr_graph *)plan, j->name, exe);
+    if (s == HR_ERR_UNSUPPORTED) {
+        hr_log(HR_LOG_WARN, "compiled function '%s' replays op by op on %s: %s", j->name, dev->backend,
+               hr_last_error());
+        s = HR_OK;
+    }
+    return s;
+}
+
+static hr_status run_entry(const jit_entry *e, const hr_tensor *const *in, int n_in, hr_tensor **outs, int n_out) {
+    hr_device *dev = e->plan->device;
+    return e->exe ? dev->vt->execute(dev, e->exe, in, n_in, outs, n_out) : hr_plan_run(e->plan, in, outs);
+}
+
+static void free_entry(hr_plan *plan, hr_executable *exe) {
+    if (exe) plan->device->vt->executable_free(plan->device, exe);
+    hr_plan_free(plan);
 }
 
 hr_status hr_jit_call(hr_jit *j, const hr_tensor *const *in, int n_in, hr_tensor **outs, int n_out) {
@@ -211,38 +245,55 @@ hr_status hr_jit_call(hr_jit *j, const hr_tensor *const *in, int n_in, hr_tensor
             hit = &j->entries[i];
     if (hit) {
         stats_add(1, 0, 0, 0, 0);
-        s = hr_plan_run(hit->plan, in, outs);
+        s = run_entry(hit, in, n_in, outs, n_out);
         pthread_mutex_unlock(&j->lock);
         return s;
     }
     uint64_t key = disk_key(j, in, n_in, n_out);
     hr_plan *plan = NULL;
+    hr_executable *exe = NULL;
     double t0 = now_ms();
     if (j->opts.resolve && hr_disk_cache_enabled() &&
         hr_disk_cache_load(key, j->name, j->opts.resolve, j->opts.resolve_ctx, j->opts.fold_constants, in, n_in,
                            n_out, &plan) == HR_OK) {
-        s = add_entry(j, key, sig, sig_len, plan);
+        s = compile_on_device(j, plan, &exe);
+        if (s == HR_OK) s = add_entry(j, key, sig, sig_len, plan, exe);
         if (s == HR_OK) {
-            stats_add(0, 1, 0, 0, 0);
-            s = hr_plan_run(plan, in, outs);
+            /* the device's share: its executable cache may have it on disk too */
+            stats_add(0, 1, 0, 0, exe ? now_ms() - t0 : 0);
+            s = run_entry(&j->entries[j->n_entries - 1], in, n_in, outs, n_out);
         } else {
-            hr_plan_free(plan);
+            free_entry(plan, exe);
         }
         pthread_mutex_unlock(&j->lock);
         return s;
     }
     s = capture_and_plan(j, in, n_in, outs, n_out, &plan);
-    if (s == HR_OK) s = add_entry(j, key, sig, sig_len, plan);
+    /* A device with a graph compiler only recorded during the capture: the
+     * outputs it left are not computed, the executable (or plan) runs now. */
+    bool rerun = s == HR_OK && plan->device->vt->compile;
+    if (rerun)
+        for (int i = 0; i < n_out; i++) {
+            hr_tensor_free(outs[i]);
+            outs[i] = NULL;
+        }
+    if (s == HR_OK) s = compile_on_device(j, plan, &exe);
+    if (s == HR_OK) s = add_entry(j, key, sig, sig_len, plan, exe);
     if (s == HR_OK) {
         double ms = now_ms() - t0;
         stats_add(0, 0, 1, 0, ms);
-        hr_log(HR_LOG_DEBUG, "compiled '%s': %d ops, arena %zu bytes, %.1f ms", j->name, plan->n_nodes,
-               plan->arena_size, ms);
+        hr_log(HR_LOG_DEBUG, "compiled '%s': %d ops, arena %zu bytes, %s, %.1f ms", j->name, plan->n_nodes,
+               plan->arena_size, exe ? "one device executable" : "replayed op by op", ms);
         warn_recompile(j, sig, in, n_in);
         if (j->opts.resolve && hr_disk_cache_enabled())
             hr_disk_cache_store(key, j->name, plan, j->opts.resolve, j->opts.resolve_ctx);
+        if (rerun) s = run_entry(&j->entries[j->n_entries - 1], in, n_in, outs, n_out);
     } else if (plan) {
-        hr_plan_free(plan);
+        free_entry(plan, exe);
+        for (int i = 0; i < n_out; i++) {
+            hr_tensor_free(outs[i]);
+            outs[i] = NULL;
+        }
     }
     pthread_mutex_unlock(&j->lock);
     return s;

@@ -138,7 +138,8 @@ import ctypes, hubrt, numpy as np
 from hubrt._lib import fn
 class Stats(ctypes.Structure):
     _fields_ = [("requests", ctypes.c_int64), ("hits", ctypes.c_int64), ("misses", ctypes.c_int64),
-                ("compile_seconds", ctypes.c_double), ("disk_hits", ctypes.c_int64)]
+                ("compile_seconds", ctypes.c_double), ("disk_hits", ctypes.c_int64),
+                ("graph_misses", ctypes.c_int64), ("graph_runs", ctypes.c_int64), ("in_place", ctypes.c_int64)]
 x = hubrt.from_numpy(np.arange(12, dtype=np.float32).reshape(3, 4)).to("xla_cpu")
 y = hubrt.ops.softmax(hubrt.ops.mul(x, x.transpose(0, 1).transpose(0, 1)), dim=-1)
 s = Stats()

@@ -1,6 +1,9 @@
 """Tiny Llama and Qwen3 checkpoints on the xla_cpu PJRT device: logits
-against transformers, greedy generation token for token (float32), and the
-compiled forward replayed on the device."""
+against transformers, greedy generation token for token (float32), eager
+and compiled; the compiled forward is one StableHLO module per shape, run
+with the KV cache donated (updated in place), and found on disk by a new
+process."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +15,7 @@ from transformers import AutoModelForCausalLM as HFModel
 
 import hubrt
 from hubrt._lib import HubrtError
+from pjrt_util import pjrt_delta, pjrt_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
@@ -40,8 +44,8 @@ def test_logits_match_transformers(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_compiled_logits_on_xla_match_eager(name):
-    """The compiled forward replays per-op PJRT modules on xla_cpu."""
+def test_compiled_generation_on_xla_matches_eager(name):
+    """The compiled forward (one module per shape) against the eager ops."""
     ids = np.random.default_rng(2).integers(3, 512, (1, 9))
     model = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name, dtype="float32", device_map="xla_cpu")
     eager = model.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=[])
@@ -49,11 +53,64 @@ def test_compiled_logits_on_xla_match_eager(name):
     np.testing.assert_array_equal(static, eager)
 
 
+@pytest.mark.parametrize("cache", [None, "static"])
 @pytest.mark.parametrize("name", NAMES)
-def test_greedy_generation_is_token_identical(name):
+def test_greedy_generation_is_token_identical(name, cache):
     ids = np.random.default_rng(1).integers(3, 512, (1, 8))
     model = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name, dtype="float32", device_map="xla_cpu")
-    got = model.generate(ids, max_new_tokens=8, do_sample=False)
+    got = model.generate(ids, max_new_tokens=8, do_sample=False, cache_implementation=cache)
     hf = HFModel.from_pretrained(FIX / name, dtype=torch.float32).eval()
     want = hf.generate(torch.tensor(ids), max_new_tokens=8, do_sample=False).numpy()
     np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_one_module_per_shape_and_cache_in_place():
+    """A static-cache generation compiles one PJRT module per prefill bucket
+    plus one for the decode step (not one per op), each forward is one
+    execution, and every execution writes k_all and v_all in place."""
+    ids = np.random.default_rng(3).integers(3, 512, (2, 13))  # buckets 8, 4; the last token is decode-shaped
+    model = hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-llama", dtype="float32", device_map="xla_cpu")
+    hubrt.reset_compile_stats()
+    before = pjrt_stats()
+    first = model.generate(ids, max_new_tokens=24, do_sample=False, eos_token_id=[], cache_implementation="static")
+    d = pjrt_delta(before, pjrt_stats())
+    assert hubrt.compile_stats()["compiles"] == 3
+    assert d["graph_misses"] == 3
+    forwards = 3 + 23  # prefill chunks 8, 4, 1, then a step per new token but the last
+    assert d["graph_runs"] == forwards
+    # Eager ops outside the compiled function (rope tables) are the only other modules.
+    assert d["misses"] - d["graph_misses"] <= 4
+    assert d["in_place"] == 2 * forwards
+    before = pjrt_stats()
+    again = model.generate(ids, max_new_tokens=24, do_sample=False, eos_token_id=[], cache_implementation="static")
+    d = pjrt_delta(before, pjrt_stats())
+    np.testing.assert_array_equal(again, first)
+    assert d["misses"] == 0 and d["graph_runs"] == forwards
+    assert hubrt.compile_stats()["compiles"] == 3
+
+
+NEW_PROCESS = """
+import hubrt, numpy as np
+from pjrt_util import pjrt_stats
+m = hubrt.AutoModelForCausalLM.from_pretrained({path!r}, dtype="float32", device_map="xla_cpu")
+out = m.generate(np.arange(5, 14).reshape(1, 9), max_new_tokens=5, do_sample=False, eos_token_id=[],
+                 cache_implementation="static")
+s, c = pjrt_stats(), hubrt.compile_stats()
+print(out.tolist(), c["compiles"], c["disk_hits"], s["graph_misses"], s["disk_hits"], s["misses"])
+"""
+
+
+def test_new_process_loads_plans_and_executables_from_disk(tmp_path):
+    env = dict(os.environ, HUBRT_CACHE_DIR=str(tmp_path), PYTHONPATH=str(Path(__file__).parent))
+    code = NEW_PROCESS.format(path=str(FIX / "tiny-qwen3"))
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    tokens1, compiles1, plan_hits1, graphs1, exe_hits1, _ = runs[0].stdout.rsplit(" ", 5)
+    tokens2, compiles2, plan_hits2, graphs2, exe_hits2, misses2 = runs[1].stdout.rsplit(" ", 5)
+    assert tokens1 == tokens2
+    assert (compiles1, plan_hits1, graphs1) == ("2", "0", "2")
+    # the second process captures nothing and compiles nothing: plans and executables come from disk
+    assert (compiles2, plan_hits2, graphs2) == ("0", "2", "2")
+    assert int(exe_hits2) == int(misses2)

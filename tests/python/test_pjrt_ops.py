@@ -303,19 +303,10 @@ def test_round_trip(dtype):
 
 
 def test_cache_hits_and_stats():
-    import ctypes
-    from hubrt._lib import fn
-
-    class Stats(ctypes.Structure):
-        _fields_ = [("requests", ctypes.c_int64), ("hits", ctypes.c_int64), ("misses", ctypes.c_int64),
-                    ("compile_seconds", ctypes.c_double), ("disk_hits", ctypes.c_int64)]
-
-    get = fn("hr_pjrt_cache_stats_get", [ctypes.c_char_p, ctypes.POINTER(Stats)])
+    from pjrt_util import PjrtStats, pjrt_stats
 
     def stats():
-        s = Stats()
-        assert get(DEV.encode(), ctypes.byref(s)) == 0
-        return s
+        return PjrtStats(**pjrt_stats(DEV))
 
     x, y = on_dev(rand(7, 13, seed=21)), on_dev(rand(7, 13, seed=22))
     hubrt.ops.sub(x, y)

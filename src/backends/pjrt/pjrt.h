@@ -24,11 +24,16 @@ HR_API hr_status hr_pjrt_backend_info(const char *backend, hr_pjrt_info *out);
 
 /* Executable cache counters of one backend, all devices together: misses
  * of the memory tier, of which disk_hits were loaded from the disk tier
- * and the rest compiled (in compile_seconds). */
+ * and the rest compiled (in compile_seconds). graph_misses: the misses
+ * that were whole compiled graphs (one module per captured function and
+ * signature). graph_runs: executions of compiled graphs; in_place: the
+ * arguments those executions updated (a KV cache) whose new array came
+ * back at the old array's address, i.e. written in place. */
 typedef struct hr_pjrt_cache_stats {
     int64_t requests, hits, misses;
     double compile_seconds;
     int64_t disk_hits;
+    int64_t graph_misses, graph_runs, in_place;
 } hr_pjrt_cache_stats;
 
 HR_API hr_status hr_pjrt_cache_stats_get(const char *backend, hr_pjrt_cache_stats *out);

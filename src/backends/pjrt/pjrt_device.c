@@ -11,6 +11,7 @@
 #ifdef HUBRT_HAVE_PJRT
 #include "backends/pjrt/pjrt_internal.h"
 #include "backends/pjrt/shlo.h"
+#include "graph/capture.h"
 #include "ops/op_impl.h"
 
 /* ---- buffers -------------------------------------------------------------- */
@@ -241,6 +242,9 @@ static bool pjrt_supports_op(hr_device *dev, hr_op op, const void *attrs, const 
 
 static hr_status pjrt_run_op(hr_device *dev, hr_op op, const void *attrs, const hr_tensor *const *in, int n_in,
                              hr_tensor *const *out, int n_out) {
+    /* Under capture the graph is compiled whole and run once afterwards
+     * (device_impl.h): compiling and running each op now would be wasted. */
+    if (hr_capture_active()) return HR_OK;
     hr_pjrt_plugin *p = hr_pjrt_of(dev);
     op_module m = {.op = op, .attrs = attrs, .n_in = n_in, .n_out = n_out};
     key_buf key = {.n = 0};
@@ -308,6 +312,9 @@ static const hr_device_vtable pjrt_vtable = {
     .copy_to_host = pjrt_copy_to_host,
     .supports_op = pjrt_supports_op,
     .run_op = pjrt_run_op,
+    .compile = hr_pjrt_compile,
+    .execute = hr_pjrt_execute_graph,
+    .executable_free = hr_pjrt_executable_free,
     .sync = pjrt_sync,
 };
 

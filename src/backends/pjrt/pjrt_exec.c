@@ -153,6 +153,7 @@ hr_status hr_pjrt_exec_get(hr_pjrt_plugin *p, const int64_t *key, size_t key_len
             return HR_OK;
         }
     p->stats.misses++;
+    if (key_len && key[0] == HR_PJRT_GRAPH_KEY) p->stats.graph_misses++;
     hr_status s = HR_OK;
     hr_pjrt_exec_entry *e = bucket ? malloc(sizeof *e + key_len * sizeof *key) : NULL;
     char *text = e ? build(ctx) : NULL;

@@ -80,6 +80,17 @@ hr_status hr_pjrt_execute(hr_pjrt_plugin *p, PJRT_LoadedExecutable *exe, PJRT_De
                           PJRT_Buffer **const *outs, const char *what);
 /* Awaits every execution still running. */
 hr_status hr_pjrt_sync(hr_pjrt_plugin *p);
+/* ---- compiled graphs (pjrt_graph.c): the vtable's compile/execute ---- */
+
+/* key[0] of a compiled graph in the executable cache (ops use their op
+ * number, all_reduce -1). */
+#define HR_PJRT_GRAPH_KEY (-2)
+
+hr_status hr_pjrt_compile(hr_device *dev, const hr_graph *g, const char *name, hr_executable **out);
+hr_status hr_pjrt_execute_graph(hr_device *dev, hr_executable *exe, const hr_tensor *const *in, int n_in,
+                                hr_tensor **out, int n_out);
+void hr_pjrt_executable_free(hr_device *dev, hr_executable *exe);
+
 /* ---- disk tier (pjrt_disk.c) ---- */
 
 /* Names a module compiled with `opts` by this plugin build. */

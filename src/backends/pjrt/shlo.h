@@ -148,6 +148,18 @@ hr_shlo_value hr_shlo_view_load(hr_shlo_builder *b, const hr_shlo_view *v);
  * `donate_as` >= 0 the old buffer is donated to that result, so XLA writes
  * the view in place instead of copying the whole buffer. */
 hr_shlo_value hr_shlo_view_store(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value val, int donate_as);
+/* The same steps on SSA values, for a module holding many ops (a compiled
+ * graph): a buffer's bytes are kept as a flat 1-D array of some storage
+ * dtype (bool is ui8), and offsets are i64 0-dim values (id < 0: none). */
+
+/* flat reinterpreted as a flat array of dt's storage dtype. */
+hr_shlo_value hr_shlo_flat_as(hr_shlo_builder *b, hr_shlo_value flat, hr_dtype dt);
+/* The view's logical value, read from flat (storage dtype of v->dt). */
+hr_shlo_value hr_shlo_view_get(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value flat, hr_shlo_value off);
+/* flat with the view overwritten by val (flat is not read when the view
+ * covers the whole buffer). */
+hr_shlo_value hr_shlo_view_put(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value flat, hr_shlo_value off,
+                               hr_shlo_value val);
 /* Whether the output view covers its whole buffer contiguously. */
 bool hr_shlo_view_is_full(const hr_shlo_view *v);
 

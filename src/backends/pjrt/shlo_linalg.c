@@ -52,11 +52,17 @@ static hr_status lower_matmul(hr_shlo_builder *b, const void *attrs, const hr_sh
     return b->status;
 }
 
-/* x [..., in] @ weight [out, in]^T (+ bias [out]) */
+/* x [..., in] @ weight [out, in]^T (+ bias [out]), computed as weight @
+ * x^T: with the weight on the left XLA reads its rows in place; on the
+ * right it transposes the weight first, and where it fuses that transpose
+ * into a matrix-vector product (decode) the weight is read column by
+ * column, several times slower. */
 static hr_status lower_linear(hr_shlo_builder *b, const void *attrs, const hr_shlo_value *in, int n_in,
                               const hr_tensor_meta *m, hr_shlo_value *out, int n_out) {
     hr_shlo_value x = up(b, in[0]), w = up(b, in[1]);
-    hr_shlo_value r = dot(b, x, w, 0, x.ndim - 1, 1);
+    int64_t k = x.shape[x.ndim - 1], rows[2] = {k ? hr_shape_numel(x.ndim, x.shape) / k : 0, k};
+    hr_shlo_value wx = dot(b, w, hr_shlo_reshape(b, x, 2, rows), 0, 1, 1); /* [out, rows] */
+    hr_shlo_value r = hr_shlo_reshape(b, hr_shlo_transpose(b, wx, (int[]){1, 0}), m->ndim, m->shape);
     if (n_in > 2 && in[2].id >= 0) r = hr_shlo_binary(b, "add", r, hr_shlo_bcast(b, up(b, in[2]), r.ndim, r.shape));
     out[0] = hr_shlo_convert(b, r, m->dtype);
     return b->status;

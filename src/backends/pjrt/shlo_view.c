@@ -128,10 +128,19 @@ static hr_shlo_value span_to_view(hr_shlo_builder *b, hr_shlo_value sp, const hr
     return k == v->ndim ? r : hr_shlo_bcast_dims(b, r, dims, v->ndim, v->shape);
 }
 
-hr_shlo_value hr_shlo_view_load(hr_shlo_builder *b, const hr_shlo_view *v) {
-    hr_shlo_value bytes = hr_shlo_arg(b, HR_U8, 1, &v->buf_bytes);
-    hr_shlo_value off = offset_arg(b, v);
-    hr_shlo_value flat = bytes_to_flat(b, bytes, v->dt);
+hr_shlo_value hr_shlo_flat_as(hr_shlo_builder *b, hr_shlo_value flat, hr_dtype dt) {
+    hr_dtype st = storage_dtype(dt);
+    if (flat.dt == st) return flat;
+    if (flat.dt != HR_U8) flat = flat_to_bytes(b, flat);
+    if (flat.shape[0] % (int64_t)hr_dtype_size(dt)) {
+        hr_shlo_fail(b, HR_ERR_UNSUPPORTED, "a %lld-byte buffer read as %s is not a whole number of elements",
+                     (long long)flat.shape[0], hr_dtype_name(dt));
+        return flat;
+    }
+    return bytes_to_flat(b, flat, dt);
+}
+
+hr_shlo_value hr_shlo_view_get(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value flat, hr_shlo_value off) {
     int order[HR_MAX_DIMS], n;
     hr_shlo_value r;
     if (v->contiguous) {
@@ -146,20 +155,17 @@ hr_shlo_value hr_shlo_view_load(hr_shlo_builder *b, const hr_shlo_view *v) {
     return v->dt == HR_BOOL ? hr_shlo_convert(b, r, HR_BOOL) : r;
 }
 
-hr_shlo_value hr_shlo_view_store(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value val, int donate_as) {
+hr_shlo_value hr_shlo_view_load(hr_shlo_builder *b, const hr_shlo_view *v) {
+    hr_shlo_value bytes = hr_shlo_arg(b, HR_U8, 1, &v->buf_bytes);
+    hr_shlo_value off = offset_arg(b, v);
+    return hr_shlo_view_get(b, v, bytes_to_flat(b, bytes, v->dt), off);
+}
+
+hr_shlo_value hr_shlo_view_put(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value flat, hr_shlo_value off,
+                               hr_shlo_value val) {
     val = hr_shlo_convert(b, val, storage_dtype(v->dt));
     int64_t numel = hr_shape_numel(v->ndim, v->shape);
-    if (hr_shlo_view_is_full(v)) return flat_to_bytes(b, hr_shlo_reshape(b, val, 1, &numel));
-    int64_t s = (int64_t)hr_dtype_size(v->dt);
-    if (v->buf_bytes % s) {
-        hr_shlo_fail(b, HR_ERR_UNSUPPORTED, "a %lld-byte buffer is not a whole number of %s elements",
-                     (long long)v->buf_bytes, hr_dtype_name(v->dt));
-        return val;
-    }
-    hr_shlo_value bytes = donate_as >= 0 ? hr_shlo_arg_donated(b, HR_U8, 1, &v->buf_bytes, donate_as)
-                                         : hr_shlo_arg(b, HR_U8, 1, &v->buf_bytes);
-    hr_shlo_value off = offset_arg(b, v);
-    hr_shlo_value flat = bytes_to_flat(b, bytes, v->dt);
+    if (hr_shlo_view_is_full(v)) return hr_shlo_reshape(b, val, 1, &numel);
     int order[HR_MAX_DIMS], n;
     if (v->contiguous || (dense_order(v, order, &n) && n == v->ndim)) {
         /* A dense (possibly transposed) output: one dynamic_update_slice. */
@@ -170,9 +176,22 @@ hr_shlo_value hr_shlo_view_store(hr_shlo_builder *b, const hr_shlo_view *v, hr_s
         }
         if (off.id < 0) off = hr_shlo_const_i64(b, 0);
         hr_shlo_value in[3] = {flat, hr_shlo_reshape(b, val, 1, &numel), off};
-        flat = hr_shlo_op(b, "dynamic_update_slice", in, 3, NULL, flat.dt, 1, flat.shape);
-    } else {
-        flat = hr_shlo_scatter_flat(b, flat, view_indices(b, v, off), val);
+        return hr_shlo_op(b, "dynamic_update_slice", in, 3, NULL, flat.dt, 1, flat.shape);
     }
-    return flat_to_bytes(b, flat);
+    return hr_shlo_scatter_flat(b, flat, view_indices(b, v, off), val);
+}
+
+hr_shlo_value hr_shlo_view_store(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value val, int donate_as) {
+    hr_shlo_value none = {.id = -1};
+    if (hr_shlo_view_is_full(v)) return flat_to_bytes(b, hr_shlo_view_put(b, v, none, none, val));
+    int64_t s = (int64_t)hr_dtype_size(v->dt);
+    if (v->buf_bytes % s) {
+        hr_shlo_fail(b, HR_ERR_UNSUPPORTED, "a %lld-byte buffer is not a whole number of %s elements",
+                     (long long)v->buf_bytes, hr_dtype_name(v->dt));
+        return val;
+    }
+    hr_shlo_value bytes = donate_as >= 0 ? hr_shlo_arg_donated(b, HR_U8, 1, &v->buf_bytes, donate_as)
+                                         : hr_shlo_arg(b, HR_U8, 1, &v->buf_bytes);
+    hr_shlo_value off = offset_arg(b, v);
+    return flat_to_bytes(b, hr_shlo_view_put(b, v, bytes_to_flat(b, bytes, v->dt), off, val));
 }
