@@ -58,6 +58,7 @@ typedef struct fl_ctx {
     const char *x; /* [rows][k], f32 or (avx512) bf16 */
     size_t xsz;
     int rows;
+    int group; /* x rows per kernel call (hr_gemv_group_rows), as the GEMV route */
     int64_t k;
     int64_t out_rs[HR_FUSED_MAX_LINEARS], res_rs;
     int64_t first_unit[HR_FUSED_MAX_LINEARS + 1]; /* units of CHUNK columns, per linear */
@@ -69,13 +70,10 @@ static void fl_product(const fl_ctx *c, int j, int64_t c0, int64_t nc, float (*y
     const hr_tensor *w = c->f->w[j];
     size_t wsz = hr_dtype_size(w->dtype);
     int64_t ldw = w->strides[0];
-    for (int64_t i = 0; i < nc; i += 4) {
-        int nw = nc - i < 4 ? (int)(nc - i) : 4;
-        const char *wp = (const char *)hr_tensor_ptr(w) + (c0 + i) * ldw * (int64_t)wsz;
-        for (int r = 0; r < c->rows; r += HR_GEMV_MAX_ROWS)
-            c->fn(c->k, c->rows - r < HR_GEMV_MAX_ROWS ? c->rows - r : HR_GEMV_MAX_ROWS,
-                  c->x + (size_t)r * (size_t)c->k * c->xsz, wp, w->dtype, ldw, nw, &y[r][i], CHUNK);
-    }
+    const char *wp = (const char *)hr_tensor_ptr(w) + c0 * ldw * (int64_t)wsz;
+    for (int r = 0; r < c->rows; r += c->group)
+        c->fn(c->k, c->rows - r < c->group ? c->rows - r : c->group, c->x + (size_t)r * (size_t)c->k * c->xsz, wp,
+              w->dtype, ldw, (int)nc, y[r], CHUNK);
     const hr_tensor *b = c->f->b[j];
     if (!b) return;
     float bias[CHUNK];
@@ -158,6 +156,7 @@ hr_status hr_cpu_fused_linear(const hr_fused_linear *f) {
     bool bf16 = f->x->dtype == HR_BF16 && hr_gemm_use_avx512_bf16();
     c.fn = bf16 ? hr_gemv_bf16_avx512 : c.simd ? hr_gemv_avx2 : hr_gemv_scalar;
     c.xsz = bf16 ? 2 : 4;
+    c.group = hr_gemv_group_rows(c.k, c.xsz);
     char *x = malloc((size_t)c.rows * (size_t)c.k * c.xsz + 64);
     if (!x) return hr_error(HR_ERR_OOM, "fused linear: out of memory for %d x %lld activations", c.rows,
                             (long long)c.k);
