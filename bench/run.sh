@@ -128,7 +128,7 @@ for spec in $CASE_SPEC; do
   for m in $MODELS; do
     for e in $ENGINES; do
       # xla_cpu compiles one StableHLO module per shape (the warm-up's two, then prefill 512 and decode:
-      # ~40-50 s each on 2 cores, 370 s for b1 in all at load 6): only the headline case of the first model fits
+      # ~11 s each on 2 quiet cores, b1 150 s in all; 370 s at load 6): only the headline case of the first model fits
       if [[ $e == hubrt-xla_cpu && ( $c != b1 || $m != ${MODELS%% *} ) ]]; then continue; fi
       if (( $(date +%s) - START > BUDGET )); then
         record_skip "$e" "$m" "$c" "skipped: the run's time budget (BENCH_BUDGET=${BUDGET} s) was spent"
