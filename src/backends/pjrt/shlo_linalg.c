@@ -9,7 +9,8 @@
 static hr_shlo_value up(hr_shlo_builder *b, hr_shlo_value v) { return hr_shlo_up(b, v); }
 
 /* dot_general with `nb` leading batch dims: contracts lhs dim lc with rhs
- * dim rc; result [batch..., lhs free..., rhs free...]. */
+ * dim rc; result [batch..., lhs free..., rhs free...] in the compute dtype
+ * (f32 for bf16/f16 operands). */
 static hr_shlo_value dot(hr_shlo_builder *b, hr_shlo_value x, hr_shlo_value y, int nb, int lc, int rc) {
     int64_t shape[HR_MAX_DIMS];
     int n = 0;
@@ -26,7 +27,7 @@ static hr_shlo_value dot(hr_shlo_builder *b, hr_shlo_value x, hr_shlo_value y, i
              "lhs_contracting_dimensions = [%d], rhs_contracting_dimensions = [%d]>",
              batch, batch, lc, rc);
     hr_shlo_value in[2] = {x, y};
-    return hr_shlo_op(b, "dot_general", in, 2, attr, x.dt, n, shape);
+    return hr_shlo_op(b, "dot_general", in, 2, attr, hr_shlo_compute_dtype(x.dt), n, shape);
 }
 
 /* torch.matmul: 1-d operands gain a dim that the result drops; batch dims
@@ -56,10 +57,13 @@ static hr_status lower_matmul(hr_shlo_builder *b, const void *attrs, const hr_sh
  * x^T: with the weight on the left XLA reads its rows in place; on the
  * right it transposes the weight first, and where it fuses that transpose
  * into a matrix-vector product (decode) the weight is read column by
- * column, several times slower. */
+ * column, several times slower. bf16 operands stay bf16 with an f32
+ * result (the same products and f32 sums as converting both first):
+ * converted, XLA materializes an f32 copy of every weight per call. */
 static hr_status lower_linear(hr_shlo_builder *b, const void *attrs, const hr_shlo_value *in, int n_in,
                               const hr_tensor_meta *m, hr_shlo_value *out, int n_out) {
-    hr_shlo_value x = up(b, in[0]), w = up(b, in[1]);
+    bool bf16 = in[0].dt == HR_BF16 && in[1].dt == HR_BF16;
+    hr_shlo_value x = bf16 ? in[0] : up(b, in[0]), w = bf16 ? in[1] : up(b, in[1]);
     int64_t k = x.shape[x.ndim - 1], rows[2] = {k ? hr_shape_numel(x.ndim, x.shape) / k : 0, k};
     hr_shlo_value wx = dot(b, w, hr_shlo_reshape(b, x, 2, rows), 0, 1, 1); /* [out, rows] */
     hr_shlo_value r = hr_shlo_reshape(b, hr_shlo_transpose(b, wx, (int[]){1, 0}), m->ndim, m->shape);
