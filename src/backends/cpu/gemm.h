@@ -103,6 +103,14 @@ void hr_gemv_avx2(int64_t k, int rows, const void *x, const void *w, hr_dtype wd
 void hr_gemv_bf16_avx512(int64_t k, int rows, const void *x, const void *w, hr_dtype wdt, int64_t ldw,
                          int nw, float *y, int64_t ldy);
 
+/* The GEMV kernel for x of dtype xdt against weights of wdt, with *xsz the
+ * element size of the x rows it reads (2: bf16 for the AVX-512 kernel,
+ * 4: f32). Every user of the kernels picks through this, so the GEMV route
+ * and the fused linear node give the same bits. */
+hr_gemv_fn hr_gemv_kernel_for(hr_dtype xdt, hr_dtype wdt, size_t *xsz);
+/* One row of x (k elements of dt, cs apart) as that kernel reads it. */
+void hr_gemv_load_x(char *dst, const char *src, hr_dtype dt, int64_t k, int64_t cs, size_t xsz);
+
 /* dst[0..n) = n contiguous elements of src (f32, bf16 or f16) as f32. */
 void hr_gemm_row_f32_avx2(float *dst, const void *src, hr_dtype dt, int64_t n);
 

@@ -64,11 +64,25 @@ static void gemv_worker(void *arg, int ith, int nth) {
     }
 }
 
+hr_gemv_fn hr_gemv_kernel_for(hr_dtype xdt, hr_dtype wdt, size_t *xsz) {
+    bool bf16 = xdt == HR_BF16 && wdt == HR_BF16 && hr_gemm_use_avx512_bf16();
+    *xsz = bf16 ? 2 : 4;
+    return bf16 ? hr_gemv_bf16_avx512 : hr_cpu_isa_get() >= HR_ISA_AVX2 ? hr_gemv_avx2 : hr_gemv_scalar;
+}
+
+void hr_gemv_load_x(char *dst, const char *src, hr_dtype dt, int64_t k, int64_t cs, size_t xsz) {
+    if (xsz == 2 && cs == 1)
+        memcpy(dst, src, (size_t)k * 2);
+    else if (xsz == 2)
+        for (int64_t p = 0; p < k; p++) memcpy(dst + 2 * p, src + 2 * p * cs, 2);
+    else
+        hr_load_f32((float *)dst, src, dt, k, cs);
+}
+
 hr_status hr_gemv_run(const hr_gemm *g, int rows) {
     gemv_ctx ctx = {.g = g, .rows = rows, .units = (g->n + GEMV_SPLIT - 1) / GEMV_SPLIT};
-    bool bf16 = g->a.dt == HR_BF16 && g->b.dt == HR_BF16 && hr_gemm_use_avx512_bf16();
-    ctx.fn = bf16 ? hr_gemv_bf16_avx512 : hr_cpu_isa_get() >= HR_ISA_AVX2 ? hr_gemv_avx2 : hr_gemv_scalar;
-    size_t esz = ctx.xsz = bf16 ? 2 : 4;
+    ctx.fn = hr_gemv_kernel_for(g->a.dt, g->b.dt, &ctx.xsz);
+    size_t esz = ctx.xsz;
     ctx.group = hr_gemv_group_rows(g->k, esz);
     ctx.chunk = GEMV_CHUNK;
     while (rows > ctx.group && ctx.chunk > 16 && ctx.chunk * g->k * (int64_t)hr_dtype_size(g->b.dt) > GEMV_CHUNK_L2)
@@ -81,14 +95,8 @@ hr_status hr_gemv_run(const hr_gemm *g, int rows) {
         int64_t oa, ob, oc;
         hr_gemm_batch_offsets(g, r / g->m, &oa, &ob, &oc);
         ctx.row_off_c[r] = oc + (r % g->m) * g->c.rs;
-        const char *src = gemv_elem(&g->a, oa, r % g->m, 0);
-        char *dst = x + (size_t)r * (size_t)g->k * esz;
-        if (bf16 && g->a.cs == 1)
-            memcpy(dst, src, (size_t)g->k * 2);
-        else if (bf16)
-            for (int64_t p = 0; p < g->k; p++) memcpy(dst + 2 * p, src + 2 * p * g->a.cs, 2);
-        else
-            hr_load_f32((float *)dst, src, g->a.dt, g->k, g->a.cs);
+        hr_gemv_load_x(x + (size_t)r * (size_t)g->k * esz, gemv_elem(&g->a, oa, r % g->m, 0), g->a.dt, g->k,
+                       g->a.cs, esz);
     }
     ctx.x = x;
     int nth = hr_parallel_threads_for((int64_t)rows * g->n * g->k, 1 << 16);

@@ -5,7 +5,6 @@
  * output dtype first, as the unfused ops would have stored them. */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/k_fused.h"
@@ -153,21 +152,15 @@ hr_status hr_cpu_fused_linear(const hr_fused_linear *f) {
     for (int j = 0; j < n_walk; j++) c.first_unit[j + 1] = c.first_unit[j] + (f->w[j]->shape[0] + CHUNK - 1) / CHUNK;
     for (int j = n_walk; j < f->n; j++) c.first_unit[j + 1] = c.first_unit[j];
     for (int j = 0; j < f->n; j++) work += f->w[j]->shape[0];
-    bool bf16 = f->x->dtype == HR_BF16 && hr_gemm_use_avx512_bf16();
-    c.fn = bf16 ? hr_gemv_bf16_avx512 : c.simd ? hr_gemv_avx2 : hr_gemv_scalar;
-    c.xsz = bf16 ? 2 : 4;
+    c.fn = hr_gemv_kernel_for(f->x->dtype, f->w[0]->dtype, &c.xsz);
     c.group = hr_gemv_group_rows(c.k, c.xsz);
     char *x = malloc((size_t)c.rows * (size_t)c.k * c.xsz + 64);
     if (!x) return hr_error(HR_ERR_OOM, "fused linear: out of memory for %d x %lld activations", c.rows,
                             (long long)c.k);
     size_t esz = hr_dtype_size(f->x->dtype);
-    for (int r = 0; r < c.rows; r++) {
-        const char *src = (const char *)hr_tensor_ptr(f->x) + r * xrs * (int64_t)esz;
-        if (bf16)
-            memcpy(x + (size_t)r * (size_t)c.k * 2, src, (size_t)c.k * 2);
-        else
-            hr_load_f32((float *)(x + (size_t)r * (size_t)c.k * 4), src, f->x->dtype, c.k, 1);
-    }
+    for (int r = 0; r < c.rows; r++)
+        hr_gemv_load_x(x + (size_t)r * (size_t)c.k * c.xsz,
+                       (const char *)hr_tensor_ptr(f->x) + r * xrs * (int64_t)esz, f->x->dtype, c.k, 1, c.xsz);
     c.x = x;
     int64_t units = c.first_unit[f->n];
     int nth = hr_parallel_threads_for(rows * work * c.k, 1 << 16);
