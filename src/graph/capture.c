@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/grow.h"
 
 static _Thread_local hr_capture *tl_cap;
 static _Thread_local int tl_depth;
@@ -29,16 +30,12 @@ static void fail(hr_capture *cap, hr_status code, const char *fmt, ...) {
 
 #define GROW(cap_, arr, n, capn)                                                  \
     do {                                                                          \
-        if ((n) == (capn)) {                                                      \
-            int nc = (capn) ? 2 * (capn) : 64;                                    \
-            void *p = realloc((arr), sizeof *(arr) * (size_t)nc);                 \
-            if (!p) {                                                             \
-                fail((cap_), HR_ERR_OOM, "out of memory while capturing");        \
-                return -1;                                                        \
-            }                                                                     \
-            (arr) = p;                                                            \
-            (capn) = nc;                                                          \
+        void *grown_ = hr_grow((arr), (n), &(capn), sizeof *(arr), 64);          \
+        if (!grown_) {                                                            \
+            fail((cap_), HR_ERR_OOM, "out of memory while capturing");            \
+            return -1;                                                            \
         }                                                                         \
+        (arr) = grown_;                                                           \
     } while (0)
 
 static bool host_written(const hr_capture *cap, uint64_t seq) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/grow.h"
 
 static const hr_tensor *t_in(const hr_plan *p, const hr_plan_node *n, int k) {
     return &p->tensors[n->first_tensor + k];
@@ -125,13 +126,9 @@ static hr_status fuse_from(hr_plan *p, int i) {
         epi_node = next;
     }
     if (n == 1 && epi_node < 0) return HR_OK;
-    if (p->n_fused == p->cap_fused) {
-        int nc = p->cap_fused ? 2 * p->cap_fused : 64;
-        hr_plan_fused *f = realloc(p->fused, sizeof *f * (size_t)nc);
-        if (!f) return hr_error(HR_ERR_OOM, "plan: out of memory fusing");
-        p->fused = f;
-        p->cap_fused = nc;
-    }
+    hr_plan_fused *grown = hr_grow(p->fused, p->n_fused, &p->cap_fused, sizeof *grown, 64);
+    if (!grown) return hr_error(HR_ERR_OOM, "plan: out of memory fusing");
+    p->fused = grown;
     hr_plan_fused *pf = &p->fused[p->n_fused++];
     memset(pf, 0, sizeof *pf);
     pf->k = k;

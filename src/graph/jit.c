@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/grow.h"
 #include "core/hash.h"
 #include "device/device_impl.h"
 #include "graph/disk_cache.h"
@@ -165,13 +166,9 @@ static void warn_recompile(hr_jit *j, const int64_t *sig, const hr_tensor *const
 
 static hr_status add_entry(hr_jit *j, uint64_t key, const int64_t *sig, int sig_len, hr_plan *plan,
                            hr_executable *exe) {
-    if (j->n_entries == j->cap_entries) {
-        int nc = j->cap_entries ? 2 * j->cap_entries : 8;
-        jit_entry *e = realloc(j->entries, sizeof *e * (size_t)nc);
-        if (!e) return hr_error(HR_ERR_OOM, "jit: out of memory");
-        j->entries = e;
-        j->cap_entries = nc;
-    }
+    jit_entry *grown = hr_grow(j->entries, j->n_entries, &j->cap_entries, sizeof *grown, 8);
+    if (!grown) return hr_error(HR_ERR_OOM, "jit: out of memory");
+    j->entries = grown;
     jit_entry *e = &j->entries[j->n_entries++];
     e->key = key;
     e->sig_len = sig_len;
