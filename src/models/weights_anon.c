@@ -83,7 +83,7 @@ static hr_status move_weight(hr_model *m, anon_map *a, char *dst, hr_tensor **sl
     for (size_t off = 0; off < n; off += ANON_CHUNK) {
         size_t c = n - off < ANON_CHUNK ? n - off : ANON_CHUNK;
         memcpy(dst + off, src + off, c);
-        hr_checkpoint_drop_pages(m->ckpt, src, off + c);
+        hr_checkpoint_drop_pages(m->ckpt, src + off, c);
     }
     hr_tensor *moved = NULL;
     HR_TRY(hr_tensor_wrap_host(t->dtype, t->ndim, t->shape, NULL, dst, n, anon_release, a, &moved));
