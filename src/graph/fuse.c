@@ -20,7 +20,7 @@ static hr_tensor *t_out(const hr_plan *p, const hr_plan_node *n, int k) {
 
 static int value_of(const hr_plan *p, const hr_tensor *t) { return hr_plan_value_index(p, t); }
 
-static bool runs(const hr_plan_node *n) { return !n->dead && !n->folded && !n->empty && !n->absorbed && !n->fused; }
+static bool runs(const hr_plan_node *n) { return hr_plan_node_live(n) && !n->absorbed && !n->fused; }
 
 static int next_running(const hr_plan *p, int i) {
     for (i++; i < p->n_nodes && !runs(&p->nodes[i]); i++) continue;
@@ -44,7 +44,7 @@ static bool dead_after(const hr_plan *p, const hr_tensor *t, int after) {
     if (p->values[v].kind != HR_VALUE_TEMP) return false;
     for (int i = after + 1; i < p->n_nodes; i++) {
         const hr_plan_node *n = &p->nodes[i];
-        if (n->dead || n->folded || n->empty) continue;
+        if (!hr_plan_node_live(n)) continue;
         for (int k = 0; k < n->n_in; k++)
             if (value_of(p, t_in(p, n, k)) == v) return false;
         for (int k = 0; k < n->n_out; k++)

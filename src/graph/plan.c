@@ -311,7 +311,7 @@ hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **ou
     bool profile = hr_profile_enabled();
     for (int i = 0; i < p->n_nodes && s == HR_OK; i++) {
         const hr_plan_node *n = &p->nodes[i];
-        if (n->empty || n->dead || n->folded || n->absorbed) continue;
+        if (!hr_plan_node_live(n) || n->absorbed) continue;
         const hr_tensor *const *ins = &p->in_ptrs[n->first_tensor];
         hr_tensor *const *outs = (hr_tensor *const *)&p->in_ptrs[n->first_tensor + n->n_in];
         double t0 = profile ? hr_profile_now() : 0;

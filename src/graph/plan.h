@@ -34,6 +34,11 @@ typedef struct hr_plan_node {
     unsigned char attrs[HR_CAPTURE_ATTRS_MAX];
 } hr_plan_node;
 
+/* Whether the node's work happens at each call: not removed by DCE, not
+ * folded at build, some output not empty. Absorbed nodes count: their
+ * fused node does the work. */
+static inline bool hr_plan_node_live(const hr_plan_node *n) { return !n->dead && !n->folded && !n->empty; }
+
 /* A fused CPU node (graph/fuse.c) and every tensor it reads or writes,
  * for liveness. */
 typedef struct hr_plan_fused {

@@ -57,8 +57,6 @@ typedef struct {
     value_state *vs;
 } graph_module;
 
-static bool live(const hr_plan_node *n) { return !n->dead && !n->empty && !n->folded; }
-
 static int value_of(const hr_plan *p, int tensor) { return hr_plan_value_index(p, &p->tensors[tensor]); }
 
 /* Arguments are the values a live node touches that exist before the call:
@@ -74,7 +72,7 @@ static hr_status layout(const hr_plan *p, value_state *s, hr_executable *x) {
     for (int i = 0; i < p->n_nodes; i++) {
         const hr_plan_node *n = &p->nodes[i];
         for (int k = 0; n->folded && k < n->n_out; k++) s[value_of(p, n->first_tensor + n->n_in + k)].folded = true;
-        if (!live(n)) continue;
+        if (!hr_plan_node_live(n)) continue;
         for (int k = 0; k < n->n_in + n->n_out; k++) {
             int v = value_of(p, n->first_tensor + k);
             hr_dtype dt = p->tensors[n->first_tensor + k].dtype == HR_BOOL ? HR_U8 : p->tensors[n->first_tensor + k].dtype;
@@ -199,7 +197,7 @@ static char *build_graph(void *ctx) {
         s[v].cur = s[v].result >= 0 ? hr_shlo_arg_donated(&b, dt, 1, &n, s[v].result) : hr_shlo_arg(&b, dt, 1, &n);
     }
     for (int i = 0; i < p->n_nodes && b.status == HR_OK; i++)
-        if (live(&p->nodes[i])) lower_node(&b, p, s, i);
+        if (hr_plan_node_live(&p->nodes[i])) lower_node(&b, p, s, i);
     hr_shlo_value *res = calloc((size_t)g->x->n_results + 1, sizeof *res);
     if (!res) hr_shlo_fail(&b, HR_ERR_OOM, "PJRT graph: out of memory");
     for (int r = 0; r < g->x->n_results && b.status == HR_OK; r++) {
