@@ -45,15 +45,96 @@ static uint64_t structure_hash(const hr_plan *p) {
     return h;
 }
 
+/* Ops whose kernels may write their output over an input of the same
+ * layout: output element i depends only on input elements i (the
+ * eltwise kernels load a chunk before they store it at the same indices,
+ * and casts do so between same-size dtypes), or on the input's own row
+ * read whole before any of it is written (the norm kernels sum the row
+ * first, then normalize it chunk by chunk; add_rms_norm documents its
+ * outputs may alias its inputs). Copy is left out: its same-dtype rows
+ * are memcpy, undefined on overlap; rope and softmax read other indices. */
+static bool inplace_safe(hr_op op) {
+    switch (op) {
+    case HR_OP_add: case HR_OP_sub: case HR_OP_mul: case HR_OP_div: case HR_OP_pow:
+    case HR_OP_maximum: case HR_OP_minimum: case HR_OP_neg: case HR_OP_exp: case HR_OP_log:
+    case HR_OP_sqrt: case HR_OP_rsqrt: case HR_OP_abs: case HR_OP_relu: case HR_OP_sigmoid:
+    case HR_OP_tanh: case HR_OP_silu: case HR_OP_gelu: case HR_OP_clamp: case HR_OP_scale:
+    case HR_OP_where: case HR_OP_silu_mul: case HR_OP_gelu_mul: case HR_OP_cast:
+    case HR_OP_rms_norm: case HR_OP_layer_norm: case HR_OP_add_rms_norm:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* t is a row-major tensor over all of its value's bytes, from byte 0. */
+static bool covers_value(const hr_plan *p, const hr_tensor *t, int v) {
+    return t->offset == 0 && hr_tensor_is_contiguous(t) &&
+           (size_t)hr_shape_numel(t->ndim, t->shape) * hr_dtype_size(t->dtype) == p->values[v].nbytes;
+}
+
+static bool arena_value(const hr_plan *p, int v) {
+    return p->values[v].kind == HR_VALUE_TEMP && !p->values[v].owned;
+}
+
+static int slot_of(const int *alias, int v) {
+    while (alias[v] >= 0) v = alias[v];
+    return v;
+}
+
+/* On unless HUBRT_INPLACE=0, which is there to measure what it saves. */
+static bool inplace_enabled(void) {
+    const char *env = getenv("HUBRT_INPLACE");
+    return !env || strcmp(env, "0");
+}
+
+/* In place where safe: an output written first by node i takes the slot
+ * of an input that is dead after i, when the op allows it and both cover
+ * whole values of one layout. alias[v] is the value whose slot v shares;
+ * the slot's liveness grows to v's. Returns the number of outputs placed. */
+static int assign_in_place(const hr_plan *p, int *first, int *last, int *alias) {
+    int placed = 0;
+    for (int i = 0; i < p->n_nodes; i++) {
+        const hr_plan_node *n = &p->nodes[i];
+        if (!hr_plan_node_live(n) || n->absorbed || n->fused || !inplace_safe(n->op)) continue;
+        int taken[HR_MAX_OP_OUTPUTS] = {-1, -1};
+        for (int k = 0; k < n->n_out; k++) {
+            const hr_tensor *o = &p->tensors[n->first_tensor + n->n_in + k];
+            int vo = hr_plan_value_index(p, o);
+            if (!arena_value(p, vo) || first[vo] != i || alias[vo] >= 0 || !covers_value(p, o, vo)) continue;
+            bool read_here = false;
+            for (int j = 0; j < n->n_in; j++) read_here |= hr_plan_value_index(p, &p->tensors[n->first_tensor + j]) == vo;
+            for (int j = 0; j < n->n_in && !read_here; j++) {
+                const hr_tensor *t = &p->tensors[n->first_tensor + j];
+                int vi = hr_plan_value_index(p, t), slot = slot_of(alias, vi);
+                if (!arena_value(p, vi) || slot == taken[0] || slot == taken[1] || last[slot] != i ||
+                    hr_dtype_size(t->dtype) != hr_dtype_size(o->dtype) || t->ndim != o->ndim ||
+                    memcmp(t->shape, o->shape, sizeof(int64_t) * (size_t)o->ndim) || !covers_value(p, t, vi) ||
+                    p->values[vi].nbytes != p->values[vo].nbytes)
+                    continue;
+                alias[vo] = slot;
+                taken[k] = slot;
+                last[slot] = last[vo];
+                first[vo] = -1;
+                placed++;
+                break;
+            }
+        }
+    }
+    return placed;
+}
+
 size_t hr_plan_assign_arena(hr_plan *plan) {
     int nv = plan->n_values;
     int *first = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
     int *last = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
     int *order = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
-    if (!first || !last || !order) {
-        free(first), free(last), free(order);
+    int *alias = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
+    if (!first || !last || !order || !alias) {
+        free(first), free(last), free(order), free(alias);
         return (size_t)-1;
     }
+    for (int v = 0; v < nv; v++) alias[v] = -1;
     for (int v = 0; v < nv; v++) first[v] = -1, last[v] = -1;
     for (int i = 0; i < plan->n_nodes; i++) {
         const hr_plan_node *n = &plan->nodes[i];
@@ -65,11 +146,12 @@ size_t hr_plan_assign_arena(hr_plan *plan) {
             last[v] = i;
         }
     }
+    plan->n_inplace = inplace_enabled() ? assign_in_place(plan, first, last, alias) : 0;
     /* Largest first; each value goes at the lowest offset that does not
      * overlap a placed value alive at the same time. */
     int m = 0;
     for (int v = 0; v < nv; v++)
-        if (plan->values[v].kind == HR_VALUE_TEMP && !plan->values[v].owned && first[v] >= 0) order[m++] = v;
+        if (arena_value(plan, v) && first[v] >= 0) order[m++] = v;
     for (int i = 1; i < m; i++)
         for (int j = i; j > 0 && plan->values[order[j]].nbytes > plan->values[order[j - 1]].nbytes; j--) {
             int t = order[j];
@@ -98,7 +180,9 @@ size_t hr_plan_assign_arena(hr_plan *plan) {
         a->arena_offset = off;
         if (off + size > total) total = off + size;
     }
-    free(first), free(last), free(order);
+    for (int v = 0; v < nv; v++)
+        if (alias[v] >= 0) plan->values[v].arena_offset = plan->values[slot_of(alias, v)].arena_offset;
+    free(first), free(last), free(order), free(alias);
     return total;
 }
 
@@ -277,8 +361,9 @@ hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_
     }
     p->structure_hash = structure_hash(p);
     p->build_ms = (hr_profile_now() - t0) * 1e3;
-    hr_log(HR_LOG_DEBUG, "plan: %d nodes, %d dead, %d folded, %d fused into %d, arena %zu bytes, built in %.1f ms",
-           p->n_nodes, p->n_dead, p->n_folded, p->n_absorbed, p->n_fused, p->arena_size, p->build_ms);
+    hr_log(HR_LOG_DEBUG,
+           "plan: %d nodes, %d dead, %d folded, %d fused into %d, %d in place, arena %zu bytes, built in %.1f ms",
+           p->n_nodes, p->n_dead, p->n_folded, p->n_absorbed, p->n_fused, p->n_inplace, p->arena_size, p->build_ms);
     *out = p;
     return HR_OK;
 }

@@ -64,6 +64,7 @@ typedef struct hr_plan {
     uint64_t structure_hash;  /* ops, attrs and layouts: part of the disk key */
     int n_dead, n_folded;     /* what the passes removed */
     int n_absorbed;           /* nodes whose work a fused node does */
+    int n_inplace;            /* outputs given a dead input's arena slot */
     int n_fused, cap_fused;
     hr_plan_fused *fused;
     double build_ms;          /* passes and arena, capture excluded */

@@ -307,6 +307,77 @@ static void test_arena_reuses_dead_values(void **state) {
     hr_tensor_free(x);
 }
 
+/* x [17, 17] through exp, a broadcast mul and rms_norm (each may
+ * overwrite its dead input), then a matmul, which may not though the
+ * layouts match: with `tail` its result is a temporary, else returned. */
+typedef struct {
+    const hr_tensor *w; /* [17] */
+    bool tail;
+} inplace_ctx;
+
+static hr_status fn_inplace_chain(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
+    const inplace_ctx *c = ctx;
+    hr_tensor *a = NULL, *b = NULL, *cc = NULL, *d = NULL, *g = NULL;
+    hr_status s = hr_add(in[0], in[0], &a);
+    if (s == HR_OK) s = hr_exp(a, &b);
+    if (s == HR_OK) s = hr_mul(b, c->w, &cc);
+    if (s == HR_OK) s = hr_rms_norm(cc, c->w, 1e-6, 0, &d);
+    if (s == HR_OK) s = hr_matmul(d, d, c->tail ? &g : &out[0]);
+    if (s == HR_OK && c->tail) s = hr_add(g, g, &out[0]);
+    hr_tensor *tmp[5] = {a, b, cc, d, g};
+    for (int i = 0; i < 5; i++) hr_tensor_free(tmp[i]);
+    return s;
+}
+
+static int out_value(const hr_plan *p, int node) {
+    const hr_plan_node *n = &p->nodes[node];
+    return hr_plan_value_index(p, &p->tensors[n->first_tensor + n->n_in]);
+}
+
+static void test_arena_in_place(void **state) {
+    setenv("HUBRT_CACHE", "0", 1);
+    int64_t xs[2] = {17, 17}, ws[1] = {17};
+    hr_tensor *x = filled(2, xs, 0.2f), *w = filled(1, ws, 1.3f);
+    const hr_tensor *in[1] = {x};
+    size_t slot = (17 * 17 * 4 + 63) / 64 * 64;
+    for (int tail = 0; tail < 2; tail++) {
+        inplace_ctx c = {w, tail};
+        hr_tensor *want = NULL, *got = NULL;
+        hr_capture cap;
+        assert_int_equal(hr_capture_begin(&cap, in, 1), HR_OK);
+        assert_int_equal(fn_inplace_chain(&c, in, 1, &want, 1), HR_OK);
+        assert_int_equal(hr_capture_end(&cap, &want, 1), HR_OK);
+        hr_plan *p = NULL, *plain = NULL;
+        assert_int_equal(hr_plan_build(&cap, &want, 1, 1, false, &p), HR_OK);
+        setenv("HUBRT_INPLACE", "0", 1);
+        assert_int_equal(hr_plan_build(&cap, &want, 1, 1, false, &plain), HR_OK);
+        unsetenv("HUBRT_INPLACE");
+        /* exp, mul and rms_norm reuse the add's slot */
+        assert_int_equal(p->n_inplace, 3);
+        assert_int_equal(plain->n_inplace, 0);
+        for (int i = 1; i < 4; i++) assert_int_equal(p->values[out_value(p, i)].arena_offset, p->values[out_value(p, 0)].arena_offset);
+        if (tail) {
+            /* the matmul's temporary never lands on its input */
+            assert_true(p->values[out_value(p, 4)].arena_offset != p->values[out_value(p, 3)].arena_offset);
+            assert_int_equal(p->arena_size, 2 * slot);
+        } else {
+            assert_int_equal(p->arena_size, slot);
+            assert_int_equal(plain->arena_size, 2 * slot);
+        }
+        for (int rep = 0; rep < 2; rep++) {
+            assert_int_equal(hr_plan_run(p, in, &got), HR_OK);
+            assert_same(got, want);
+            hr_tensor_free(got);
+        }
+        hr_plan_free(p);
+        hr_plan_free(plain);
+        hr_capture_free(&cap);
+        hr_tensor_free(want);
+    }
+    hr_tensor_free(w);
+    hr_tensor_free(x);
+}
+
 /* x @ contiguous(W^T) with a dead branch: DCE drops the branch, folding
  * runs the weight transpose once at compile time. */
 static hr_status fn_passes(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
@@ -622,6 +693,7 @@ int main(void) {
         cmocka_unit_test(test_capture_fails_loudly),
         cmocka_unit_test(test_disk_cache_round_trip_and_corruption),
         cmocka_unit_test(test_arena_reuses_dead_values),
+        cmocka_unit_test(test_arena_in_place),
         cmocka_unit_test(test_dce_and_constant_folding),
         cmocka_unit_test(test_two_processes_share_the_cache),
         cmocka_unit_test(test_fusion_of_linears_and_epilogues),
