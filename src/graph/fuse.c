@@ -4,6 +4,7 @@
  * several, and intermediates that nothing reads again are never stored. */
 #include "graph/fuse.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,6 +90,16 @@ static const hr_tensor *residual_epilogue(const hr_plan *p, const hr_plan_node *
     return dead_after(p, y, ki) ? r : NULL;
 }
 
+/* A zeroed fused node appended to the plan, or NULL out of memory. */
+static hr_plan_fused *new_fused(hr_plan *p) {
+    hr_plan_fused *grown = hr_grow(p->fused, p->n_fused, &p->cap_fused, sizeof *grown, 64);
+    if (!grown) return NULL;
+    p->fused = grown;
+    hr_plan_fused *pf = &p->fused[p->n_fused++];
+    memset(pf, 0, sizeof *pf);
+    return pf;
+}
+
 static void add_tensor(hr_plan_fused *pf, const hr_tensor *t) {
     if (t) pf->touched[pf->n_touched++] = t;
 }
@@ -126,11 +137,8 @@ static hr_status fuse_from(hr_plan *p, int i) {
         epi_node = next;
     }
     if (n == 1 && epi_node < 0) return HR_OK;
-    hr_plan_fused *grown = hr_grow(p->fused, p->n_fused, &p->cap_fused, sizeof *grown, 64);
-    if (!grown) return hr_error(HR_ERR_OOM, "plan: out of memory fusing");
-    p->fused = grown;
-    hr_plan_fused *pf = &p->fused[p->n_fused++];
-    memset(pf, 0, sizeof *pf);
+    hr_plan_fused *pf = new_fused(p);
+    if (!pf) return hr_error(HR_ERR_OOM, "plan: out of memory fusing");
     pf->k = k;
     add_tensor(pf, k.x);
     add_tensor(pf, k.res);
@@ -149,5 +157,133 @@ static hr_status fuse_from(hr_plan *p, int i) {
 hr_status hr_plan_fuse(hr_plan *p) {
     for (int i = 0; i < p->n_nodes; i++)
         if (fusable_linear(p, &p->nodes[i])) HR_TRY(fuse_from(p, i));
+    return HR_OK;
+}
+
+/* ---- elementwise chains ------------------------------------------------------ */
+
+static bool float_dtype(hr_dtype dt) { return dt == HR_F32 || dt == HR_BF16 || dt == HR_F16; }
+
+/* The chain step for node n, when its op is one the chain kernel computes
+ * exactly as the unfused kernel (no transcendentals: k_eltwise.c's
+ * vector exp is its own) on float tensors. Sets every field but operand
+ * and acc_right. */
+static bool chain_step_of(const hr_plan *p, const hr_plan_node *n, hr_chain_step *s) {
+    static const struct {
+        hr_op op;
+        hr_chain_op step;
+    } map[] = {
+        {HR_OP_add, HR_CHAIN_ADD},     {HR_OP_sub, HR_CHAIN_SUB},   {HR_OP_mul, HR_CHAIN_MUL},
+        {HR_OP_div, HR_CHAIN_DIV},     {HR_OP_maximum, HR_CHAIN_MAX}, {HR_OP_minimum, HR_CHAIN_MIN},
+        {HR_OP_neg, HR_CHAIN_NEG},     {HR_OP_abs, HR_CHAIN_ABS},   {HR_OP_relu, HR_CHAIN_RELU},
+        {HR_OP_sqrt, HR_CHAIN_SQRT},   {HR_OP_rsqrt, HR_CHAIN_RSQRT}, {HR_OP_scale, HR_CHAIN_SCALE},
+        {HR_OP_clamp, HR_CHAIN_CLAMP}, {HR_OP_cast, HR_CHAIN_ROUND},
+    };
+    int m = 0, nm = (int)(sizeof map / sizeof map[0]);
+    while (m < nm && map[m].op != n->op) m++;
+    if (m == nm || !runs(n) || n->n_out != 1 || !float_dtype(t_out(p, n, 0)->dtype)) return false;
+    for (int k = 0; k < n->n_in; k++)
+        if (!float_dtype(t_in(p, n, k)->dtype)) return false;
+    *s = (hr_chain_step){.op = map[m].step, .operand = -1, .round = t_out(p, n, 0)->dtype};
+    if (n->op == HR_OP_scale) {
+        const hr_attrs_scale *a = (const void *)n->attrs;
+        s->p0 = (float)a->mul;
+        s->p1 = (float)a->add;
+    } else if (n->op == HR_OP_clamp) {
+        const hr_attrs_clamp *a = (const void *)n->attrs;
+        s->p0 = a->has_min ? (float)a->min : -INFINITY;
+        s->p1 = a->has_max ? (float)a->max : INFINITY;
+    }
+    return true;
+}
+
+/* The operand slot of t in the chain, added when new; -1 when full. */
+static int chain_operand(hr_fused_chain *c, const hr_tensor *t) {
+    for (int k = 0; k < c->n_operands; k++)
+        if (same_layout(c->operands[k], t)) return k;
+    if (c->n_operands == HR_FUSED_MAX_OPERANDS) return -1;
+    c->operands[c->n_operands] = t;
+    return c->n_operands++;
+}
+
+/* Whether out may be written block by block while the chain still reads
+ * its operands: it shares no value with one, or covers it element for
+ * element. */
+static bool chain_out_safe(const hr_plan *p, const hr_fused_chain *c, const hr_tensor *out) {
+    for (int k = 0; k < c->n_operands; k++)
+        if (value_of(p, c->operands[k]) == value_of(p, out) && !same_layout(c->operands[k], out)) return false;
+    return true;
+}
+
+/* Extends the chain ending in `cur` (written by the running node before
+ * node j) with node j: j reads cur as it was written, writes its shape,
+ * and cur is dead after j. */
+static bool chain_extend(const hr_plan *p, hr_fused_chain *c, const hr_tensor *cur, int j) {
+    const hr_plan_node *n = &p->nodes[j];
+    hr_chain_step s;
+    if (c->n_steps == HR_FUSED_MAX_STEPS || !chain_step_of(p, n, &s)) return false;
+    const hr_tensor *out = t_out(p, n, 0);
+    if (out->ndim != cur->ndim || memcmp(out->shape, cur->shape, sizeof(int64_t) * (size_t)cur->ndim)) return false;
+    int at = -1;
+    for (int k = 0; k < n->n_in; k++) {
+        if (value_of(p, t_in(p, n, k)) != value_of(p, cur)) continue;
+        if (!same_layout(t_in(p, n, k), cur)) return false;
+        if (at < 0) at = k;
+    }
+    if (at < 0) return false;
+    /* cur is never stored: nothing may read it later, unless j writes
+     * over exactly its bytes (an in-place op), which later reads see. */
+    if (value_of(p, cur) == value_of(p, out) ? !same_layout(out, cur) : !dead_after(p, cur, j)) return false;
+    hr_fused_chain next = *c;
+    if (n->n_in == 2) {
+        const hr_tensor *other = t_in(p, n, 1 - at);
+        s.acc_right = at == 1;
+        s.operand = value_of(p, other) == value_of(p, cur) ? -1 : chain_operand(&next, other);
+        if (value_of(p, other) != value_of(p, cur) && s.operand < 0) return false;
+    }
+    next.steps[next.n_steps++] = s;
+    next.out = (hr_tensor *)out;
+    if (!chain_out_safe(p, &next, out)) return false;
+    *c = next;
+    return true;
+}
+
+/* The node that runs next after i, fused or not. */
+static int next_live(const hr_plan *p, int i) {
+    for (i++; i < p->n_nodes && (!hr_plan_node_live(&p->nodes[i]) || p->nodes[i].absorbed); i++) continue;
+    return i;
+}
+
+static hr_status chain_from(hr_plan *p, int i) {
+    hr_plan_node *head = &p->nodes[i];
+    hr_chain_step s;
+    if (!chain_step_of(p, head, &s)) return HR_OK;
+    hr_fused_chain c = {.n_steps = 1, .n_operands = 1, .operands = {t_in(p, head, 0)}, .out = t_out(p, head, 0)};
+    if (head->n_in == 2)
+        s.operand = same_layout(t_in(p, head, 1), t_in(p, head, 0)) ? -1 : chain_operand(&c, t_in(p, head, 1));
+    c.steps[0] = s;
+    if (!chain_out_safe(p, &c, c.out)) return HR_OK;
+    int members = 1, last = i;
+    for (int j = next_live(p, i); j < p->n_nodes && chain_extend(p, &c, c.out, j); j = next_live(p, j)) {
+        members++;
+        last = j;
+    }
+    if (members < 2) return HR_OK;
+    hr_plan_fused *pf = new_fused(p);
+    if (!pf) return hr_error(HR_ERR_OOM, "plan: out of memory fusing");
+    pf->is_chain = true;
+    pf->chain = c;
+    for (int k = 0; k < c.n_operands; k++) add_tensor(pf, c.operands[k]);
+    add_tensor(pf, c.out);
+    head->fused = p->n_fused;
+    for (int j = next_live(p, i); j <= last; j = next_live(p, j)) p->nodes[j].absorbed = true;
+    p->n_absorbed += members - 1;
+    p->n_chains++;
+    return HR_OK;
+}
+
+hr_status hr_plan_fuse_chains(hr_plan *p) {
+    for (int i = 0; i < p->n_nodes; i++)
+        if (runs(&p->nodes[i])) HR_TRY(chain_from(p, i));
     return HR_OK;
 }

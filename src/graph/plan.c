@@ -261,6 +261,15 @@ static bool fusion_enabled(const hr_plan *p) {
     return p->device == hr_device_cpu() && p->device->host_visible && env && !strcmp(env, "1");
 }
 
+/* Elementwise chains: CPU only, on unless HUBRT_FUSE_CHAINS=0. The chain
+ * node gives the unfused plan's bytes and measured faster wherever it
+ * applies (see docs/architecture.md, Compile); a model whose step has no
+ * such run gets the same plan either way. */
+static bool chain_fusion_enabled(const hr_plan *p) {
+    const char *env = getenv("HUBRT_FUSE_CHAINS");
+    return p->device == hr_device_cpu() && p->device->host_visible && (!env || strcmp(env, "0"));
+}
+
 hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_in, int n_out,
                         bool fold_constants, hr_plan **out) {
     *out = NULL;
@@ -339,6 +348,7 @@ hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_
     hr_status s = eliminate_dead_nodes(p);
     if (s == HR_OK && fold_constants) s = fold_weight_only_nodes(p);
     if (s == HR_OK && fusion_enabled(p)) s = hr_plan_fuse(p);
+    if (s == HR_OK && chain_fusion_enabled(p)) s = hr_plan_fuse_chains(p);
     if (s == HR_OK && p->device->host_visible) {
         p->arena_size = hr_plan_assign_arena(p);
         if (p->arena_size == (size_t)-1) s = hr_error(HR_ERR_OOM, "plan: out of memory planning the arena");
@@ -362,8 +372,10 @@ hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_
     p->structure_hash = structure_hash(p);
     p->build_ms = (hr_profile_now() - t0) * 1e3;
     hr_log(HR_LOG_DEBUG,
-           "plan: %d nodes, %d dead, %d folded, %d fused into %d, %d in place, arena %zu bytes, built in %.1f ms",
-           p->n_nodes, p->n_dead, p->n_folded, p->n_absorbed, p->n_fused, p->n_inplace, p->arena_size, p->build_ms);
+           "plan: %d nodes, %d dead, %d folded, %d fused into %d (%d chains), %d in place, arena %zu bytes, "
+           "built in %.1f ms",
+           p->n_nodes, p->n_dead, p->n_folded, p->n_absorbed, p->n_fused, p->n_chains, p->n_inplace, p->arena_size,
+           p->build_ms);
     *out = p;
     return HR_OK;
 }
@@ -400,7 +412,9 @@ hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **ou
         const hr_tensor *const *ins = &p->in_ptrs[n->first_tensor];
         hr_tensor *const *outs = (hr_tensor *const *)&p->in_ptrs[n->first_tensor + n->n_in];
         double t0 = profile ? hr_profile_now() : 0;
-        if (n->fused)
+        if (n->fused && p->fused[n->fused - 1].is_chain)
+            s = hr_cpu_fused_chain(&p->fused[n->fused - 1].chain);
+        else if (n->fused)
             s = hr_cpu_fused_linear(&p->fused[n->fused - 1].k);
         else
             s = p->device->vt->run_op(p->device, n->op, n->attrs_size ? n->attrs : NULL, ins, n->n_in, outs,

@@ -39,12 +39,15 @@ typedef struct hr_plan_node {
  * fused node does the work. */
 static inline bool hr_plan_node_live(const hr_plan_node *n) { return !n->dead && !n->folded && !n->empty; }
 
-/* A fused CPU node (graph/fuse.c) and every tensor it reads or writes,
- * for liveness. */
+/* A fused CPU node (graph/fuse.c): linears or an elementwise chain, and
+ * every tensor it reads or writes, for liveness. */
 typedef struct hr_plan_fused {
+    bool is_chain;
     hr_fused_linear k;
+    hr_fused_chain chain;
     int n_touched;
-    const hr_tensor *touched[4 * HR_FUSED_MAX_LINEARS];
+    const hr_tensor *touched[HR_FUSED_MAX_OPERANDS + 1 > 4 * HR_FUSED_MAX_LINEARS ? HR_FUSED_MAX_OPERANDS + 1
+                                                                                   : 4 * HR_FUSED_MAX_LINEARS];
 } hr_plan_fused;
 
 typedef struct hr_plan {
@@ -64,6 +67,7 @@ typedef struct hr_plan {
     uint64_t structure_hash;  /* ops, attrs and layouts: part of the disk key */
     int n_dead, n_folded;     /* what the passes removed */
     int n_absorbed;           /* nodes whose work a fused node does */
+    int n_chains;             /* fused nodes that run elementwise chains */
     int n_inplace;            /* outputs given a dead input's arena slot */
     int n_fused, cap_fused;
     hr_plan_fused *fused;

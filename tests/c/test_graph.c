@@ -70,13 +70,14 @@ static void free_model(model *m) {
     hr_tensor_free(m->cache);
 }
 
+/* Bit for bit, any dtype. */
 static void assert_same(const hr_tensor *a, const hr_tensor *b) {
     size_t n = hr_tensor_nbytes(a);
     assert_int_equal(n, hr_tensor_nbytes(b));
-    float *x = malloc(n), *y = malloc(n);
+    char *x = malloc(n), *y = malloc(n);
     assert_int_equal(hr_tensor_read(a, x, n), HR_OK);
     assert_int_equal(hr_tensor_read(b, y, n), HR_OK);
-    for (size_t i = 0; i < n / 4; i++) assert_true(x[i] == y[i]);
+    assert_int_equal(memcmp(x, y, n), 0);
     free(x);
     free(y);
 }
@@ -687,6 +688,146 @@ static void test_fused_residual_in_place(void **state) {
     free_layer(&L);
 }
 
+/* ---- elementwise chains ---------------------------------------------------- */
+
+/* in: x [r, h] (maybe a transposed view), row [h], col [r, 1], a 0-dim
+ * f32 scalar, all but the scalar in one dtype. n_ops ops of one of two
+ * op lists; with `reread`, the second intermediate is read again after
+ * the chain (a second output), so the chain must store it. */
+typedef struct {
+    int n_ops, alt;
+    bool reread;
+} chain_case;
+
+static hr_status chain_op(int alt, int k, const hr_tensor *cur, const hr_tensor *const *in, hr_tensor **u) {
+    double lo = -0.3, hi = 0.9;
+    hr_dtype other = hr_tensor_dtype(cur) == HR_F32 ? HR_BF16 : HR_F32;
+    if (alt) {
+        switch (k) {
+        case 0: return hr_div(cur, in[1], u);
+        case 1: return hr_abs(cur, u);
+        case 2: return hr_sqrt(cur, u);
+        case 3: return hr_add(cur, in[3], u);
+        case 4: return hr_rsqrt(cur, u);
+        case 5: return hr_minimum(cur, in[0], u);
+        default: return hr_neg(cur, u);
+        }
+    }
+    switch (k) {
+    case 0: return hr_mul(cur, in[1], u);
+    case 1: return hr_sub(in[2], cur, u);
+    case 2: return hr_scale(cur, 0.75, 0.5, u);
+    case 3: return hr_maximum(cur, in[0], u);
+    case 4: return hr_clamp(cur, &lo, &hi, u);
+    case 5: return hr_mul(cur, cur, u);
+    default: return hr_cast(cur, other, u);
+    }
+}
+
+static hr_status fn_eltwise_chain(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
+    const chain_case *c = ctx;
+    hr_tensor *t[8] = {0};
+    const hr_tensor *cur = in[0];
+    hr_status s = HR_OK;
+    for (int k = 0; k < c->n_ops && s == HR_OK; k++) {
+        s = chain_op(c->alt, k, cur, in, &t[k]);
+        cur = t[k];
+    }
+    if (s == HR_OK && c->reread) s = hr_neg(t[1], &out[1]);
+    if (s == HR_OK) out[0] = t[c->n_ops - 1];
+    for (int k = 0; k < c->n_ops - (s == HR_OK); k++) hr_tensor_free(t[k]);
+    return s;
+}
+
+static hr_tensor *filled_as(hr_dtype dt, int ndim, const int64_t *shape, float seed, float add) {
+    hr_tensor *f = filled(ndim, shape, seed), *g = NULL, *t = NULL;
+    assert_int_equal(hr_scale(f, 1.0, add, &g), HR_OK);
+    assert_int_equal(hr_cast(g, dt, &t), HR_OK);
+    hr_tensor_free(f);
+    hr_tensor_free(g);
+    return t;
+}
+
+/* Builds the case's plan with and without chain fusion; both replay the
+ * eager bytes. Returns the fused plan. */
+static hr_plan *check_chain(const chain_case *c, const hr_tensor *const *in, hr_capture *cap, hr_tensor **want) {
+    int n_out = 1 + c->reread;
+    assert_int_equal(hr_capture_begin(cap, in, 4), HR_OK);
+    assert_int_equal(fn_eltwise_chain((void *)c, in, 4, want, n_out), HR_OK);
+    assert_int_equal(hr_capture_end(cap, want, n_out), HR_OK);
+    hr_plan *p = NULL, *plain = NULL;
+    assert_int_equal(hr_plan_build(cap, want, 4, n_out, false, &p), HR_OK);
+    setenv("HUBRT_FUSE_CHAINS", "0", 1);
+    assert_int_equal(hr_plan_build(cap, want, 4, n_out, false, &plain), HR_OK);
+    unsetenv("HUBRT_FUSE_CHAINS");
+    assert_int_equal(plain->n_chains, 0);
+    hr_plan *plans[2] = {p, plain};
+    for (int k = 0; k < 2; k++)
+        for (int rep = 0; rep < 2; rep++) {
+            hr_tensor *got[2] = {0};
+            assert_int_equal(hr_plan_run(plans[k], in, got), HR_OK);
+            for (int i = 0; i < n_out; i++) {
+                assert_same(got[i], want[i]);
+                hr_tensor_free(got[i]);
+            }
+        }
+    hr_plan_free(plain);
+    return p;
+}
+
+static void test_eltwise_chain_fusion(void **state) {
+    setenv("HUBRT_CACHE", "0", 1);
+    static const int64_t sizes[3][2] = {{1, 17}, {3, 4097}, {17, 33}};
+    static const hr_dtype dts[3] = {HR_F32, HR_BF16, HR_F16};
+    hr_cpu_isa isa_before = hr_cpu_isa_get();
+    for (int isa = HR_ISA_SCALAR; isa <= HR_ISA_AVX2; isa++) {
+        assert_int_equal(hr_cpu_isa_set((hr_cpu_isa)isa), HR_OK);
+        for (int d = 0; d < 3; d++)
+            for (int z = 0; z < 3; z++) {
+                int64_t r = sizes[z][0], h = sizes[z][1], xs[2] = {r, h}, xts[2] = {h, r}, rs[1] = {h}, cs[2] = {r, 1};
+                /* odd sizes get x as a transposed view: strided rows */
+                hr_tensor *xt = z == 1 ? NULL : filled_as(dts[d], 2, xts, 0.3f, 0.0f), *xv = NULL;
+                if (xt) assert_int_equal(hr_tensor_transpose(xt, 0, 1, &xv), HR_OK);
+                hr_tensor *x = xv ? xv : filled_as(dts[d], 2, xs, 0.3f, 0.0f);
+                hr_tensor *row = filled_as(dts[d], 1, rs, 1.1f, 1.5f), *col = filled_as(dts[d], 2, cs, 2.0f, 0.0f);
+                hr_tensor *sc = NULL;
+                assert_int_equal(hr_tensor_from_host(NULL, HR_F32, 0, NULL, &(float){0.25f}, 4, &sc), HR_OK);
+                const hr_tensor *in[4] = {x, row, col, sc};
+                for (int alt = 0; alt < 2; alt++)
+                    for (int n_ops = 2; n_ops <= 7; n_ops++) {
+                        chain_case c = {n_ops, alt, false};
+                        hr_capture cap;
+                        hr_tensor *want[2] = {0};
+                        hr_plan *p = check_chain(&c, in, &cap, want);
+                        assert_int_equal(p->n_chains, 1);
+                        assert_int_equal(p->n_absorbed, n_ops - 1);
+                        hr_plan_free(p);
+                        hr_capture_free(&cap);
+                        hr_tensor_free(want[0]);
+                    }
+                /* the second intermediate is read after the chain: it is
+                 * stored, so one chain ends there and another starts */
+                chain_case c = {5, 0, true};
+                hr_capture cap;
+                hr_tensor *want[2] = {0};
+                hr_plan *p = check_chain(&c, in, &cap, want);
+                assert_int_equal(p->n_chains, 2);
+                assert_int_equal(p->n_absorbed, 1 + 2);
+                assert_false(p->nodes[1].fused);
+                assert_true(p->nodes[1].absorbed);
+                assert_true(p->nodes[2].fused && !p->nodes[2].absorbed);
+                assert_true(p->fused[0].chain.out == &p->tensors[p->nodes[1].first_tensor + p->nodes[1].n_in]);
+                hr_plan_free(p);
+                hr_capture_free(&cap);
+                hr_tensor_free(want[0]);
+                hr_tensor_free(want[1]);
+                hr_tensor *frees[6] = {x, xt, row, col, sc};
+                for (int i = 0; i < 5; i++) hr_tensor_free(frees[i]);
+            }
+    }
+    hr_cpu_isa_set(isa_before);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replay_matches_eager),
@@ -698,6 +839,7 @@ int main(void) {
         cmocka_unit_test(test_two_processes_share_the_cache),
         cmocka_unit_test(test_fusion_of_linears_and_epilogues),
         cmocka_unit_test(test_fused_residual_in_place),
+        cmocka_unit_test(test_eltwise_chain_fusion),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

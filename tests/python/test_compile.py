@@ -5,6 +5,7 @@ the decode step), zero compiles on a second identical run, plans found on
 disk by a new process, and the CLI's --compile/--stats. The CPU passes:
 fused plans generate what unfused ones do, and attention over a static
 cache skips the key blocks its mask hides without changing the result."""
+import ctypes
 import json
 import os
 import subprocess
@@ -18,7 +19,8 @@ from transformers import AutoModelForCausalLM as HFModel
 
 import hubrt
 from cpu_isa import isa  # noqa: F401 (fixture)
-from oracle import TORCH_DTYPE, assert_close, to_hr
+from hubrt._lib import lib
+from oracle import TORCH_DTYPE, assert_close, hr_noncontig, to_hr
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
@@ -212,3 +214,106 @@ def test_sdpa_skips_masked_key_blocks(dtype, s, hq, hkv, kind, isa):
     got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), mask)
     assert torch.all(want[1] == 0)
     assert_close(got, want)
+
+
+# ---- compiled Python functions: a ctypes hr_jit over hubrt.ops -------------------
+
+_JIT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
+                           ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
+
+
+class _JitOptions(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("fn", _JIT_FN), ("ctx", ctypes.c_void_p), ("resolve", ctypes.c_void_p),
+                ("resolve_ctx", ctypes.c_void_p), ("fingerprint", ctypes.c_uint64), ("fold_constants", ctypes.c_bool)]
+
+
+class Jit:
+    """hr_jit over a Python function of hubrt Tensors returning a tuple."""
+
+    def __init__(self, fn, n_out):
+        self.n_out = n_out
+
+        def trampoline(ctx, ins, n_in, outs, n_out):
+            args = []
+            for i in range(n_in):
+                h = ctypes.c_void_p()
+                if lib.hr_tensor_alias(ctypes.c_void_p(ins[i]), ctypes.byref(h)):
+                    return 1
+                args.append(hubrt.Tensor(h))
+            for i, r in enumerate(fn(*args)):
+                outs[i] = r.handle.value
+                r._h = ctypes.c_void_p()  # the jit owns it now
+            return 0
+
+        self._cb = _JIT_FN(trampoline)
+        self._opts = _JitOptions(name=b"py_chain", fn=self._cb)
+        self._h = ctypes.c_void_p()
+        assert lib.hr_jit_create(ctypes.byref(self._opts), ctypes.byref(self._h)) == 0
+
+    def __call__(self, *inputs):
+        ins = (ctypes.c_void_p * len(inputs))(*[t.handle.value for t in inputs])
+        outs = (ctypes.c_void_p * self.n_out)()
+        assert lib.hr_jit_call(self._h, ins, len(inputs), outs, self.n_out) == 0, lib.hr_last_error()
+        return [hubrt.Tensor(ctypes.c_void_p(outs[i])) for i in range(self.n_out)]
+
+    def __del__(self):
+        lib.hr_jit_free(self._h)
+
+
+lib.hr_jit_free.argtypes = [ctypes.c_void_p]
+lib.hr_tensor_alias.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+
+
+def chain_hr(x, row, col, reread):
+    """Six elementwise ops and a cast; with reread the second intermediate
+    is also returned, through a neg after the chain."""
+    ops = hubrt.ops
+    a = ops.call("mul", x, row)
+    b = ops.call("sub", col, a)
+    c = ops.scale(b, 0.75, 0.5)
+    d = ops.call("maximum", c, x)
+    e = ops.clamp(d, -0.3, 0.9)
+    f = ops.call("mul", e, e)
+    g = ops.cast(f, "f32" if x.dtype != "f32" else "bf16")
+    return (g, ops.call("neg", b)) if reread else (g,)
+
+
+def chain_torch(x, row, col):
+    b = col - x * row
+    e = torch.clamp(torch.maximum(b * 0.75 + 0.5, x), -0.3, 0.9)
+    return (e * e).to(torch.float32 if x.dtype != torch.float32 else torch.bfloat16)
+
+
+def chains_built(capfd):
+    """Chain nodes of the plans built since the last call (debug log)."""
+    err = capfd.readouterr().err
+    return [int(line.split("(")[1].split(" chains")[0]) for line in err.splitlines() if "] plan:" in line]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("rows,h", [(1, 17), (3, 4097), (17, 33)])
+@pytest.mark.parametrize("contig", [True, False])
+def test_eltwise_chain_fusion_matches_unfused_and_torch(dtype, rows, h, contig, isa, capfd, monkeypatch):
+    monkeypatch.setenv("HUBRT_CACHE", "0")
+    g = torch.Generator().manual_seed(rows * h)
+    x = torch.randn(rows, h, generator=g).to(TORCH_DTYPE[dtype])
+    row = (torch.rand(h, generator=g) + 0.5).to(TORCH_DTYPE[dtype])
+    col = torch.randn(rows, 1, generator=g).to(TORCH_DTYPE[dtype])
+    hx = to_hr(x) if contig else hr_noncontig(to_hr(x))
+    ins = (hx, to_hr(row), to_hr(col))
+    level = lib.hr_log_get_level()
+    lib.hr_log_set_level(0)
+    try:
+        capfd.readouterr()
+        fused = [Jit(lambda *a: chain_hr(*a, reread), 1 + reread)(*ins) for reread in (False, True)]
+        assert chains_built(capfd) == [1, 2]  # the re-read intermediate splits the chain
+        monkeypatch.setenv("HUBRT_FUSE_CHAINS", "0")
+        plain = [Jit(lambda *a: chain_hr(*a, reread), 1 + reread)(*ins) for reread in (False, True)]
+        assert chains_built(capfd) == [0, 0]
+    finally:
+        lib.hr_log_set_level(level)
+    eager = [chain_hr(*ins, reread) for reread in (False, True)]
+    for f, p, e in zip(fused, plain, eager):
+        for a, b, c in zip(f, p, e):
+            assert a.numpy(raw=True).tobytes() == b.numpy(raw=True).tobytes() == c.numpy(raw=True).tobytes()
+    assert_close(fused[0][0], chain_torch(x, row, col), dtype=dtype)  # bf16/f16 until the cast

@@ -37,4 +37,39 @@ bool hr_fused_linear_fits(const hr_tensor *x, const hr_tensor *w, const hr_tenso
 
 hr_status hr_cpu_fused_linear(const hr_fused_linear *f);
 
+/* ---- elementwise chains ----------------------------------------------------
+ * A run of elementwise ops whose intermediates nothing else reads becomes
+ * one pass over blocks of the output: the head operand is loaded once as
+ * f32, each step applies one op (with an operand broadcast to the output,
+ * or the running value itself), rounds the result to the dtype the
+ * unfused op stored, and only the last result is stored. */
+
+#define HR_FUSED_MAX_STEPS 8
+#define HR_FUSED_MAX_OPERANDS 8
+
+typedef enum hr_chain_op {
+    HR_CHAIN_ADD, HR_CHAIN_SUB, HR_CHAIN_MUL, HR_CHAIN_DIV, HR_CHAIN_MAX, HR_CHAIN_MIN,
+    HR_CHAIN_NEG, HR_CHAIN_ABS, HR_CHAIN_RELU, HR_CHAIN_SQRT, HR_CHAIN_RSQRT, HR_CHAIN_SCALE,
+    HR_CHAIN_CLAMP, HR_CHAIN_ROUND, /* a cast between float dtypes */
+} hr_chain_op;
+
+typedef struct hr_chain_step {
+    hr_chain_op op;
+    int operand;    /* binary: index into operands, -1 for the running value */
+    bool acc_right; /* binary: the running value is the op's second input */
+    hr_dtype round; /* dtype the unfused op stored its result in */
+    float p0, p1;   /* SCALE: mul, add; CLAMP: low, high (+-inf when absent) */
+} hr_chain_step;
+
+typedef struct hr_fused_chain {
+    int n_steps;
+    hr_chain_step steps[HR_FUSED_MAX_STEPS];
+    int n_operands;
+    const hr_tensor *operands[HR_FUSED_MAX_OPERANDS]; /* [0]: the head op's first input; each
+                                                         broadcasts to out; float dtypes, any strides */
+    hr_tensor *out;                                   /* the last op's output, any strides */
+} hr_fused_chain;
+
+hr_status hr_cpu_fused_chain(const hr_fused_chain *c);
+
 #endif

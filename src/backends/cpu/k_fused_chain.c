@@ -1,0 +1,254 @@
+/* The fused elementwise chain (graph/fuse.c builds it): one pass over
+ * blocks of BLOCK output elements held in L1 as f32. Each step is the
+ * unfused eltwise kernel's own arithmetic (k_eltwise.c: the same vector
+ * and scalar expressions, IEEE-exact ops only), and its result is rounded
+ * through the dtype the unfused op stored, so the chain gives the
+ * unfused plan's bytes; what it saves is storing and reloading every
+ * intermediate and one thread-pool pass per op. */
+#include <math.h>
+#include <string.h>
+
+#include "backends/cpu/k_eltwise.h"
+#include "backends/cpu/k_fused.h"
+#include "core/half.h"
+#include "core/threadpool.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define CHAIN_AVX2 1
+#else
+#define CHAIN_AVX2 0
+#endif
+
+#define BLOCK 512
+#define N_OPS (1 + HR_FUSED_MAX_OPERANDS) /* the output, then the operands */
+
+typedef struct chain_ctx {
+    const hr_fused_chain *c;
+    int ndim; /* after dropping unit dims and coalescing, >= 1 */
+    int64_t shape[HR_MAX_DIMS];
+    int64_t strides[N_OPS][HR_MAX_DIMS]; /* elements; 0 where the operand broadcasts */
+    char *base[N_OPS];
+    hr_dtype dt[N_OPS];
+    int64_t rows, cols, blocks_per_row;
+    bool simd;
+} chain_ctx;
+
+/* The operands' strides over out's shape, unit dims dropped and
+ * neighbours merged where every operand runs contiguously across them. */
+static void chain_layout(chain_ctx *x) {
+    const hr_fused_chain *c = x->c;
+    const hr_tensor *out = c->out;
+    int n_ops = 1 + c->n_operands, nd = 0;
+    int64_t shape[HR_MAX_DIMS], st[N_OPS][HR_MAX_DIMS];
+    for (int j = 0; j < out->ndim; j++) {
+        if (out->shape[j] == 1) continue;
+        shape[nd] = out->shape[j];
+        for (int k = 0; k < n_ops; k++) {
+            const hr_tensor *t = k ? c->operands[k - 1] : out;
+            int tj = j - (out->ndim - t->ndim);
+            st[k][nd] = tj < 0 || t->shape[tj] == 1 ? 0 : t->strides[tj];
+        }
+        nd++;
+    }
+    if (nd == 0) {
+        shape[0] = 1;
+        for (int k = 0; k < n_ops; k++) st[k][0] = 0;
+        nd = 1;
+    }
+    /* merge from the innermost dim outwards */
+    int m = nd - 1;
+    x->shape[HR_MAX_DIMS - 1] = shape[m];
+    for (int k = 0; k < n_ops; k++) x->strides[k][HR_MAX_DIMS - 1] = st[k][m];
+    int top = HR_MAX_DIMS - 1;
+    for (int j = m - 1; j >= 0; j--) {
+        bool merge = true;
+        for (int k = 0; k < n_ops && merge; k++) merge = st[k][j] == x->strides[k][top] * x->shape[top];
+        if (merge) {
+            x->shape[top] *= shape[j];
+            continue;
+        }
+        top--;
+        x->shape[top] = shape[j];
+        for (int k = 0; k < n_ops; k++) x->strides[k][top] = st[k][j];
+    }
+    x->ndim = HR_MAX_DIMS - top;
+    memmove(x->shape, x->shape + top, sizeof(int64_t) * (size_t)x->ndim);
+    for (int k = 0; k < n_ops; k++) memmove(x->strides[k], x->strides[k] + top, sizeof(int64_t) * (size_t)x->ndim);
+    x->cols = x->shape[x->ndim - 1];
+    x->rows = 1;
+    for (int j = 0; j + 1 < x->ndim; j++) x->rows *= x->shape[j];
+    x->blocks_per_row = (x->cols + BLOCK - 1) / BLOCK;
+}
+
+static inline float nan_max(float a, float b) { return a != a ? a : b != b ? b : a > b ? a : b; }
+static inline float nan_min(float a, float b) { return a != a ? a : b != b ? b : a < b ? a : b; }
+
+#if CHAIN_AVX2
+static inline __m256 nan_max8(__m256 a, __m256 b) {
+    return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+static inline __m256 nan_min8(__m256 a, __m256 b) {
+    return _mm256_blendv_ps(_mm256_min_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+
+/* f32 -> bf16 -> f32 as the bf16 store rounds: nearest even, NaNs quiet. */
+static inline __m256 round_bf16_8(__m256 v) {
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+    __m256i is_nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), is_nan);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(r, 16));
+}
+
+/* VEXPR over whole vectors of 8 when simd, SEXPR over the rest; va/x is
+ * the op's first input, vb/y its second (a unary op reads only the first). */
+#define STEP_VECTORS(VEXPR)                                                      \
+    if (simd)                                                                    \
+        for (; i + 8 <= n; i += 8) {                                             \
+            __m256 va = _mm256_loadu_ps(a + i), vb = _mm256_loadu_ps(b + i);     \
+            (void)vb;                                                            \
+            _mm256_storeu_ps(o + i, (VEXPR));                                    \
+        }
+#else
+#define STEP_VECTORS(VEXPR)
+#endif
+#define STEP_LOOP(VEXPR, SEXPR)                                                  \
+    do {                                                                         \
+        int64_t i = 0;                                                           \
+        STEP_VECTORS(VEXPR)                                                      \
+        for (; i < n; i++) {                                                     \
+            float x = a[i], y = b[i];                                            \
+            (void)y;                                                             \
+            o[i] = (SEXPR);                                                      \
+        }                                                                        \
+    } while (0)
+
+/* o = step(a, b) over n floats; o may be a or b. The expressions are
+ * k_eltwise.c's compute_f32 ones, operand order included. */
+static void apply_step(const hr_chain_step *s, float *o, const float *a, const float *b, int64_t n, bool simd) {
+    const float lo = s->p0, hi = s->p1;
+#if CHAIN_AVX2
+    const __m256 zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
+    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    (void)zero, (void)sign, (void)vlo, (void)vhi;
+#else
+    (void)simd;
+#endif
+    switch (s->op) {
+    case HR_CHAIN_ADD: STEP_LOOP(_mm256_add_ps(va, vb), x + y); break;
+    case HR_CHAIN_SUB: STEP_LOOP(_mm256_sub_ps(va, vb), x - y); break;
+    case HR_CHAIN_MUL: STEP_LOOP(_mm256_mul_ps(va, vb), x * y); break;
+    case HR_CHAIN_DIV: STEP_LOOP(_mm256_div_ps(va, vb), x / y); break;
+    case HR_CHAIN_MAX: STEP_LOOP(nan_max8(vb, va), nan_max(x, y)); break;
+    case HR_CHAIN_MIN: STEP_LOOP(nan_min8(vb, va), nan_min(x, y)); break;
+    case HR_CHAIN_NEG: STEP_LOOP(_mm256_xor_ps(va, sign), -x); break;
+    case HR_CHAIN_ABS: STEP_LOOP(_mm256_andnot_ps(sign, va), fabsf(x)); break;
+    case HR_CHAIN_RELU: STEP_LOOP(_mm256_max_ps(zero, va), x > 0.0f || x != x ? x : 0.0f); break;
+    case HR_CHAIN_SQRT: STEP_LOOP(_mm256_sqrt_ps(va), sqrtf(x)); break;
+    case HR_CHAIN_RSQRT: STEP_LOOP(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_sqrt_ps(va)), 1.0f / sqrtf(x)); break;
+    case HR_CHAIN_SCALE: STEP_LOOP(_mm256_fmadd_ps(va, vlo, vhi), fmaf(x, lo, hi)); break;
+    case HR_CHAIN_CLAMP:
+        STEP_LOOP(_mm256_min_ps(vhi, _mm256_max_ps(vlo, va)), x != x ? x : fminf(fmaxf(x, lo), hi));
+        break;
+    case HR_CHAIN_ROUND:
+        if (o != a) memcpy(o, a, sizeof(float) * (size_t)n);
+        break;
+    }
+}
+
+/* Element offsets of row r's first element, per operand. */
+static void row_offsets(const chain_ctx *x, int64_t r, int64_t *off) {
+    int n_ops = 1 + x->c->n_operands;
+    for (int k = 0; k < n_ops; k++) off[k] = 0;
+    for (int j = x->ndim - 2; j >= 0; j--) {
+        int64_t i = r % x->shape[j];
+        r /= x->shape[j];
+        for (int k = 0; k < n_ops; k++) off[k] += i * x->strides[k][j];
+    }
+}
+
+static const char *at(const chain_ctx *x, int k, const int64_t *off, int64_t col) {
+    return x->base[k] + (off[k] + col * x->strides[k][x->ndim - 1]) * (int64_t)hr_dtype_size(x->dt[k]);
+}
+
+/* v = f32(dt(v)) in place, as a store to dt and a load back would give. */
+static void round_block(hr_dtype dt, float *v, int64_t n, bool simd) {
+    int64_t i = 0;
+#if CHAIN_AVX2
+    if (simd && dt == HR_BF16)
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(v + i, round_bf16_8(_mm256_loadu_ps(v + i)));
+    if (simd && dt == HR_F16)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(v + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(v + i), _MM_FROUND_TO_NEAREST_INT)));
+#else
+    (void)simd;
+#endif
+    if (dt == HR_BF16)
+        for (; i < n; i++) v[i] = hr_bf16_to_f32(hr_f32_to_bf16(v[i]));
+    else
+        for (; i < n; i++) v[i] = hr_f16_to_f32(hr_f32_to_f16(v[i]));
+}
+
+/* n elements of operand k from column col as f32; a broadcast one is
+ * read once and repeated. */
+static void load_operand(const chain_ctx *x, int k, const int64_t *off, int64_t col, int64_t n, float *dst) {
+    int64_t stride = x->strides[k][x->ndim - 1];
+    hr_k_load_f32(dst, at(x, k, off, col), x->dt[k], stride ? n : 1, stride, x->simd);
+    if (stride == 0)
+        for (int64_t i = 1; i < n; i++) dst[i] = dst[0];
+}
+
+static void chain_block(const chain_ctx *x, const int64_t *off, int64_t col, int64_t n) {
+    const hr_fused_chain *c = x->c;
+    float acc[BLOCK], arg[BLOCK];
+    load_operand(x, 1, off, col, n, acc);
+    for (int i = 0; i < c->n_steps; i++) {
+        const hr_chain_step *s = &c->steps[i];
+        const float *b = acc;
+        if (s->operand >= 0) {
+            load_operand(x, 1 + s->operand, off, col, n, arg);
+            b = arg;
+        }
+        if (s->acc_right)
+            apply_step(s, acc, b, acc, n, x->simd);
+        else
+            apply_step(s, acc, acc, b, n, x->simd);
+        /* the last step's rounding is the store's */
+        if (s->round != HR_F32 && i + 1 < c->n_steps) round_block(s->round, acc, n, x->simd);
+    }
+    hr_k_store_f32((char *)at(x, 0, off, col), x->dt[0], acc, n, x->strides[0][x->ndim - 1], x->simd);
+}
+
+static void chain_body(void *arg, int ith, int nth) {
+    const chain_ctx *x = arg;
+    int64_t b, e, off[N_OPS], row = -1;
+    hr_split_range(x->rows * x->blocks_per_row, ith, nth, &b, &e);
+    for (int64_t w = b; w < e; w++) {
+        int64_t r = w / x->blocks_per_row, col = w % x->blocks_per_row * BLOCK;
+        if (r != row) row_offsets(x, row = r, off);
+        chain_block(x, off, col, x->cols - col < BLOCK ? x->cols - col : BLOCK);
+    }
+}
+
+hr_status hr_cpu_fused_chain(const hr_fused_chain *c) {
+    chain_ctx x = {.c = c, .simd = hr_k_simd() && CHAIN_AVX2};
+    chain_layout(&x);
+    x.base[0] = hr_tensor_ptr(c->out);
+    x.dt[0] = c->out->dtype;
+    for (int k = 0; k < c->n_operands; k++) {
+        x.base[1 + k] = hr_tensor_ptr(c->operands[k]);
+        x.dt[1 + k] = c->operands[k]->dtype;
+    }
+    int64_t total = x.rows * x.cols;
+    if (total == 0) return HR_OK;
+    /* the grain of hr_iter_parallel, which each unfused op would have used */
+    int nth = hr_parallel_threads_for(total, 32768);
+    if (nth > 1)
+        hr_parallel_run(chain_body, &x, nth);
+    else
+        chain_body(&x, 0, 1);
+    return HR_OK;
+}
