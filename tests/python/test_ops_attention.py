@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import hubrt
 from cpu_isa import isa  # noqa: F401 (fixture)
-from oracle import TORCH_DTYPE, assert_close, to_hr
+from oracle import TORCH_DTYPE, assert_close, to_hr, to_torch
 
 DTYPES = ["f32", "bf16", "f16"]
 
@@ -206,3 +206,96 @@ def test_sdpa_feature_strides_and_strided_mask(isa):
     assert not hm.is_contiguous()
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=add.transpose(2, 3), enable_gqa=True)
     assert_close(hubrt.ops.sdpa(every_other(q), every_other(k), every_other(v), hm), want, atol=2e-5)
+
+
+# ---- bf16 on the AVX-512 BF16 paths (flash prefill with P in bf16, decode on
+# vdpbf16ps): also run under avx2/scalar by the isa fixture. P rounded to bf16
+# adds error, so each case also checks that hubrt's error against an f32
+# reference stays within twice torch's own bf16 SDPA error on the same inputs.
+
+def check_bf16(got, q, k, v, mask=None, causal=False, **kw):
+    """hubrt's bf16 result against the f32 reference of the same bf16
+    inputs: within the bf16 tolerance, and (where torch's op expresses the
+    case) within 2x torch's bf16 SDPA error."""
+    want = reference(q, k, v, mask=mask, causal=causal, **kw)
+    assert_close(got, want)
+    if kw:
+        return
+    s, t = q.shape[2], k.shape[2]
+    keep = mask
+    if causal:
+        keep = torch.arange(t)[None, :] <= torch.arange(s)[:, None] + t - s
+        keep = keep if mask is None else keep & mask
+    if keep is not None and keep.dtype == torch.bool and not keep.any(-1).all():
+        return  # torch gives NaN for rows that see no key
+    mine = (to_torch(got).float() - want).abs().max().item()
+    theirs = (F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True).float() - want).abs().max().item()
+    assert mine <= 2 * theirs + 1e-3, (mine, theirs)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("s,t,hq,hkv", [(1, 1, 2, 2), (17, 17, 4, 2), (63, 63, 4, 1), (65, 65, 7, 1),
+                                        (130, 130, 2, 1), (257, 257, 2, 2), (63, 300, 4, 2), (300, 300, 8, 2)])
+def test_sdpa_bf16_flash_causal(isa, d, s, t, hq, hkv):
+    q, k, v = qkv(1, hq, hkv, s, t, d, dtype="bf16")
+    check_bf16(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True), q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("s,t", [(1, 37), (5, 130), (130, 65), (257, 257)])
+def test_sdpa_bf16_flash_full(isa, s, t):
+    q, k, v = qkv(2, 4, 2, s, t, 128, dtype="bf16")
+    check_bf16(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v)), q, k, v)
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+@pytest.mark.parametrize("s,t", [(1, 70), (65, 130)])
+def test_sdpa_bf16_masks(isa, kind, s, t):
+    """Left padding in batch 0 as [b, 1, 1, t], and a full [b, hq, s, t] mask,
+    with causal on top."""
+    b, hq, hkv = 2, 4, 2
+    q, k, v = qkv(b, hq, hkv, s, t, 64, dtype="bf16")
+    pad = torch.ones(b, 1, 1, t, dtype=torch.bool)
+    pad[0, ..., :67] = False  # spans a whole key block
+    full = torch.rand(b, hq, s, t, generator=torch.Generator().manual_seed(5)) > 0.3
+    full[..., -1] = True
+    for keep in (pad, full):
+        if kind == "bool":
+            got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(keep), is_causal=True)
+            check_bf16(got, q, k, v, mask=keep, causal=True)
+        else:
+            add = torch.zeros(keep.shape).masked_fill(~keep, float("-inf")) + rand(*keep.shape, seed=6) * keep
+            got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(add.bfloat16()), is_causal=True)
+            assert_close(got, reference(q, k, v, mask=add.bfloat16(), causal=True))
+
+
+@pytest.mark.parametrize("s,t,window", [(130, 130, 70), (1, 300, 100), (65, 257, 3)])
+def test_sdpa_bf16_window_softcap(isa, s, t, window):
+    q, k, v = qkv(1, 4, 2, s, t, 128, dtype="bf16")
+    got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True, window=window)
+    check_bf16(got, q, k, v, causal=True, window=window)
+    q4 = q * 4
+    got = hubrt.ops.sdpa(to_hr(q4), to_hr(k), to_hr(v), is_causal=True, softcap=5.0, scale=0.25)
+    check_bf16(got, q4, k, v, causal=True, softcap=5.0, scale=0.25)
+
+
+@pytest.mark.parametrize("s", [1, 70])
+def test_sdpa_bf16_model_layout(isa, s):
+    """q as the model passes it ([b, s, h, d] transposed), k/v narrowed out of
+    a cache, the output into a transposed view."""
+    b, hq, hkv, d, t, max_len = 2, 8, 2, 128, 90, 130
+    q_bshd = rand(b, s, hq, d, dtype="bf16", seed=1)
+    cache_k, cache_v = rand(b, hkv, max_len, d, dtype="bf16", seed=2), rand(b, hkv, max_len, d, dtype="bf16", seed=3)
+    q, k, v = q_bshd.transpose(1, 2), cache_k[:, :, :t], cache_v[:, :, :t]
+    hk, hv = to_hr(cache_k).narrow(2, 0, t), to_hr(cache_v).narrow(2, 0, t)
+    out_bshd = to_hr(torch.zeros(b, s, hq, d, dtype=torch.bfloat16))
+    hubrt.ops.call("sdpa", to_hr(q_bshd).transpose(1, 2), hk, hv, out=out_bshd.transpose(1, 2), is_causal=True)
+    check_bf16(out_bshd.transpose(1, 2), q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("t", [1, 48, 300])
+@pytest.mark.parametrize("hq", [8, 16, 56])
+def test_sdpa_bf16_decode_batch(isa, t, hq):
+    """b = 64 decode rows (rep 1, 2, 7 per kv head), one key split and
+    several."""
+    q, k, v = qkv(64, hq, 8, 1, t, 128, dtype="bf16")
+    check_bf16(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True), q, k, v, causal=True)

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/k_attention.h"
 #include "backends/cpu/simd_math.h"
 #include "core/error.h"
 #include "core/iter.h"
@@ -25,42 +26,8 @@
 
 #define MR HR_GEMM_F32_MR
 #define NR HR_GEMM_F32_NR
-#define BQ 48 /* a multiple of MR */
-#define BK 64 /* a multiple of NR */
-
-typedef struct attn_ctx {
-    const hr_tensor *q, *k, *v, *mask;
-    hr_tensor *o;
-    int64_t b, hq, hkv, s, t, d, dv;
-    int64_t rep; /* q heads per kv head */
-    int64_t dvpad; /* dv rounded up to NR */
-    float scale, softcap;
-    int64_t window;
-    bool causal, avx2;
-    hr_gemm_ukr_fn ukr;
-    int64_t mstr[4]; /* mask strides against [b, hq, s, t]; 0 where it broadcasts */
-    int64_t rblocks, units; /* row blocks of BQ over rep * s rows */
-    bool decode;     /* few rows: the direct path, keys split DEC_SPLIT at a time */
-    int64_t nsplit;  /* key splits per (batch, kv head) in the direct path */
-    float *parts;    /* [units][rep * s][2 + dv]: max, denominator, numerators */
-    atomic_int failed;
-} attn_ctx;
-
-typedef struct attn_scratch {
-    float *qp;   /* [BQ/MR][d][MR] pre-scaled query panels */
-    float *kp;   /* [BK/NR][d][NR] key panels (K^T) */
-    float *vp;   /* [dvpad/NR][BK][NR] value panels */
-    float *pp;   /* [BQ/MR][BK][MR] probability panels */
-    float *st;   /* [BQ][BK] scores, then probabilities */
-    float *ot;   /* [BQ][dvpad] running numerators */
-    float *row;  /* [8 * max(d, dv, BK)] converted rows, or a mask row */
-    float m[BQ], l[BQ]; /* running max and denominator per query row */
-} attn_scratch;
-
-static inline char *at4(const hr_tensor *t, int64_t i0, int64_t i1, int64_t i2) {
-    return (char *)hr_tensor_ptr(t) +
-           (i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2]) * (int64_t)hr_dtype_size(t->dtype);
-}
+#define BQ HR_ATTN_BQ
+#define BK HR_ATTN_BK
 
 /* ---- softmax helpers: AVX2 and portable ---- */
 
@@ -84,10 +51,8 @@ static float exp_sum_scalar(float *p, int n, float m) {
     return s;
 }
 
-/* Masks the scores p[0..nk) of query row i (absolute index qi, position pos)
- * against keys j0.. : softcap, user mask, causal, window. */
-static void mask_row(const attn_ctx *c, attn_scratch *s, float *p, int64_t bi, int64_t h, int64_t qi, int64_t pos,
-                     int64_t j0, int nk) {
+void hr_attn_mask_row(const attn_ctx *c, float *tmp, float *p, int64_t bi, int64_t h, int64_t qi, int64_t pos,
+                      int64_t j0, int nk) {
     if (c->softcap > 0)
         for (int j = 0; j < nk; j++) p[j] = c->softcap * tanhf(p[j] / c->softcap);
     if (c->mask) {
@@ -98,8 +63,8 @@ static void mask_row(const attn_ctx *c, attn_scratch *s, float *p, int64_t bi, i
             for (int j = 0; j < nk; j++)
                 if (!((const uint8_t *)mp)[j * c->mstr[3]]) p[j] = -INFINITY;
         } else {
-            hr_load_f32(s->row, mp, c->mask->dtype, nk, c->mstr[3]);
-            for (int j = 0; j < nk; j++) p[j] += s->row[j];
+            hr_load_f32(tmp, mp, c->mask->dtype, nk, c->mstr[3]);
+            for (int j = 0; j < nk; j++) p[j] += tmp[j];
         }
     }
     if (c->causal)
@@ -114,9 +79,9 @@ static void mask_row(const attn_ctx *c, attn_scratch *s, float *p, int64_t bi, i
 static void load_row(const attn_ctx *c, float *dst, const hr_tensor *t, int64_t bi, int64_t hh, int64_t r,
                      int64_t width) {
     if (c->avx2 && t->strides[3] == 1)
-        hr_gemm_row_f32_avx2(dst, at4(t, bi, hh, r), t->dtype, width);
+        hr_gemm_row_f32_avx2(dst, hr_attn_at(t, bi, hh, r), t->dtype, width);
     else
-        hr_load_f32(dst, at4(t, bi, hh, r), t->dtype, width, t->strides[3]);
+        hr_load_f32(dst, hr_attn_at(t, bi, hh, r), t->dtype, width, t->strides[3]);
 }
 
 /* Converts rows [r0, r0+n) of head (bi, hh) of t into NR-wide panels:
@@ -154,7 +119,7 @@ static void pack_kv(const attn_ctx *c, const hr_tensor *t, int64_t bi, int64_t h
  * reading nq * nk mask entries costs far less than packing K/V and the two
  * products, and a static-shape forward attends over a whole cache of
  * which only the filled slots are visible. */
-static bool block_masked(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t r0, int64_t nq, int64_t j0, int nk) {
+bool hr_attn_block_masked(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t r0, int64_t nq, int64_t j0, int nk) {
     size_t esz = hr_dtype_size(c->mask->dtype);
     for (int64_t i = 0; i < nq; i++) {
         int64_t r = r0 + i;
@@ -177,7 +142,7 @@ static bool block_masked(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t r0,
 /* One row of the online softmax: scores p[0..nk) become probabilities
  * against the updated running max; returns the factor that rescales the
  * row's earlier numerators (1 when the block adds nothing). */
-static float softmax_step(const attn_ctx *c, attn_scratch *s, float *p, int nk, int64_t i) {
+float hr_attn_softmax_step(const attn_ctx *c, attn_scratch *s, float *p, int nk, int64_t i) {
     float mx = -INFINITY;
     for (int j = 0; j < nk; j++) mx = p[j] > mx ? p[j] : mx;
     if (mx == -INFINITY) { /* nothing to attend in this block */
@@ -222,7 +187,7 @@ static void attn_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     if (c->window > 0 && pos_first - c->window + 1 > lo) lo = pos_first - c->window + 1;
     for (int64_t j0 = lo; j0 < hi; j0 += BK) {
         int nk = (int)(hi - j0 < BK ? hi - j0 : BK), nkpad = (nk + NR - 1) / NR * NR;
-        if (c->mask && block_masked(c, bi, kvh, r0, nq, j0, nk)) continue;
+        if (c->mask && hr_attn_block_masked(c, bi, kvh, r0, nq, j0, nk)) continue;
         pack_kv(c, c->k, bi, kvh, j0, nk, d, true, s->kp, s->row);
         pack_kv(c, c->v, bi, kvh, j0, nk, c->dv, false, s->vp, s->row);
         for (int64_t ib = 0; ib < nqpad; ib += MR)
@@ -233,8 +198,8 @@ static void attn_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
             float corr = 0.0f;
             if (i < nq) {
                 int64_t r = r0 + i, qi = r / c->rep;
-                mask_row(c, s, p, bi, kvh * c->rep + r % c->rep, qi, c->t - c->s + qi, j0, nk);
-                corr = softmax_step(c, s, p, nk, i);
+                hr_attn_mask_row(c, s->row, p, bi, kvh * c->rep + r % c->rep, qi, c->t - c->s + qi, j0, nk);
+                corr = hr_attn_softmax_step(c, s, p, nk, i);
             } else {
                 memset(p, 0, sizeof(float) * (size_t)nk);
             }
@@ -252,15 +217,15 @@ static void attn_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
         float inv = s->l[i] > 0 ? 1.0f / s->l[i] : 0.0f;
         float *oi = s->ot + i * ldo;
         for (int64_t e = 0; e < c->dv; e++) oi[e] *= inv;
-        hr_store_f32(at4(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep), c->o->dtype, oi, c->dv,
+        hr_store_f32(hr_attn_at(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep), c->o->dtype, oi, c->dv,
                      c->o->strides[3]);
     }
 }
 
 /* ---- decode: a few query rows per (batch, kv head) ---- */
 
-#define DEC_ROWS 8    /* rep * s up to this takes the direct path */
-#define DEC_SPLIT 256 /* keys per split, a multiple of BK, counted from key 0 */
+#define DEC_ROWS HR_ATTN_DEC_ROWS
+#define DEC_SPLIT HR_ATTN_DEC_SPLIT
 
 static float dot_f32(const float *a, const float *b, int64_t n, bool avx2) {
     int64_t i = 0;
@@ -298,16 +263,12 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     for (int64_t r = 0; r < rows; r++) {
         load_row(c, q + r * d, c->q, bi, kvh * c->rep + r % c->rep, r / c->rep, d);
         for (int64_t e = 0; e < d; e++) q[r * d + e] *= c->scale;
-        s->m[r] = -INFINITY;
-        s->l[r] = 0.0f;
     }
-    memset(o, 0, sizeof(float) * (size_t)(rows * dv));
-    /* rows span positions t - s .. t - 1 */
-    int64_t lo = sp * DEC_SPLIT, hi = (sp + 1) * DEC_SPLIT < c->t ? (sp + 1) * DEC_SPLIT : c->t;
-    if (c->window > 0 && c->t - c->s - c->window + 1 > lo) lo = c->t - c->s - c->window + 1;
+    int64_t lo, hi;
+    hr_attn_decode_start(c, s, sp, o, &lo, &hi);
     for (int64_t j0 = lo; j0 < hi; j0 += BK) {
         int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
-        if (c->mask && block_masked(c, bi, kvh, 0, rows, j0, nk)) continue;
+        if (c->mask && hr_attn_block_masked(c, bi, kvh, 0, rows, j0, nk)) continue;
         for (int j = 0; j < nk; j++) {
             load_row(c, kr, c->k, bi, kvh, j0 + j, d);
             for (int64_t r = 0; r < rows; r++) s->st[r * BK + j] = dot_f32(q + r * d, kr, d, c->avx2);
@@ -315,8 +276,8 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
         for (int64_t r = 0; r < rows; r++) {
             float *p = s->st + r * BK;
             int64_t qi = r / c->rep;
-            mask_row(c, s, p, bi, kvh * c->rep + r % c->rep, qi, c->t - c->s + qi, j0, nk);
-            float corr = softmax_step(c, s, p, nk, r);
+            hr_attn_mask_row(c, s->row, p, bi, kvh * c->rep + r % c->rep, qi, c->t - c->s + qi, j0, nk);
+            float corr = hr_attn_softmax_step(c, s, p, nk, r);
             if (corr != 1.0f)
                 for (int64_t e = 0; e < dv; e++) o[r * dv + e] *= corr;
         }
@@ -325,6 +286,34 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
             for (int64_t r = 0; r < rows; r++)
                 if (s->st[r * BK + j] != 0.0f) axpy_f32(o + r * dv, s->st[r * BK + j], vr, dv, c->avx2);
         }
+    }
+    hr_attn_decode_finish(c, s, u, o);
+}
+
+void hr_attn_decode_start(const attn_ctx *c, attn_scratch *s, int64_t sp, float *o, int64_t *lo, int64_t *hi) {
+    int64_t rows = c->rep * c->s;
+    for (int64_t r = 0; r < rows; r++) {
+        s->m[r] = -INFINITY;
+        s->l[r] = 0.0f;
+    }
+    memset(o, 0, sizeof(float) * (size_t)(rows * c->dv));
+    /* rows span positions t - s .. t - 1 */
+    *lo = sp * DEC_SPLIT;
+    *hi = (sp + 1) * DEC_SPLIT < c->t ? (sp + 1) * DEC_SPLIT : c->t;
+    if (c->window > 0 && c->t - c->s - c->window + 1 > *lo) *lo = c->t - c->s - c->window + 1;
+}
+
+void hr_attn_decode_finish(const attn_ctx *c, const attn_scratch *s, int64_t u, float *o) {
+    int64_t rows = c->rep * c->s, dv = c->dv;
+    if (!c->parts) { /* one split: u is the (batch, kv head) pair */
+        int64_t kvh = u % c->hkv, bi = u / c->hkv;
+        for (int64_t r = 0; r < rows; r++) {
+            float inv = s->l[r] > 0 ? 1.0f / s->l[r] : 0.0f, *oi = o + r * dv;
+            for (int64_t e = 0; e < dv; e++) oi[e] *= inv;
+            hr_store_f32(hr_attn_at(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep), c->o->dtype, oi, dv,
+                         c->o->strides[3]);
+        }
+        return;
     }
     float *part = c->parts + u * rows * (2 + dv);
     for (int64_t r = 0; r < rows; r++, part += 2 + dv) {
@@ -354,7 +343,7 @@ static void attn_decode_combine(const attn_ctx *c) {
             }
             float inv = den > 0 ? 1.0f / den : 0.0f;
             for (int64_t e = 0; e < dv; e++) acc[2 + e] *= inv;
-            hr_store_f32(at4(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep), c->o->dtype, acc + 2, dv,
+            hr_store_f32(hr_attn_at(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep), c->o->dtype, acc + 2, dv,
                          c->o->strides[3]);
         }
     }
@@ -380,7 +369,9 @@ static void attn_worker(void *arg, int ith, int nth) {
     s.st = s.pp + BQ * BK;
     s.ot = s.st + BQ * BK;
     s.row = s.ot + BQ * c->dvpad;
-    for (int64_t u = begin; u < end; u++) (c->decode ? attn_decode_unit : attn_unit)(c, &s, u);
+    void (*unit)(const attn_ctx *, attn_scratch *, int64_t) =
+        !c->decode ? attn_unit : c->bf16 ? hr_attn_bf16_decode_unit : attn_decode_unit;
+    for (int64_t u = begin; u < end; u++) unit(c, &s, u);
     free(mem);
 }
 
@@ -413,17 +404,31 @@ static hr_status k_sdpa(const void *attrs, const hr_tensor *const *in, int n_in,
     c.rblocks = (c.rep * c.s + BQ - 1) / BQ;
     c.units = c.b * c.hkv * c.rblocks;
     c.decode = c.rep * c.s <= DEC_ROWS && c.t > 0;
+    /* vdpbf16ps on rows read in place: whole 32-element chunks of features */
+    c.bf16 = c.q->dtype == HR_BF16 && c.k->dtype == HR_BF16 && c.v->dtype == HR_BF16 && c.d % 32 == 0 &&
+             c.dv % 32 == 0 && c.q->strides[3] == 1 && c.k->strides[3] == 1 && c.v->strides[3] == 1 &&
+             hr_gemm_use_avx512_bf16();
+    int nth = hr_parallel_threads_for(c.b * c.hq * c.s * (c.t + 1) * (c.d + c.dv + 1), 1 << 16);
     if (c.decode) {
         c.nsplit = (c.t + DEC_SPLIT - 1) / DEC_SPLIT;
         c.units = c.b * c.hkv * c.nsplit;
-        c.parts = malloc(sizeof(float) * (size_t)(c.units * c.rep * c.s * (2 + c.dv)));
-        if (!c.parts) return hr_error(HR_ERR_OOM, "sdpa: out of memory for %lld key splits", (long long)c.units);
+        if (c.nsplit > 1) {
+            c.parts = malloc(sizeof(float) * (size_t)(c.units * c.rep * c.s * (2 + c.dv)));
+            if (!c.parts) return hr_error(HR_ERR_OOM, "sdpa: out of memory for %lld key splits", (long long)c.units);
+        }
+    } else if (c.bf16) {
+        /* Chunks of row blocks share one packing of their K/V; enough of
+         * them per thread that claiming them as they come evens out the
+         * causal imbalance between early and late rows. */
+        int64_t pairs = c.b * c.hkv, want = (8 * (int64_t)nth + pairs - 1) / pairs;
+        c.chunks = want < c.rblocks ? want : c.rblocks;
+        c.units = pairs * c.chunks;
     }
     atomic_init(&c.failed, 0);
-    int nth = hr_parallel_threads_for(c.b * c.hq * c.s * (c.t + 1) * (c.d + c.dv + 1), 1 << 16);
+    atomic_init(&c.next, 0);
     if (nth > c.units) nth = (int)c.units;
-    hr_parallel_run(attn_worker, &c, nth);
-    if (c.decode && !atomic_load(&c.failed)) attn_decode_combine(&c);
+    hr_parallel_run(c.bf16 && !c.decode ? hr_attn_bf16_worker : attn_worker, &c, nth);
+    if (c.parts && !atomic_load(&c.failed)) attn_decode_combine(&c);
     free(c.parts);
     if (atomic_load(&c.failed)) return hr_error(HR_ERR_OOM, "sdpa: out of memory for attention scratch");
     return HR_OK;

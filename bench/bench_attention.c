@@ -1,0 +1,138 @@
+/* sdpa micro-benchmark: GFLOP/s of bf16 attention at model shapes, the
+ * kernel at the best ISA the CPU has next to the same call at
+ * HUBRT_CPU_ISA=avx2 (the portable f32 path), samples of the two
+ * alternating so both see the same machine load.
+ *
+ * FLOPs count 2 (d + dv) per (query, key) pair; causal with s = t counts
+ * half. Reports the best and the median of --samples, and the best as a
+ * share of --peak GFLOP/s (default 466: vdpbf16ps on 2 threads here).
+ *
+ * Built by `make` (CMake target bench_attention in the build folder).
+ * Run: B/bench_attention [--threads T] [--samples S] [--peak G] */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hubrt.h"
+
+typedef struct attn_case {
+    const char *name;
+    int64_t b, hq, hkv, s, t, d;
+    bool causal;
+} attn_case;
+
+static const attn_case CASES[] = {
+    {"qwen3 prefill 512", 1, 16, 8, 512, 512, 128, true},
+    {"llama-1b prefill 512", 1, 32, 8, 512, 512, 64, true},
+    {"qwen3 decode b=64 t=48", 64, 16, 8, 1, 48, 128, false},
+    {"qwen3 decode b=1 t=640", 1, 16, 8, 1, 640, 128, false},
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void check(hr_status s, const char *what) {
+    if (s != HR_OK) {
+        fprintf(stderr, "bench_attention: %s: %s\n", what, hr_last_error());
+        exit(1);
+    }
+}
+
+/* A bf16 tensor of uniform values in [-2, 2). */
+static hr_tensor *random_bf16(int64_t n0, int64_t n1, int64_t n2, int64_t n3, uint32_t *seed) {
+    int64_t shape[4] = {n0, n1, n2, n3}, n = n0 * n1 * n2 * n3;
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
+    if (!h) check(HR_ERR_OOM, "host buffer");
+    for (int64_t i = 0; i < n; i++) {
+        *seed = *seed * 1664525u + 1013904223u;
+        float f = ((float)(*seed >> 8) / 16777216.0f - 0.5f) * 4.0f;
+        uint32_t bits;
+        memcpy(&bits, &f, 4);
+        h[i] = (uint16_t)(bits >> 16);
+    }
+    hr_tensor *t;
+    check(hr_tensor_from_host(hr_device_cpu(), HR_BF16, 4, shape, h, sizeof(uint16_t) * (size_t)n, &t), "tensor");
+    free(h);
+    return t;
+}
+
+/* Seconds of one sdpa call at isa; enough calls to last ~20 ms. */
+static double time_call(hr_op op, const hr_attrs_sdpa *a, const hr_tensor *const *in, hr_tensor *o, hr_cpu_isa isa) {
+    check(hr_cpu_isa_set(isa), "isa");
+    check(hr_op_run(op, a, in, 3, &o, 1), "sdpa");
+    int reps = 1;
+    double t0 = now_s(), dt;
+    for (;;) {
+        for (int i = 0; i < reps; i++) check(hr_op_run(op, a, in, 3, &o, 1), "sdpa");
+        dt = now_s() - t0;
+        if (dt > 0.02) break;
+        reps *= 2;
+        t0 = now_s();
+    }
+    return dt / reps;
+}
+
+int main(int argc, char **argv) {
+    int nth = 2, samples = 7;
+    double peak = 466.0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--threads"))
+            nth = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--samples"))
+            samples = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--peak"))
+            peak = atof(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: %s [--threads T] [--samples S] [--peak GFLOPS]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (samples < 1 || samples > 1000) samples = 7;
+    check(hr_set_num_threads(nth), "threads");
+    hr_cpu_isa best = hr_cpu_isa_get();
+    printf("best isa %s vs avx2, %d threads, best and median of %d samples\n", hr_cpu_isa_name(best), nth, samples);
+    hr_op op;
+    check(hr_op_find("sdpa", &op), "op");
+    for (size_t ci = 0; ci < sizeof CASES / sizeof CASES[0]; ci++) {
+        const attn_case *c = &CASES[ci];
+        uint32_t seed = 12345u + (uint32_t)ci;
+        hr_tensor *q = random_bf16(c->b, c->hq, c->s, c->d, &seed);
+        hr_tensor *k = random_bf16(c->b, c->hkv, c->t, c->d, &seed);
+        hr_tensor *v = random_bf16(c->b, c->hkv, c->t, c->d, &seed);
+        int64_t oshape[4] = {c->b, c->hq, c->s, c->d};
+        hr_tensor *o;
+        check(hr_tensor_empty(hr_device_cpu(), HR_BF16, 4, oshape, &o), "out");
+        const hr_tensor *in[3] = {q, k, v};
+        hr_attrs_sdpa a = {.is_causal = c->causal};
+        double flop = 2.0 * (double)(c->b * c->hq * c->s * c->t) * (double)(2 * c->d);
+        if (c->causal && c->s == c->t) flop *= 0.5;
+        double tn[1000], to[1000];
+        for (int i = 0; i < samples; i++) {
+            tn[i] = time_call(op, &a, in, o, best);
+            to[i] = time_call(op, &a, in, o, HR_ISA_AVX2);
+        }
+        qsort(tn, (size_t)samples, sizeof(double), cmp_double);
+        qsort(to, (size_t)samples, sizeof(double), cmp_double);
+        printf("%-24s %-6s best %8.1f us %6.1f GFLOP/s (%4.1f%% of peak), median %8.1f us\n", c->name,
+               hr_cpu_isa_name(best), tn[0] * 1e6, flop / tn[0] / 1e9, 100 * flop / tn[0] / 1e9 / peak,
+               tn[samples / 2] * 1e6);
+        printf("%-24s %-6s best %8.1f us %6.1f GFLOP/s (%4.1f%% of peak), median %8.1f us\n", "", "avx2",
+               to[0] * 1e6, flop / to[0] / 1e9, 100 * flop / to[0] / 1e9 / peak, to[samples / 2] * 1e6);
+        hr_tensor_free(q);
+        hr_tensor_free(k);
+        hr_tensor_free(v);
+        hr_tensor_free(o);
+    }
+    check(hr_cpu_isa_set(best), "isa");
+    return 0;
+}

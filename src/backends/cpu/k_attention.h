@@ -1,0 +1,77 @@
+/* Shared state of the CPU sdpa kernel (k_attention.c) and its AVX-512
+ * BF16 paths (k_attention_avx512.c): the call's context, the per-worker
+ * scratch of the portable paths, and the masking and softmax helpers both
+ * use. */
+#ifndef HR_BACKENDS_CPU_K_ATTENTION_H
+#define HR_BACKENDS_CPU_K_ATTENTION_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/cpu/gemm.h"
+#include "core/tensor_impl.h"
+
+#define HR_ATTN_BQ 48 /* query rows per block, a multiple of HR_GEMM_F32_MR and of 6 */
+#define HR_ATTN_BK 64 /* keys per block, a multiple of HR_GEMM_F32_NR and of 16 */
+#define HR_ATTN_DEC_ROWS 8    /* rep * s up to this takes the direct (decode) path */
+#define HR_ATTN_DEC_SPLIT 256 /* keys per decode split, a multiple of BK, counted from key 0 */
+
+typedef struct attn_ctx {
+    const hr_tensor *q, *k, *v, *mask;
+    hr_tensor *o;
+    int64_t b, hq, hkv, s, t, d, dv;
+    int64_t rep; /* q heads per kv head */
+    int64_t dvpad; /* dv rounded up to HR_GEMM_F32_NR */
+    float scale, softcap;
+    int64_t window;
+    bool causal, avx2;
+    bool bf16;       /* bf16 q/k/v on AVX-512 BF16: the k_attention_avx512.c paths */
+    hr_gemm_ukr_fn ukr;
+    int64_t mstr[4]; /* mask strides against [b, hq, s, t]; 0 where it broadcasts */
+    int64_t rblocks, units; /* row blocks of HR_ATTN_BQ over rep * s rows */
+    int64_t chunks;  /* bf16 prefill: row-block chunks per (batch, kv head) */
+    bool decode;     /* few rows: the direct path, keys split HR_ATTN_DEC_SPLIT at a time */
+    int64_t nsplit;  /* key splits per (batch, kv head) in the direct path */
+    float *parts;    /* [units][rep * s][2 + dv]: max, denominator, numerators; NULL when nsplit is 1 */
+    atomic_llong next; /* bf16 prefill: next unit to claim */
+    atomic_int failed;
+} attn_ctx;
+
+typedef struct attn_scratch {
+    float *qp;   /* [BQ/MR][d][MR] pre-scaled query panels */
+    float *kp;   /* [BK/NR][d][NR] key panels (K^T) */
+    float *vp;   /* [dvpad/NR][BK][NR] value panels */
+    float *pp;   /* [BQ/MR][BK][MR] probability panels */
+    float *st;   /* [BQ][BK] scores, then probabilities */
+    float *ot;   /* [BQ][dvpad] running numerators */
+    float *row;  /* [8 * max(d, dv, BK)] converted rows, or a mask row */
+    float m[HR_ATTN_BQ], l[HR_ATTN_BQ]; /* running max and denominator per query row */
+} attn_scratch;
+
+static inline char *hr_attn_at(const hr_tensor *t, int64_t i0, int64_t i1, int64_t i2) {
+    return (char *)hr_tensor_ptr(t) +
+           (i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2]) * (int64_t)hr_dtype_size(t->dtype);
+}
+
+/* Masks scores p[0..nk) of query qi (position pos) of head h against keys
+ * j0..: softcap, user mask, causal, window. tmp holds nk floats. */
+void hr_attn_mask_row(const attn_ctx *c, float *tmp, float *p, int64_t bi, int64_t h, int64_t qi, int64_t pos,
+                      int64_t j0, int nk);
+/* True when the mask hides keys [j0, j0+nk) from rows [r0, r0+nq). */
+bool hr_attn_block_masked(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t r0, int64_t nq, int64_t j0, int nk);
+/* Online softmax step of row i: scores become probabilities; returns the
+ * factor for the row's earlier numerators. */
+float hr_attn_softmax_step(const attn_ctx *c, attn_scratch *s, float *p, int nk, int64_t i);
+/* Starts a decode unit of split sp: running max and denominator reset,
+ * numerators o [rows][dv] zeroed, and its key range [lo, hi). */
+void hr_attn_decode_start(const attn_ctx *c, attn_scratch *s, int64_t sp, float *o, int64_t *lo, int64_t *hi);
+/* Ends decode unit u: its rows' numerators o [rows][dv] go to c->parts,
+ * or, with one split, normalized straight to the output. */
+void hr_attn_decode_finish(const attn_ctx *c, const attn_scratch *s, int64_t u, float *o);
+
+/* bf16 prefill worker (units claimed from c->next) and decode unit. */
+void hr_attn_bf16_worker(void *arg, int ith, int nth);
+void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u);
+
+#endif

@@ -1,0 +1,436 @@
+/* AVX-512 BF16 paths of sdpa, for bf16 q/k/v with contiguous features and
+ * d, dv multiples of 32 (k_attention.c chooses them).
+ *
+ * Prefill: both products on vdpbf16ps, which multiplies bf16 pairs exactly
+ * and accumulates in f32. S = Q K^T broadcasts a query's feature pair
+ * against a K block packed as [d/2][BK keys] pairs (K^T); the scale goes on
+ * the f32 scores. The online softmax runs in f32 and rounds P to bf16 for
+ * O += P V, as PyTorch's CPU flash attention does for reduced types, with
+ * V packed as [BK/2][dv] key pairs. A unit is a chunk of query blocks of one
+ * (batch, kv head): each K/V block is packed once, when a block of the
+ * chunk first reads it, for every row of the chunk.
+ *
+ * Decode: a few rows per (batch, kv head), so no packing: Q.K with
+ * vdpbf16ps on rows read in place, sixteen keys' dot products reduced into
+ * one vector of scores; P.V as f32 FMAs on V rows widened from bf16. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/k_attention.h"
+#include "core/iter.h"
+
+#define TARGET_ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define INLINE_ static inline __attribute__((always_inline)) TARGET_
+#define BQ HR_ATTN_BQ
+#define BK HR_ATTN_BK
+#define TR 6 /* query rows per register tile: 6 x 64 scores or 6 x 64 outputs in 24 zmm */
+
+/* exp on 16 lanes, as hr_exp8: inputs below -87 (and -inf) give 0. */
+INLINE_ __m512 exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.0f);
+    __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
+    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
+}
+
+/* Lanes of nk - from valid in a 16-lane chunk. */
+INLINE_ __mmask16 lanes_left(int n) { return n >= 16 ? (__mmask16)0xffff : n > 0 ? (__mmask16)((1u << n) - 1) : 0; }
+
+/* ---- prefill: packing ---- */
+
+/* In-register transpose of 16 rows of 16 u32. */
+INLINE_ void transpose16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4i + c], 128-bit lane L: rows 4i..4i+3 of column 4L + c */
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int cc = 0; cc < 4; cc++) {
+        __m512i v02 = _mm512_shuffle_i32x4(u[cc], u[4 + cc], 0x88), w02 = _mm512_shuffle_i32x4(u[8 + cc], u[12 + cc], 0x88);
+        __m512i v13 = _mm512_shuffle_i32x4(u[cc], u[4 + cc], 0xdd), w13 = _mm512_shuffle_i32x4(u[8 + cc], u[12 + cc], 0xdd);
+        r[cc] = _mm512_shuffle_i32x4(v02, w02, 0x88);
+        r[8 + cc] = _mm512_shuffle_i32x4(v02, w02, 0xdd);
+        r[4 + cc] = _mm512_shuffle_i32x4(v13, w13, 0x88);
+        r[12 + cc] = _mm512_shuffle_i32x4(v13, w13, 0xdd);
+    }
+}
+
+/* Keys [j0, j0+nk) of head (bi, kvh) into dst [d/2][BK] feature pairs
+ * (K^T), zeros past nk. */
+TARGET_ static void pack_k(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t j0, int nk, uint32_t *dst) {
+    int64_t d2 = c->d / 2;
+    for (int g = 0; g < BK; g += 16) {
+        const uint32_t *rowp[16];
+        for (int x = 0; x < 16; x++)
+            rowp[x] = g + x < nk ? (const uint32_t *)hr_attn_at(c->k, bi, kvh, j0 + g + x) : NULL;
+        for (int64_t h = 0; h < d2; h += 16) {
+            __m512i r[16];
+            for (int x = 0; x < 16; x++) r[x] = rowp[x] ? _mm512_loadu_si512(rowp[x] + h) : _mm512_setzero_si512();
+            transpose16(r);
+            for (int x = 0; x < 16; x++) _mm512_storeu_si512(dst + (h + x) * BK + g, r[x]);
+        }
+    }
+}
+
+/* Values [j0, j0+nk) into dst [BK/2][dv][2]: each pair of keys interleaved
+ * feature by feature (the second of an odd tail is zero). */
+TARGET_ static void pack_v(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t j0, int nk, uint16_t *dst) {
+    uint16_t ilo[32], ihi[32];
+    for (int m = 0; m < 16; m++) {
+        ilo[2 * m] = (uint16_t)m, ilo[2 * m + 1] = (uint16_t)(32 + m);
+        ihi[2 * m] = (uint16_t)(16 + m), ihi[2 * m + 1] = (uint16_t)(48 + m);
+    }
+    __m512i lo = _mm512_loadu_si512(ilo), hi = _mm512_loadu_si512(ihi);
+    int64_t dv = c->dv;
+    for (int jp = 0; jp < (nk + 1) / 2; jp++) {
+        const uint16_t *a = (const uint16_t *)hr_attn_at(c->v, bi, kvh, j0 + 2 * jp);
+        const uint16_t *b = 2 * jp + 1 < nk ? (const uint16_t *)hr_attn_at(c->v, bi, kvh, j0 + 2 * jp + 1) : NULL;
+        uint16_t *out = dst + jp * dv * 2;
+        for (int64_t f = 0; f < dv; f += 32) {
+            __m512i va = _mm512_loadu_si512(a + f), vb = b ? _mm512_loadu_si512(b + f) : _mm512_setzero_si512();
+            _mm512_storeu_si512(out + 2 * f, _mm512_permutex2var_epi16(va, lo, vb));
+            _mm512_storeu_si512(out + 2 * f + 32, _mm512_permutex2var_epi16(va, hi, vb));
+        }
+    }
+}
+
+/* ---- prefill: the two products ---- */
+
+/* st [TR][BK] = scale * q kp: q [TR][d/2] bf16 pairs, kp [d/2][BK] */
+INLINE_ void tile_qk(int64_t d2, const uint32_t *q, const uint32_t *kp, float *st, float scale) {
+    __m512 acc[TR][4];
+#pragma GCC unroll 6
+    for (int i = 0; i < TR; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm512_setzero_ps();
+    for (int64_t e = 0; e < d2; e++, kp += BK) {
+        __m512bh k0 = (__m512bh)_mm512_loadu_si512(kp), k1 = (__m512bh)_mm512_loadu_si512(kp + 16);
+        __m512bh k2 = (__m512bh)_mm512_loadu_si512(kp + 32), k3 = (__m512bh)_mm512_loadu_si512(kp + 48);
+#pragma GCC unroll 6
+        for (int i = 0; i < TR; i++) {
+            __m512bh qi = (__m512bh)_mm512_set1_epi32((int)q[i * d2 + e]);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], qi, k0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], qi, k1);
+            acc[i][2] = _mm512_dpbf16_ps(acc[i][2], qi, k2);
+            acc[i][3] = _mm512_dpbf16_ps(acc[i][3], qi, k3);
+        }
+    }
+    __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 6
+    for (int i = 0; i < TR; i++)
+        for (int z = 0; z < 4; z++) _mm512_storeu_ps(st + i * BK + 16 * z, _mm512_mul_ps(acc[i][z], sc));
+}
+
+/* o [TR][16 nz] (row stride dv) += p vp over np key pairs: p [TR][BK/2]
+ * bf16 pairs, vp [np][dv][2] from the tile's first feature. */
+INLINE_ void tile_pv(int np, int nz, const uint32_t *p, const uint16_t *vp, int64_t dv, float *o) {
+    __m512 acc[TR][4];
+#pragma GCC unroll 6
+    for (int i = 0; i < TR; i++)
+#pragma GCC unroll 4
+        for (int z = 0; z < nz; z++) acc[i][z] = _mm512_loadu_ps(o + i * dv + 16 * z);
+    for (int jp = 0; jp < np; jp++, vp += 2 * dv) {
+        __m512bh v[4];
+#pragma GCC unroll 4
+        for (int z = 0; z < nz; z++) v[z] = (__m512bh)_mm512_loadu_si512(vp + 32 * z);
+#pragma GCC unroll 6
+        for (int i = 0; i < TR; i++) {
+            __m512bh pi = (__m512bh)_mm512_set1_epi32((int)p[i * (BK / 2) + jp]);
+#pragma GCC unroll 4
+            for (int z = 0; z < nz; z++) acc[i][z] = _mm512_dpbf16_ps(acc[i][z], pi, v[z]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < TR; i++)
+#pragma GCC unroll 4
+        for (int z = 0; z < nz; z++) _mm512_storeu_ps(o + i * dv + 16 * z, acc[i][z]);
+}
+
+/* One row of the online softmax: scores st[0..nk) against the running max
+ * *m become probabilities in bf16 p[0..BK) (zeros past nk); returns the
+ * factor for the row's earlier numerators. The denominator sums the f32
+ * probabilities. */
+INLINE_ float softmax_row(const float *st, uint16_t *p, int nk, float *m, float *l) {
+    __m512 v[BK / 16], mx = _mm512_set1_ps(-INFINITY);
+    for (int z = 0; z < BK / 16; z++) {
+        v[z] = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), lanes_left(nk - 16 * z), st + 16 * z);
+        mx = _mm512_max_ps(mx, v[z]);
+    }
+    float bm = _mm512_reduce_max_ps(mx);
+    if (bm == -INFINITY) { /* nothing to attend in this block */
+        memset(p, 0, sizeof(uint16_t) * BK);
+        return 1.0f;
+    }
+    float mn = bm > *m ? bm : *m, corr = expf(*m - mn);
+    __m512 mv = _mm512_set1_ps(mn), sum = _mm512_setzero_ps();
+    for (int z = 0; z < BK / 16; z++) {
+        __m512 e = exp16(_mm512_sub_ps(v[z], mv));
+        sum = _mm512_add_ps(sum, e);
+        _mm256_storeu_si256((__m256i *)(p + 16 * z), (__m256i)_mm512_cvtneps_pbh(e));
+    }
+    *l = *l * corr + _mm512_reduce_add_ps(sum);
+    *m = mn;
+    return corr;
+}
+
+INLINE_ void scale_row(float *o, int64_t n, float f) {
+    __m512 fv = _mm512_set1_ps(f);
+    for (int64_t e = 0; e < n; e += 16) _mm512_storeu_ps(o + e, _mm512_mul_ps(_mm512_loadu_ps(o + e), fv));
+}
+
+typedef struct bf16_scratch {
+    uint16_t *q;     /* [BQ][d] query rows of a block, zeros past the last */
+    uint32_t *kp;    /* [nblk][d/2][BK] key blocks (K^T pairs) */
+    uint16_t *vp;    /* [nblk][BK/2][dv][2] value blocks */
+    uint8_t *packed; /* [nblk] key block packed in this unit yet */
+    float *st;       /* [BQ][BK] scores */
+    uint16_t *p;     /* [BQ][BK] probabilities */
+    float *o;        /* [BQ][dv] running numerators */
+    float *tmp;      /* [BK] a mask row */
+    float m[BQ], l[BQ];
+} bf16_scratch;
+
+/* Query block rb of (bi, kvh): rows r0.. of the pair, row r being query
+ * r / rep of q head kvh * rep + r % rep, as in the portable path. */
+TARGET_ static void bf16_block(const attn_ctx *c, bf16_scratch *s, int64_t bi, int64_t kvh, int64_t rb) {
+    int64_t rows = c->rep * c->s, d2 = c->d / 2, dv = c->dv;
+    int64_t r0 = rb * BQ, nq = rows - r0 < BQ ? rows - r0 : BQ, ntile = (nq + TR - 1) / TR;
+    for (int64_t i = 0; i < ntile * TR; i++) {
+        int64_t r = r0 + i;
+        if (i < nq)
+            memcpy(s->q + i * c->d, hr_attn_at(c->q, bi, kvh * c->rep + r % c->rep, r / c->rep),
+                   sizeof(uint16_t) * (size_t)c->d);
+        else
+            memset(s->q + i * c->d, 0, sizeof(uint16_t) * (size_t)c->d);
+        s->m[i] = -INFINITY;
+        s->l[i] = 0.0f;
+    }
+    memset(s->o, 0, sizeof(float) * (size_t)(ntile * TR * dv));
+    int64_t pos_first = c->t - c->s + r0 / c->rep, pos_last = c->t - c->s + (r0 + nq - 1) / c->rep;
+    int64_t lo = 0, hi = c->t;
+    if (c->causal && pos_last + 1 < hi) hi = pos_last + 1;
+    if (c->window > 0 && pos_first - c->window + 1 > lo) lo = pos_first - c->window + 1;
+    /* Blocks start at multiples of BK, so that the chunk's blocks can share
+     * packings; a block is packed over all its keys up to t, since a later
+     * query block may see more of it than this one does. */
+    for (int64_t j0 = lo / BK * BK; j0 < hi; j0 += BK) {
+        int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
+        if (c->mask && hr_attn_block_masked(c, bi, kvh, r0, nq, j0, nk)) continue;
+        int64_t jb = j0 / BK;
+        uint32_t *kp = s->kp + jb * d2 * BK;
+        uint16_t *vp = s->vp + jb * BK * dv;
+        if (!s->packed[jb]) {
+            int nkb = (int)(c->t - j0 < BK ? c->t - j0 : BK);
+            pack_k(c, bi, kvh, j0, nkb, kp);
+            pack_v(c, bi, kvh, j0, nkb, vp);
+            s->packed[jb] = 1;
+        }
+        /* Causal: keys of the block visible to each tile's last row; none
+         * for tiles wholly above the diagonal, which skip the block. */
+        int nkt[BQ / TR];
+        for (int64_t ti = 0; ti < ntile; ti++) {
+            int64_t last = r0 + (ti * TR + TR < nq ? ti * TR + TR : nq) - 1, pos = c->t - c->s + last / c->rep;
+            nkt[ti] = c->causal && pos - j0 + 1 < nk ? (int)(pos - j0 + 1 > 0 ? pos - j0 + 1 : 0) : nk;
+            if (nkt[ti] > 0) tile_qk(d2, (const uint32_t *)s->q + ti * TR * d2, kp, s->st + ti * TR * BK, c->scale);
+        }
+        for (int64_t i = 0; i < nq; i++) {
+            if (!nkt[i / TR]) continue;
+            int64_t r = r0 + i, qi = r / c->rep, pos = c->t - c->s + qi;
+            float *st = s->st + i * BK;
+            if (c->softcap > 0 || c->mask || (c->causal && j0 + nk - 1 > pos) ||
+                (c->window > 0 && pos - j0 >= c->window))
+                hr_attn_mask_row(c, s->tmp, st, bi, kvh * c->rep + r % c->rep, qi, pos, j0, nk);
+            float corr = softmax_row(st, s->p + i * BK, nk, &s->m[i], &s->l[i]);
+            if (corr != 1.0f) scale_row(s->o + i * dv, dv, corr);
+        }
+        for (int64_t i = nq; i < ntile * TR; i++) memset(s->p + i * BK, 0, sizeof(uint16_t) * BK);
+        for (int64_t ti = 0; ti < ntile; ti++) {
+            if (!nkt[ti]) continue;
+            const uint32_t *p = (const uint32_t *)s->p + ti * TR * (BK / 2);
+            float *o = s->o + ti * TR * dv;
+            int np = (nkt[ti] + 1) / 2;
+            int64_t f = 0;
+            for (; f + 64 <= dv; f += 64) tile_pv(np, 4, p, vp + 2 * f, dv, o + f);
+            if (f < dv) tile_pv(np, 2, p, vp + 2 * f, dv, o + f);
+        }
+    }
+    for (int64_t i = 0; i < nq; i++) {
+        int64_t r = r0 + i;
+        float *oi = s->o + i * dv;
+        scale_row(oi, dv, s->l[i] > 0 ? 1.0f / s->l[i] : 0.0f);
+        hr_store_f32(hr_attn_at(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep), c->o->dtype, oi, dv,
+                     c->o->strides[3]);
+    }
+}
+
+/* Unit u: chunk u % chunks of the row blocks of pair u / chunks. */
+static void bf16_unit(const attn_ctx *c, bf16_scratch *s, int64_t u, int64_t nblk) {
+    int64_t ch = u % c->chunks, pair = u / c->chunks;
+    int64_t per = (c->rblocks + c->chunks - 1) / c->chunks;
+    int64_t rb0 = ch * per, rb1 = rb0 + per < c->rblocks ? rb0 + per : c->rblocks;
+    memset(s->packed, 0, (size_t)nblk);
+    for (int64_t rb = rb0; rb < rb1; rb++) bf16_block(c, s, pair / c->hkv, pair % c->hkv, rb);
+}
+
+void hr_attn_bf16_worker(void *arg, int ith, int nth) {
+    (void)ith, (void)nth;
+    attn_ctx *c = arg;
+    int64_t nblk = (c->t + BK - 1) / BK, d = c->d, dv = c->dv;
+    size_t bytes[] = {
+        sizeof(uint16_t) * (size_t)(BQ * d), sizeof(uint16_t) * (size_t)(nblk * BK * d),
+        sizeof(uint16_t) * (size_t)(nblk * BK * dv), (size_t)nblk, sizeof(float) * BQ * BK,
+        sizeof(uint16_t) * BQ * BK, sizeof(float) * (size_t)(BQ * dv), sizeof(float) * BK,
+    };
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; i++) total += (bytes[i] + 63) / 64 * 64;
+    char *mem = aligned_alloc(64, total);
+    if (!mem) {
+        atomic_store(&c->failed, 1);
+        return;
+    }
+    void *part[sizeof bytes / sizeof bytes[0]];
+    char *at = mem;
+    for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; i++) {
+        part[i] = at;
+        at += (bytes[i] + 63) / 64 * 64;
+    }
+    bf16_scratch s = {.q = part[0], .kp = part[1], .vp = part[2], .packed = part[3],
+                      .st = part[4], .p = part[5], .o = part[6], .tmp = part[7]};
+    for (;;) {
+        int64_t u = atomic_fetch_add(&c->next, 1);
+        if (u >= c->units) break;
+        bf16_unit(c, &s, u, nblk);
+    }
+    free(mem);
+}
+
+/* ---- decode ---- */
+
+/* The sums of a[0..16) as the lanes of one vector. */
+INLINE_ __m512 reduce16(__m512 a[16]) {
+    __m512 x[8], y[4];
+    for (int i = 0; i < 8; i++)
+        x[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    /* y[k], 128-bit lane L: lane L's partial sums of a[4k..4k+3] */
+    for (int k = 0; k < 4; k++)
+        y[k] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0x44),
+                             _mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0xee));
+    __m512 z01 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], 0x88), _mm512_shuffle_f32x4(y[0], y[1], 0xdd));
+    __m512 z23 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], 0x88), _mm512_shuffle_f32x4(y[2], y[3], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(z01, z23, 0x88), _mm512_shuffle_f32x4(z01, z23, 0xdd));
+}
+
+/* st[0..16) = scale * q . kr[x] for sixteen key rows [d] */
+INLINE_ void dec_qk16(const uint16_t *q, const uint16_t *const *kr, int64_t d, float scale, float *st) {
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int x = 0; x < 16; x++) acc[x] = _mm512_setzero_ps();
+    for (int64_t e = 0; e < d; e += 32) {
+        __m512bh qv = (__m512bh)_mm512_loadu_si512(q + e);
+#pragma GCC unroll 16
+        for (int x = 0; x < 16; x++) acc[x] = _mm512_dpbf16_ps(acc[x], qv, (__m512bh)_mm512_loadu_si512(kr[x] + e));
+    }
+    _mm512_storeu_ps(st, _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale)));
+}
+
+INLINE_ __m512 widen16(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
+/* o [rows][dv] += p [rows][BK] vr over nk value rows [dv], 16 nz features
+ * at a time with the rows' accumulators in registers (rows and nz
+ * constants): the widest nz that fits reads each V row in one pass. */
+INLINE_ void dec_pv(int rows, int nz, int nk, const float *p, const uint16_t *const *vr, int64_t dv, float *o) {
+    for (int64_t f = 0; f < dv; f += 16 * nz) {
+        __m512 acc[HR_ATTN_DEC_ROWS][8];
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++)
+#pragma GCC unroll 8
+            for (int z = 0; z < nz; z++) acc[r][z] = _mm512_loadu_ps(o + r * dv + f + 16 * z);
+        for (int j = 0; j < nk; j++) {
+            __m512 v[8];
+#pragma GCC unroll 8
+            for (int z = 0; z < nz; z++) v[z] = widen16(vr[j] + f + 16 * z);
+#pragma GCC unroll 8
+            for (int r = 0; r < rows; r++) {
+                __m512 pr = _mm512_set1_ps(p[r * BK + j]);
+#pragma GCC unroll 8
+                for (int z = 0; z < nz; z++) acc[r][z] = _mm512_fmadd_ps(pr, v[z], acc[r][z]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++)
+#pragma GCC unroll 8
+            for (int z = 0; z < nz; z++) _mm512_storeu_ps(o + r * dv + f + 16 * z, acc[r][z]);
+    }
+}
+
+/* Up to 16 accumulators: 8 vectors of features for 2 rows, 4 for 4, 2 for 8. */
+#define DEC_NZ(rows) ((rows) <= 2 ? 8 : (rows) <= 4 ? 4 : 2)
+#define DEC_PV(rows)                                                                                              \
+    (dv % (16 * DEC_NZ(rows)) == 0 ? dec_pv(rows, DEC_NZ(rows), nk, p, vr, dv, o) : dec_pv(rows, 2, nk, p, vr, dv, o))
+
+TARGET_ static void dec_pv_rows(int rows, int nk, const float *p, const uint16_t *const *vr, int64_t dv, float *o) {
+    switch (rows) {
+    case 1: DEC_PV(1); break;
+    case 2: DEC_PV(2); break;
+    case 3: DEC_PV(3); break;
+    case 4: DEC_PV(4); break;
+    case 5: DEC_PV(5); break;
+    case 6: DEC_PV(6); break;
+    case 7: DEC_PV(7); break;
+    default: DEC_PV(8); break;
+    }
+}
+
+/* As attn_decode_unit (k_attention.c): unit (batch, kv head, split), rows
+ * and keys read in place. */
+TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
+    int64_t sp = u % c->nsplit, kvh = (u / c->nsplit) % c->hkv, bi = u / (c->nsplit * c->hkv);
+    int64_t rows = c->rep * c->s, d = c->d, dv = c->dv;
+    const uint16_t *q[HR_ATTN_DEC_ROWS], *kr[BK], *vr[BK];
+    uint16_t *zero = (uint16_t *)s->kp; /* [d]: stands in for keys past the block's end */
+    memset(zero, 0, sizeof(uint16_t) * (size_t)d);
+    float *o = s->ot; /* [rows][dv] */
+    for (int64_t r = 0; r < rows; r++)
+        q[r] = (const uint16_t *)hr_attn_at(c->q, bi, kvh * c->rep + r % c->rep, r / c->rep);
+    int64_t lo, hi;
+    hr_attn_decode_start(c, s, sp, o, &lo, &hi);
+    for (int64_t j0 = lo; j0 < hi; j0 += BK) {
+        int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
+        if (c->mask && hr_attn_block_masked(c, bi, kvh, 0, rows, j0, nk)) continue;
+        const uint16_t *k0 = (const uint16_t *)hr_attn_at(c->k, bi, kvh, j0);
+        const uint16_t *v0 = (const uint16_t *)hr_attn_at(c->v, bi, kvh, j0);
+        for (int j = 0; j < BK; j++) kr[j] = j < nk ? k0 + j * c->k->strides[2] : zero;
+        for (int j = 0; j < nk; j++) vr[j] = v0 + j * c->v->strides[2];
+        for (int64_t r = 0; r < rows; r++)
+            for (int g = 0; g < nk; g += 16) dec_qk16(q[r], kr + g, d, c->scale, s->st + r * BK + g);
+        for (int64_t r = 0; r < rows; r++) {
+            float *p = s->st + r * BK;
+            int64_t qi = r / c->rep;
+            hr_attn_mask_row(c, s->row, p, bi, kvh * c->rep + r % c->rep, qi, c->t - c->s + qi, j0, nk);
+            float corr = hr_attn_softmax_step(c, s, p, nk, r);
+            if (corr != 1.0f) scale_row(o + r * dv, dv, corr);
+        }
+        dec_pv_rows((int)rows, nk, s->st, vr, dv, o);
+    }
+    hr_attn_decode_finish(c, s, u, o);
+}
