@@ -69,6 +69,7 @@ typedef struct {
 static pool g_pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 static pthread_mutex_t g_region_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local bool tl_in_region;
+static _Thread_local int tl_planned; /* hr_parallel_plan_set; 0: none */
 static int g_num_threads;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -179,8 +180,11 @@ hr_status hr_set_num_threads(int n) {
     return HR_OK;
 }
 
+void hr_parallel_plan_set(int nth) { tl_planned = nth > 0 ? nth : 0; }
+
 int hr_parallel_threads_for(int64_t work, int64_t min_per_thread) {
     int n = hr_num_threads();
+    if (tl_planned && tl_planned < n) n = tl_planned;
     if (min_per_thread < 1) min_per_thread = 1;
     int64_t want = work / min_per_thread;
     if (want < 1) want = 1;
@@ -191,7 +195,7 @@ void hr_parallel_run(hr_parallel_fn fn, void *ctx, int nth) {
     int total = hr_num_threads();
     if (nth <= 0) nth = total;
     if (nth > MAX_TASKS) nth = MAX_TASKS;
-    if (nth == 1 || total == 1 || tl_in_region || pthread_mutex_trylock(&g_region_lock) != 0) {
+    if (nth == 1 || total == 1 || tl_planned == 1 || tl_in_region || pthread_mutex_trylock(&g_region_lock) != 0) {
         /* Nested or concurrent regions run serially rather than deadlock. */
         for (int i = 0; i < nth; i++) fn(ctx, i, nth);
         return;

@@ -18,8 +18,15 @@ typedef void (*hr_parallel_fn)(void *ctx, int ith, int nth);
 void hr_parallel_run(hr_parallel_fn fn, void *ctx, int nth);
 
 /* Threads worth using for `work` units when one thread should get at
- * least `min_per_thread` of them. */
+ * least `min_per_thread` of them; never more than the planned count. */
 int hr_parallel_threads_for(int64_t work, int64_t min_per_thread);
+
+/* The calling thread's planned thread count, set by a compiled plan around
+ * each node it replays (0: none). While it is 1, every region of this
+ * thread runs its tasks serially on it, the pool untouched; above 1 it
+ * caps hr_parallel_threads_for. Task counts, and so results, are the
+ * kernel's own either way. */
+void hr_parallel_plan_set(int nth);
 
 /* [begin, end) of thread ith's share of n items. */
 static inline void hr_split_range(int64_t n, int ith, int nth, int64_t *begin, int64_t *end) {

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/threadpool.h"
 #include "device/device_impl.h"
 #include "graph/fuse.h"
 #include "hubrt/graph.h"
@@ -349,6 +350,7 @@ hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_
     if (s == HR_OK && fold_constants) s = fold_weight_only_nodes(p);
     if (s == HR_OK && fusion_enabled(p)) s = hr_plan_fuse(p);
     if (s == HR_OK && chain_fusion_enabled(p)) s = hr_plan_fuse_chains(p);
+    if (s == HR_OK) hr_plan_assign_threads(p);
     if (s == HR_OK && p->device->host_visible) {
         p->arena_size = hr_plan_assign_arena(p);
         if (p->arena_size == (size_t)-1) s = hr_error(HR_ERR_OOM, "plan: out of memory planning the arena");
@@ -372,10 +374,10 @@ hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_
     p->structure_hash = structure_hash(p);
     p->build_ms = (hr_profile_now() - t0) * 1e3;
     hr_log(HR_LOG_DEBUG,
-           "plan: %d nodes, %d dead, %d folded, %d fused into %d (%d chains), %d in place, arena %zu bytes, "
-           "built in %.1f ms",
-           p->n_nodes, p->n_dead, p->n_folded, p->n_absorbed, p->n_fused, p->n_chains, p->n_inplace, p->arena_size,
-           p->build_ms);
+           "plan: %d nodes, %d dead, %d folded, %d fused into %d (%d chains), %d in place, %d on one thread, "
+           "arena %zu bytes, built in %.1f ms",
+           p->n_nodes, p->n_dead, p->n_folded, p->n_absorbed, p->n_fused, p->n_chains, p->n_inplace, p->n_serial,
+           p->arena_size, p->build_ms);
     *out = p;
     return HR_OK;
 }
@@ -412,6 +414,7 @@ hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **ou
         const hr_tensor *const *ins = &p->in_ptrs[n->first_tensor];
         hr_tensor *const *outs = (hr_tensor *const *)&p->in_ptrs[n->first_tensor + n->n_in];
         double t0 = profile ? hr_profile_now() : 0;
+        hr_parallel_plan_set(n->threads);
         if (n->fused && p->fused[n->fused - 1].is_chain)
             s = hr_cpu_fused_chain(&p->fused[n->fused - 1].chain);
         else if (n->fused)
@@ -422,6 +425,7 @@ hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **ou
         if (profile) hr_profile_add(n->op, hr_profile_now() - t0);
         if (s != HR_OK) s = hr_error_context(s, "compiled call: op %d '%s'", i, hr_op_name(n->op));
     }
+    hr_parallel_plan_set(0);
     for (int i = 0; i < p->n_out; i++) {
         if (s == HR_OK) {
             const hr_tensor *o = &p->outputs[i];

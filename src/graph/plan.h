@@ -30,6 +30,7 @@ typedef struct hr_plan_node {
     bool folded; /* reads only weights: ran once at build, result kept */
     bool absorbed; /* an earlier fused node does its work */
     int fused;     /* 1 + index into plan->fused: runs that kernel instead of op */
+    int threads;   /* planned thread count (graph/plan_threads.c); 0: the kernel's choice */
     size_t attrs_size;
     unsigned char attrs[HR_CAPTURE_ATTRS_MAX];
 } hr_plan_node;
@@ -69,6 +70,7 @@ typedef struct hr_plan {
     int n_absorbed;           /* nodes whose work a fused node does */
     int n_chains;             /* fused nodes that run elementwise chains */
     int n_inplace;            /* outputs given a dead input's arena slot */
+    int n_serial;             /* nodes planned on one thread */
     int n_fused, cap_fused;
     hr_plan_fused *fused;
     double build_ms;          /* passes and arena, capture excluded */
@@ -86,6 +88,9 @@ void hr_plan_free(hr_plan *plan);
 /* The index of the value a plan tensor points at (its buf is the value's
  * `bound` header). */
 int hr_plan_value_index(const hr_plan *plan, const hr_tensor *t);
+
+/* Plans each running node's thread count (HUBRT_PLAN_THREADS=0: none). */
+void hr_plan_assign_threads(hr_plan *plan);
 
 /* Assigns arena offsets to TEMP values by liveness (exposed for tests). */
 size_t hr_plan_assign_arena(hr_plan *plan);

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/threadpool.h"
 #include "graph/disk_cache.h"
 #include "hubrt.h"
 #include "hubrt/graph.h"
@@ -828,6 +829,58 @@ static void test_eltwise_chain_fusion(void **state) {
     hr_cpu_isa_set(isa_before);
 }
 
+/* ---- threading plan ----------------------------------------------------------- */
+
+/* A large add and a norm of one row, as in a decode step. */
+static hr_status fn_threads(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
+    hr_status s = hr_add(in[0], in[0], &out[0]);
+    return s == HR_OK ? hr_rms_norm(in[1], ctx, 1e-6, 0, &out[1]) : s;
+}
+
+static void test_threading_plan(void **state) {
+    setenv("HUBRT_CACHE", "0", 1);
+    int before = hr_num_threads();
+    assert_int_equal(hr_set_num_threads(4), HR_OK);
+    int64_t xs[2] = {64, 4096}, rs[3] = {1, 1, 576}, ws[1] = {576};
+    hr_tensor *x = filled(2, xs, 0.4f), *r = filled(3, rs, 0.9f), *w = filled(1, ws, 1.7f), *want[2] = {0};
+    const hr_tensor *in[2] = {x, r};
+    hr_capture cap;
+    assert_int_equal(hr_capture_begin(&cap, in, 2), HR_OK);
+    assert_int_equal(fn_threads(w, in, 2, want, 2), HR_OK);
+    assert_int_equal(hr_capture_end(&cap, want, 2), HR_OK);
+    hr_plan *p = NULL, *plain = NULL;
+    assert_int_equal(hr_plan_build(&cap, want, 2, 2, false, &p), HR_OK);
+    setenv("HUBRT_PLAN_THREADS", "0", 1);
+    assert_int_equal(hr_plan_build(&cap, want, 2, 2, false, &plain), HR_OK);
+    unsetenv("HUBRT_PLAN_THREADS");
+    /* 256 Ki elements of add: every thread; one row of 576: one thread */
+    assert_int_equal(p->nodes[0].threads, 4);
+    assert_int_equal(p->nodes[1].threads, 1);
+    assert_int_equal(p->n_serial, 1);
+    assert_int_equal(plain->nodes[0].threads, 0);
+    assert_int_equal(plain->nodes[1].threads, 0);
+    hr_plan *plans[2] = {p, plain};
+    for (int k = 0; k < 2; k++)
+        for (int rep = 0; rep < 2; rep++) {
+            hr_tensor *got[2] = {0};
+            assert_int_equal(hr_plan_run(plans[k], in, got), HR_OK);
+            for (int i = 0; i < 2; i++) {
+                assert_same(got[i], want[i]);
+                hr_tensor_free(got[i]);
+            }
+        }
+    /* the plan's count does not outlive its call */
+    assert_int_equal(hr_parallel_threads_for(1 << 30, 1), 4);
+    hr_plan_free(p);
+    hr_plan_free(plain);
+    hr_capture_free(&cap);
+    for (int i = 0; i < 2; i++) hr_tensor_free(want[i]);
+    hr_tensor_free(x);
+    hr_tensor_free(r);
+    hr_tensor_free(w);
+    assert_int_equal(hr_set_num_threads(before), HR_OK);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replay_matches_eager),
@@ -840,6 +893,7 @@ int main(void) {
         cmocka_unit_test(test_fusion_of_linears_and_epilogues),
         cmocka_unit_test(test_fused_residual_in_place),
         cmocka_unit_test(test_eltwise_chain_fusion),
+        cmocka_unit_test(test_threading_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

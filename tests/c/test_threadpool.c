@@ -120,12 +120,50 @@ static void test_concurrent_callers(void **state) {
     assert_int_equal(atomic_load(&failures), 0);
 }
 
+typedef struct {
+    pthread_t caller;
+    atomic_int elsewhere, ran;
+} where_ran;
+
+/* Each task holds its thread ~50 us, long enough for the pool's workers
+ * to claim some of a region's tasks when they may. */
+static void note_thread(void *ctx, int ith, int nth) {
+    where_ran *w = ctx;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do clock_gettime(CLOCK_MONOTONIC, &t1);
+    while ((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec) < 50000);
+    if (!pthread_equal(pthread_self(), w->caller)) atomic_fetch_add(&w->elsewhere, 1);
+    atomic_fetch_add(&w->ran, 1);
+}
+
+/* A planned count of 1 keeps every region on the caller; a larger one
+ * caps hr_parallel_threads_for; 0 lifts the plan. */
+static void test_planned_thread_count(void **state) {
+    int before = hr_num_threads();
+    assert_int_equal(hr_set_num_threads(4), HR_OK);
+    where_ran w = {.caller = pthread_self()};
+    hr_parallel_plan_set(1);
+    assert_int_equal(hr_parallel_threads_for(1 << 30, 1), 1);
+    for (int rep = 0; rep < 50; rep++) hr_parallel_run(note_thread, &w, 8);
+    assert_int_equal(atomic_load(&w.ran), 50 * 8);
+    assert_int_equal(atomic_load(&w.elsewhere), 0);
+    hr_parallel_plan_set(2);
+    assert_int_equal(hr_parallel_threads_for(1 << 30, 1), 2);
+    assert_int_equal(hr_parallel_threads_for(100, 64), 1);
+    hr_parallel_plan_set(0);
+    assert_int_equal(hr_parallel_threads_for(1 << 30, 1), 4);
+    run_tally(8); /* the pool still serves regions */
+    assert_int_equal(hr_set_num_threads(before), HR_OK);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tasks_beyond_threads),
         cmocka_unit_test(test_uneven_tasks),
         cmocka_unit_test(test_wake_after_sleep),
         cmocka_unit_test(test_concurrent_callers),
+        cmocka_unit_test(test_planned_thread_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
