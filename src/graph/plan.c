@@ -89,6 +89,29 @@ static bool inplace_enabled(void) {
     return !env || strcmp(env, "0");
 }
 
+/* The tensors node n reads and writes when an output of it may take an
+ * input's slot; false when none may. A chain node reads each block of
+ * its operands before it writes that block of its output. */
+static bool inplace_io(const hr_plan *p, const hr_plan_node *n, const hr_tensor **ins, int *n_in,
+                       const hr_tensor **outs, int *n_out) {
+    if (!hr_plan_node_live(n) || n->absorbed) return false;
+    if (n->fused) {
+        const hr_plan_fused *f = &p->fused[n->fused - 1];
+        if (!f->is_chain) return false;
+        *n_in = f->chain.n_operands;
+        memcpy(ins, f->chain.operands, sizeof *ins * (size_t)*n_in);
+        *n_out = 1;
+        outs[0] = f->chain.out;
+        return true;
+    }
+    if (!inplace_safe(n->op)) return false;
+    *n_in = n->n_in;
+    *n_out = n->n_out;
+    for (int k = 0; k < n->n_in; k++) ins[k] = &p->tensors[n->first_tensor + k];
+    for (int k = 0; k < n->n_out; k++) outs[k] = &p->tensors[n->first_tensor + n->n_in + k];
+    return true;
+}
+
 /* In place where safe: an output written first by node i takes the slot
  * of an input that is dead after i, when the op allows it and both cover
  * whole values of one layout. alias[v] is the value whose slot v shares;
@@ -96,17 +119,18 @@ static bool inplace_enabled(void) {
 static int assign_in_place(const hr_plan *p, int *first, int *last, int *alias) {
     int placed = 0;
     for (int i = 0; i < p->n_nodes; i++) {
-        const hr_plan_node *n = &p->nodes[i];
-        if (!hr_plan_node_live(n) || n->absorbed || n->fused || !inplace_safe(n->op)) continue;
-        int taken[HR_MAX_OP_OUTPUTS] = {-1, -1};
-        for (int k = 0; k < n->n_out; k++) {
-            const hr_tensor *o = &p->tensors[n->first_tensor + n->n_in + k];
+        const hr_tensor *ins[HR_MAX_OP_INPUTS > HR_FUSED_MAX_OPERANDS ? HR_MAX_OP_INPUTS : HR_FUSED_MAX_OPERANDS];
+        const hr_tensor *outs[HR_MAX_OP_OUTPUTS];
+        int n_in, n_out, taken[HR_MAX_OP_OUTPUTS] = {-1, -1};
+        if (!inplace_io(p, &p->nodes[i], ins, &n_in, outs, &n_out)) continue;
+        for (int k = 0; k < n_out; k++) {
+            const hr_tensor *o = outs[k];
             int vo = hr_plan_value_index(p, o);
             if (!arena_value(p, vo) || first[vo] != i || alias[vo] >= 0 || !covers_value(p, o, vo)) continue;
             bool read_here = false;
-            for (int j = 0; j < n->n_in; j++) read_here |= hr_plan_value_index(p, &p->tensors[n->first_tensor + j]) == vo;
-            for (int j = 0; j < n->n_in && !read_here; j++) {
-                const hr_tensor *t = &p->tensors[n->first_tensor + j];
+            for (int j = 0; j < n_in; j++) read_here |= hr_plan_value_index(p, ins[j]) == vo;
+            for (int j = 0; j < n_in && !read_here; j++) {
+                const hr_tensor *t = ins[j];
                 int vi = hr_plan_value_index(p, t), slot = slot_of(alias, vi);
                 if (!arena_value(p, vi) || slot == taken[0] || slot == taken[1] || last[slot] != i ||
                     hr_dtype_size(t->dtype) != hr_dtype_size(o->dtype) || t->ndim != o->ndim ||

@@ -829,6 +829,49 @@ static void test_eltwise_chain_fusion(void **state) {
     hr_cpu_isa_set(isa_before);
 }
 
+/* exp(x), then mul by a row and scale (a chain), then exp again: the chain
+ * writes over exp's dead result; unfused, each of mul and scale does. */
+static hr_status fn_chain_over_temp(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
+    hr_tensor *a = NULL, *b = NULL, *c = NULL;
+    hr_status s = hr_exp(in[0], &a);
+    if (s == HR_OK) s = hr_mul(a, in[1], &b);
+    if (s == HR_OK) s = hr_scale(b, 0.5, 0.25, &c);
+    if (s == HR_OK) s = hr_exp(c, &out[0]);
+    hr_tensor_free(a);
+    hr_tensor_free(b);
+    hr_tensor_free(c);
+    return s;
+}
+
+static void test_chain_in_place(void **state) {
+    setenv("HUBRT_CACHE", "0", 1);
+    int64_t xs[2] = {3, 4097}, rs[1] = {4097};
+    hr_tensor *x = filled(2, xs, 0.1f), *row = filled(1, rs, 0.6f), *want = NULL, *got = NULL;
+    const hr_tensor *in[2] = {x, row};
+    hr_capture cap;
+    assert_int_equal(hr_capture_begin(&cap, in, 2), HR_OK);
+    assert_int_equal(fn_chain_over_temp(NULL, in, 2, &want, 1), HR_OK);
+    assert_int_equal(hr_capture_end(&cap, &want, 1), HR_OK);
+    size_t slot = (3 * 4097 * 4 + 63) / 64 * 64;
+    for (int fuse = 0; fuse < 2; fuse++) {
+        if (!fuse) setenv("HUBRT_FUSE_CHAINS", "0", 1);
+        hr_plan *p = NULL;
+        assert_int_equal(hr_plan_build(&cap, &want, 2, 1, false, &p), HR_OK);
+        unsetenv("HUBRT_FUSE_CHAINS");
+        assert_int_equal(p->n_chains, fuse);
+        assert_int_equal(p->n_inplace, fuse ? 1 : 2);
+        assert_int_equal(p->arena_size, slot);
+        assert_int_equal(hr_plan_run(p, in, &got), HR_OK);
+        assert_same(got, want);
+        hr_tensor_free(got);
+        hr_plan_free(p);
+    }
+    hr_capture_free(&cap);
+    hr_tensor_free(want);
+    hr_tensor_free(row);
+    hr_tensor_free(x);
+}
+
 /* ---- threading plan ----------------------------------------------------------- */
 
 /* A large add and a norm of one row, as in a decode step. */
@@ -893,6 +936,7 @@ int main(void) {
         cmocka_unit_test(test_fusion_of_linears_and_epilogues),
         cmocka_unit_test(test_fused_residual_in_place),
         cmocka_unit_test(test_eltwise_chain_fusion),
+        cmocka_unit_test(test_chain_in_place),
         cmocka_unit_test(test_threading_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
