@@ -837,9 +837,8 @@ static hr_status fn_chain_over_temp(void *ctx, const hr_tensor *const *in, int n
     if (s == HR_OK) s = hr_mul(a, in[1], &b);
     if (s == HR_OK) s = hr_scale(b, 0.5, 0.25, &c);
     if (s == HR_OK) s = hr_exp(c, &out[0]);
-    hr_tensor_free(a);
-    hr_tensor_free(b);
-    hr_tensor_free(c);
+    hr_tensor *tmp[3] = {a, b, c};
+    for (int i = 0; i < 3; i++) hr_tensor_free(tmp[i]);
     return s;
 }
 
