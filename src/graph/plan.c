@@ -438,7 +438,8 @@ hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **ou
         const hr_tensor *const *ins = &p->in_ptrs[n->first_tensor];
         hr_tensor *const *outs = (hr_tensor *const *)&p->in_ptrs[n->first_tensor + n->n_in];
         double t0 = profile ? hr_profile_now() : 0;
-        hr_parallel_plan_set(n->threads);
+        /* a node planned on the whole pool takes a pool grown since */
+        hr_parallel_plan_set(n->threads < p->pool_threads ? n->threads : 0);
         if (n->fused && p->fused[n->fused - 1].is_chain)
             s = hr_cpu_fused_chain(&p->fused[n->fused - 1].chain);
         else if (n->fused)

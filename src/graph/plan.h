@@ -71,6 +71,7 @@ typedef struct hr_plan {
     int n_chains;             /* fused nodes that run elementwise chains */
     int n_inplace;            /* outputs given a dead input's arena slot */
     int n_serial;             /* nodes planned on one thread */
+    int pool_threads;         /* the pool's size when the threads were planned */
     int n_fused, cap_fused;
     hr_plan_fused *fused;
     double build_ms;          /* passes and arena, capture excluded */

@@ -12,6 +12,7 @@
 
 #include "core/threadpool.h"
 #include "device/device_impl.h"
+#include "hubrt/runtime.h"
 
 #define GRAIN_ELTWISE 32768   /* iter.c, k_reduce.c, k_index.c, k_fused_chain.c */
 #define GRAIN_ROWS 16384      /* k_nn.c norms and rope, topk */
@@ -72,6 +73,7 @@ static bool threads_enabled(void) {
 void hr_plan_assign_threads(hr_plan *p) {
     bool on = threads_enabled() && p->device == hr_device_cpu();
     p->n_serial = 0;
+    p->pool_threads = hr_num_threads();
     for (int i = 0; i < p->n_nodes; i++) {
         hr_plan_node *n = &p->nodes[i];
         n->threads = on && hr_plan_node_live(n) && !n->absorbed ? node_threads(p, n) : 0;

@@ -899,6 +899,7 @@ static void test_threading_plan(void **state) {
     assert_int_equal(p->nodes[0].threads, 4);
     assert_int_equal(p->nodes[1].threads, 1);
     assert_int_equal(p->n_serial, 1);
+    assert_int_equal(p->pool_threads, 4);
     assert_int_equal(plain->nodes[0].threads, 0);
     assert_int_equal(plain->nodes[1].threads, 0);
     hr_plan *plans[2] = {p, plain};
