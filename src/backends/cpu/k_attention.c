@@ -356,19 +356,24 @@ static void attn_worker(void *arg, int ith, int nth) {
     if (begin >= end) return;
     int64_t nrow = c->d > c->dv ? c->d : c->dv;
     nrow = 8 * (nrow > BK ? nrow : BK);
-    size_t n = (size_t)(BQ * c->d + BK * c->d + c->dvpad * BK + BQ * BK + BQ * BK + BQ * c->dvpad + nrow);
+    /* Decode holds DEC_ROWS query rows and one key row (sixteen bf16 ones):
+     * a small scratch, which malloc serves without mapping fresh pages at
+     * every call. */
+    int64_t nq = c->decode ? DEC_ROWS : BQ, nkr = c->decode ? 8 : BK, nvr = c->decode ? 1 : BK;
+    size_t n = (size_t)(nq * c->d + nkr * c->d + c->dvpad * nvr + (c->decode ? 0 : BQ * BK) + nq * BK +
+                        nq * c->dvpad + nrow);
     float *mem = malloc(n * sizeof(float));
     if (!mem) {
         atomic_store(&c->failed, 1);
         return;
     }
     attn_scratch s = {.qp = mem};
-    s.kp = s.qp + BQ * c->d;
-    s.vp = s.kp + BK * c->d;
-    s.pp = s.vp + c->dvpad * BK;
-    s.st = s.pp + BQ * BK;
-    s.ot = s.st + BQ * BK;
-    s.row = s.ot + BQ * c->dvpad;
+    s.kp = s.qp + nq * c->d;
+    s.vp = s.kp + nkr * c->d;
+    s.pp = s.vp + c->dvpad * nvr;
+    s.st = s.pp + (c->decode ? 0 : BQ * BK);
+    s.ot = s.st + nq * BK;
+    s.row = s.ot + nq * c->dvpad;
     void (*unit)(const attn_ctx *, attn_scratch *, int64_t) =
         !c->decode ? attn_unit : c->bf16 ? hr_attn_bf16_decode_unit : attn_decode_unit;
     for (int64_t u = begin; u < end; u++) unit(c, &s, u);

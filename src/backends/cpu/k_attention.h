@@ -38,6 +38,8 @@ typedef struct attn_ctx {
     atomic_int failed;
 } attn_ctx;
 
+/* Decode uses qp as [rows][d] query rows, kp as one key row [d] (bf16:
+ * [16][d] of them), vp as one value row, st and ot as [rows][..]. */
 typedef struct attn_scratch {
     float *qp;   /* [BQ/MR][d][MR] pre-scaled query panels */
     float *kp;   /* [BK/NR][d][NR] key panels (K^T) */

@@ -338,15 +338,18 @@ INLINE_ __m512 reduce16(__m512 a[16]) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(z01, z23, 0x88), _mm512_shuffle_f32x4(z01, z23, 0xdd));
 }
 
-/* st[0..16) = scale * q . kr[x] for sixteen key rows [d] */
-INLINE_ void dec_qk16(const uint16_t *q, const uint16_t *const *kr, int64_t d, float scale, float *st) {
+/* st[0..16) = scale * q . k[x] for sixteen key rows [d], ldk apart. The
+ * rows are reached by stepping one pointer: sixteen row pointers would not
+ * stay in registers. */
+INLINE_ void dec_qk16(const uint16_t *q, const uint16_t *k, int64_t ldk, int64_t d, float scale, float *st) {
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int x = 0; x < 16; x++) acc[x] = _mm512_setzero_ps();
     for (int64_t e = 0; e < d; e += 32) {
         __m512bh qv = (__m512bh)_mm512_loadu_si512(q + e);
+        const uint16_t *kx = k + e;
 #pragma GCC unroll 16
-        for (int x = 0; x < 16; x++) acc[x] = _mm512_dpbf16_ps(acc[x], qv, (__m512bh)_mm512_loadu_si512(kr[x] + e));
+        for (int x = 0; x < 16; x++, kx += ldk) acc[x] = _mm512_dpbf16_ps(acc[x], qv, (__m512bh)_mm512_loadu_si512(kx));
     }
     _mm512_storeu_ps(st, _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale)));
 }
@@ -406,9 +409,9 @@ TARGET_ static void dec_pv_rows(int rows, int nk, const float *p, const uint16_t
 TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     int64_t sp = u % c->nsplit, kvh = (u / c->nsplit) % c->hkv, bi = u / (c->nsplit * c->hkv);
     int64_t rows = c->rep * c->s, d = c->d, dv = c->dv;
-    const uint16_t *q[HR_ATTN_DEC_ROWS], *kr[BK], *vr[BK];
-    uint16_t *zero = (uint16_t *)s->kp; /* [d]: stands in for keys past the block's end */
-    memset(zero, 0, sizeof(uint16_t) * (size_t)d);
+    const uint16_t *q[HR_ATTN_DEC_ROWS], *vr[BK];
+    uint16_t *ktail = (uint16_t *)s->kp; /* [16][d]: the last keys of a block short of 16, zero-padded */
+    int64_t ldk = c->k->strides[2];
     float *o = s->ot; /* [rows][dv] */
     for (int64_t r = 0; r < rows; r++)
         q[r] = (const uint16_t *)hr_attn_at(c->q, bi, kvh * c->rep + r % c->rep, r / c->rep);
@@ -419,10 +422,18 @@ TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_
         if (c->mask && hr_attn_block_masked(c, bi, kvh, 0, rows, j0, nk)) continue;
         const uint16_t *k0 = (const uint16_t *)hr_attn_at(c->k, bi, kvh, j0);
         const uint16_t *v0 = (const uint16_t *)hr_attn_at(c->v, bi, kvh, j0);
-        for (int j = 0; j < BK; j++) kr[j] = j < nk ? k0 + j * c->k->strides[2] : zero;
+        int nfull = nk / 16 * 16;
+        if (nfull < nk) {
+            for (int j = nfull; j < nk; j++) memcpy(ktail + (j - nfull) * d, k0 + j * ldk, sizeof(uint16_t) * (size_t)d);
+            memset(ktail + (nk - nfull) * d, 0, sizeof(uint16_t) * (size_t)((16 - nk + nfull) * d));
+        }
         for (int j = 0; j < nk; j++) vr[j] = v0 + j * c->v->strides[2];
         for (int64_t r = 0; r < rows; r++)
-            for (int g = 0; g < nk; g += 16) dec_qk16(q[r], kr + g, d, c->scale, s->st + r * BK + g);
+            for (int g = 0; g < nk; g += 16)
+                if (g < nfull)
+                    dec_qk16(q[r], k0 + g * ldk, ldk, d, c->scale, s->st + r * BK + g);
+                else
+                    dec_qk16(q[r], ktail, d, d, c->scale, s->st + r * BK + g);
         for (int64_t r = 0; r < rows; r++) {
             float *p = s->st + r * BK;
             int64_t qi = r / c->rep;
