@@ -171,7 +171,9 @@ size_t hr_plan_assign_arena(hr_plan *plan) {
             last[v] = i;
         }
     }
-    plan->n_inplace = inplace_enabled() ? assign_in_place(plan, first, last, alias) : 0;
+    /* which ops may alias is a fact about the CPU kernels */
+    bool inplace = inplace_enabled() && plan->device == hr_device_cpu();
+    plan->n_inplace = inplace ? assign_in_place(plan, first, last, alias) : 0;
     /* Largest first; each value goes at the lowest offset that does not
      * overlap a placed value alive at the same time. */
     int m = 0;

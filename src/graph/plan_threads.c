@@ -21,7 +21,9 @@
 
 static int64_t numel(const hr_tensor *t) { return hr_shape_numel(t->ndim, t->shape); }
 
-static const hr_tensor *t_at(const hr_plan *p, const hr_plan_node *n, int k) { return &p->tensors[n->first_tensor + k]; }
+static const hr_tensor *t_at(const hr_plan *p, const hr_plan_node *n, int k) {
+    return &p->tensors[n->first_tensor + k];
+}
 
 /* Threads for a fused node: linears by their multiply-adds, a chain by
  * its output. */

@@ -357,7 +357,8 @@ static void test_arena_in_place(void **state) {
         /* exp, mul and rms_norm reuse the add's slot */
         assert_int_equal(p->n_inplace, 3);
         assert_int_equal(plain->n_inplace, 0);
-        for (int i = 1; i < 4; i++) assert_int_equal(p->values[out_value(p, i)].arena_offset, p->values[out_value(p, 0)].arena_offset);
+        size_t head = p->values[out_value(p, 0)].arena_offset;
+        for (int i = 1; i < 4; i++) assert_int_equal(p->values[out_value(p, i)].arena_offset, head);
         if (tail) {
             /* the matmul's temporary never lands on its input */
             assert_true(p->values[out_value(p, 4)].arena_offset != p->values[out_value(p, 3)].arena_offset);

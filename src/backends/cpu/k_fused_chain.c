@@ -182,7 +182,8 @@ static void round_block(hr_dtype dt, float *v, int64_t n, bool simd) {
         for (; i + 8 <= n; i += 8) _mm256_storeu_ps(v + i, round_bf16_8(_mm256_loadu_ps(v + i)));
     if (simd && dt == HR_F16)
         for (; i + 8 <= n; i += 8)
-            _mm256_storeu_ps(v + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(v + i), _MM_FROUND_TO_NEAREST_INT)));
+            _mm256_storeu_ps(v + i,
+                             _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(v + i), _MM_FROUND_TO_NEAREST_INT)));
 #else
     (void)simd;
 #endif
