@@ -116,27 +116,40 @@ TARGET_ static void pack_v(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t j
 
 /* ---- prefill: the two products ---- */
 
-/* st [TR][BK] = scale * q kp: q [TR][d/2] bf16 pairs, kp [d/2][BK] */
-INLINE_ void tile_qk(int64_t d2, const uint32_t *q, const uint32_t *kp, float *st, float scale) {
+/* st [TR][16 ng] = scale * q kp: q [TR][d/2] bf16 pairs, kp [d/2][BK] */
+INLINE_ void tile_qk(int ng, int64_t d2, const uint32_t *q, const uint32_t *kp, float *st, float scale) {
     __m512 acc[TR][4];
 #pragma GCC unroll 6
-    for (int i = 0; i < TR; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm512_setzero_ps();
+    for (int i = 0; i < TR; i++)
+#pragma GCC unroll 4
+        for (int z = 0; z < ng; z++) acc[i][z] = _mm512_setzero_ps();
     for (int64_t e = 0; e < d2; e++, kp += BK) {
-        __m512bh k0 = (__m512bh)_mm512_loadu_si512(kp), k1 = (__m512bh)_mm512_loadu_si512(kp + 16);
-        __m512bh k2 = (__m512bh)_mm512_loadu_si512(kp + 32), k3 = (__m512bh)_mm512_loadu_si512(kp + 48);
+        __m512bh k[4];
+#pragma GCC unroll 4
+        for (int z = 0; z < ng; z++) k[z] = (__m512bh)_mm512_loadu_si512(kp + 16 * z);
 #pragma GCC unroll 6
         for (int i = 0; i < TR; i++) {
             __m512bh qi = (__m512bh)_mm512_set1_epi32((int)q[i * d2 + e]);
-            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], qi, k0);
-            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], qi, k1);
-            acc[i][2] = _mm512_dpbf16_ps(acc[i][2], qi, k2);
-            acc[i][3] = _mm512_dpbf16_ps(acc[i][3], qi, k3);
+#pragma GCC unroll 4
+            for (int z = 0; z < ng; z++) acc[i][z] = _mm512_dpbf16_ps(acc[i][z], qi, k[z]);
         }
     }
     __m512 sc = _mm512_set1_ps(scale);
 #pragma GCC unroll 6
     for (int i = 0; i < TR; i++)
-        for (int z = 0; z < 4; z++) _mm512_storeu_ps(st + i * BK + 16 * z, _mm512_mul_ps(acc[i][z], sc));
+#pragma GCC unroll 4
+        for (int z = 0; z < ng; z++) _mm512_storeu_ps(st + i * BK + 16 * z, _mm512_mul_ps(acc[i][z], sc));
+}
+
+/* The scores of the first nk keys of the block (those past them are left
+ * as they were: the softmax reads nk). */
+TARGET_ static void tile_qk_keys(int nk, int64_t d2, const uint32_t *q, const uint32_t *kp, float *st, float scale) {
+    switch ((nk + 15) / 16) {
+    case 1: tile_qk(1, d2, q, kp, st, scale); break;
+    case 2: tile_qk(2, d2, q, kp, st, scale); break;
+    case 3: tile_qk(3, d2, q, kp, st, scale); break;
+    default: tile_qk(4, d2, q, kp, st, scale); break;
+    }
 }
 
 /* o [TR][16 nz] (row stride dv) += p vp over np key pairs: p [TR][BK/2]
@@ -249,16 +262,17 @@ TARGET_ static void bf16_block(const attn_ctx *c, bf16_scratch *s, int64_t bi, i
         for (int64_t ti = 0; ti < ntile; ti++) {
             int64_t last = r0 + (ti * TR + TR < nq ? ti * TR + TR : nq) - 1, pos = c->t - c->s + last / c->rep;
             nkt[ti] = c->causal && pos - j0 + 1 < nk ? (int)(pos - j0 + 1 > 0 ? pos - j0 + 1 : 0) : nk;
-            if (nkt[ti] > 0) tile_qk(d2, (const uint32_t *)s->q + ti * TR * d2, kp, s->st + ti * TR * BK, c->scale);
+            if (nkt[ti] > 0) tile_qk_keys(nkt[ti], d2, (const uint32_t *)s->q + ti * TR * d2, kp, s->st + ti * TR * BK, c->scale);
         }
         for (int64_t i = 0; i < nq; i++) {
-            if (!nkt[i / TR]) continue;
+            int nkr = nkt[i / TR]; /* the keys past it are hidden from the whole tile */
+            if (!nkr) continue;
             int64_t r = r0 + i, qi = r / c->rep, pos = c->t - c->s + qi;
             float *st = s->st + i * BK;
-            if (c->softcap > 0 || c->mask || (c->causal && j0 + nk - 1 > pos) ||
+            if (c->softcap > 0 || c->mask || (c->causal && j0 + nkr - 1 > pos) ||
                 (c->window > 0 && pos - j0 >= c->window))
-                hr_attn_mask_row(c, s->tmp, st, bi, kvh * c->rep + r % c->rep, qi, pos, j0, nk);
-            float corr = softmax_row(st, s->p + i * BK, nk, &s->m[i], &s->l[i]);
+                hr_attn_mask_row(c, s->tmp, st, bi, kvh * c->rep + r % c->rep, qi, pos, j0, nkr);
+            float corr = softmax_row(st, s->p + i * BK, nkr, &s->m[i], &s->l[i]);
             if (corr != 1.0f) scale_row(s->o + i * dv, dv, corr);
         }
         for (int64_t i = nq; i < ntile * TR; i++) memset(s->p + i * BK, 0, sizeof(uint16_t) * BK);
