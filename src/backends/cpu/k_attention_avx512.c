@@ -80,12 +80,12 @@ INLINE_ void transpose16(__m512i r[16]) {
 TARGET_ static void pack_k(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t j0, int nk, uint32_t *dst) {
     int64_t d2 = c->d / 2;
     for (int g = 0; g < BK; g += 16) {
-        const uint32_t *rowp[16];
+        const uint16_t *rowp[16];
         for (int x = 0; x < 16; x++)
-            rowp[x] = g + x < nk ? (const uint32_t *)hr_attn_at(c->k, bi, kvh, j0 + g + x) : NULL;
+            rowp[x] = g + x < nk ? (const uint16_t *)hr_attn_at(c->k, bi, kvh, j0 + g + x) : NULL;
         for (int64_t h = 0; h < d2; h += 16) {
             __m512i r[16];
-            for (int x = 0; x < 16; x++) r[x] = rowp[x] ? _mm512_loadu_si512(rowp[x] + h) : _mm512_setzero_si512();
+            for (int x = 0; x < 16; x++) r[x] = rowp[x] ? _mm512_loadu_si512(rowp[x] + 2 * h) : _mm512_setzero_si512();
             transpose16(r);
             for (int x = 0; x < 16; x++) _mm512_storeu_si512(dst + (h + x) * BK + g, r[x]);
         }
