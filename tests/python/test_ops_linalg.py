@@ -47,6 +47,26 @@ def test_linear(isa, dtype, m, n, k):
     check(hubrt.ops.linear(to_hr(x), to_hr(w)), F.linear(x, w), k)
 
 
+# The skinny bf16 route's edges: every row count 5..17 and ones around its
+# tiles of 6 x rows and its passes of up to 192 rows (63, 65, 97, 513),
+# weight row counts around its blocks of 4 and chunks of 32 (1, 3, 5, 17,
+# 37, 67), K around its vectors of 32 and K blocks of up to 2048 (33, 4097:
+# three blocks, 8192: four, with fewer rows per pass).
+SKINNY_SHAPES = [(5, 17, 32), (6, 5, 33), (7, 3, 4097), (8, 1, 32), (9, 17, 33), (10, 5, 8192), (11, 3, 32),
+                 (12, 1, 4097), (13, 17, 8192), (14, 5, 32), (15, 3, 33), (16, 17, 4097), (17, 1, 33),
+                 (63, 17, 33), (65, 5, 4097), (97, 3, 8192), (513, 17, 33), (65, 67, 4097), (200, 37, 8192),
+                 (513, 70, 1024)]
+
+
+@pytest.mark.parametrize("m,n,k", SKINNY_SHAPES)
+def test_linear_skinny(isa, m, n, k):
+    x, w, b = rand(m, k, dtype="bf16"), rand(n, k, dtype="bf16", seed=1), rand(n, dtype="bf16", seed=2)
+    check(hubrt.ops.linear(to_hr(x), to_hr(w), to_hr(b)), F.linear(x, w, b), k)
+    # the weight a slice of a wider one: rows further apart than K
+    wide = to_hr(torch.cat([w, rand(n, 5, dtype="bf16", seed=3)], dim=1)).narrow(1, 0, k)
+    check(hubrt.ops.linear(to_hr(x), wide), F.linear(x, w), k)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lead", [(), (2,), (2, 3)])
 @pytest.mark.parametrize("m", [1, 5])

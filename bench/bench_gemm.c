@@ -1,0 +1,201 @@
+/* Skinny GEMM micro-benchmark: GFLOP/s of hr_linear with bf16 x [M, K] and
+ * bf16 W [N, K] (the batched-decode and prefill linears), as a share of the
+ * bf16 compute peak measured in the same run by a vdpbf16ps register loop.
+ *
+ * Each shape runs twice per M: "warm" calls one weight again and again (it
+ * stays in L2/L3 when small enough), "cold" cycles through distinct copies
+ * totaling --mib MiB (default 256, well above the 32 MiB L3), so the weights
+ * come from DRAM as in a model step. A sample is one pass of `count` calls;
+ * the warm and cold samples alternate, and the best of --samples is reported
+ * with the median.
+ *
+ * Built by `make` (CMake target bench_gemm in the build folder).
+ * Run: B/bench_gemm [--model qwen3|llama|all] [--rows 16,64,512] [--threads T]
+ *                   [--mib M] [--samples S] [--only NAME] [--no-huge]
+ * The weights get madvise(MADV_HUGEPAGE) (THP is "madvise" here), as the
+ * model loader does, unless --no-huge. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "hubrt.h"
+
+typedef struct shape {
+    const char *name;
+    int64_t n, k;
+} shape;
+
+static const shape QWEN3[] = {
+    {"qwen3 q_proj", 2048, 1024},  {"qwen3 k/v_proj", 1024, 1024}, {"qwen3 o_proj", 1024, 2048},
+    {"qwen3 gate/up", 3072, 1024}, {"qwen3 down", 1024, 3072},     {"qwen3 lm_head", 151936, 1024},
+};
+static const shape LLAMA[] = {
+    {"llama q/o_proj", 2048, 2048}, {"llama k/v_proj", 512, 2048}, {"llama gate/up", 8192, 2048},
+    {"llama down", 2048, 8192},     {"llama lm_head", 128256, 2048},
+};
+
+static void check(hr_status s, const char *what) { bench_check("bench_gemm", s, what); }
+
+/* ---- the peak: 24 independent vdpbf16ps chains per thread ---- */
+
+#define DP(n) "vdpbf16ps %%zmm30, %%zmm31, %%zmm" #n "\n\t"
+#define DP8(a, b, c, d, e, f, g, h) DP(a) DP(b) DP(c) DP(d) DP(e) DP(f) DP(g) DP(h)
+#define DP24 DP8(0, 1, 2, 3, 4, 5, 6, 7) DP8(8, 9, 10, 11, 12, 13, 14, 15) DP8(16, 17, 18, 19, 20, 21, 22, 23)
+#define CLOBBER24                                                                                             \
+    "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",         \
+        "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",    \
+        "xmm23"
+#define PEAK_ITERS 4000000L /* x 24 instructions: ~0.2 s on one Zen 4 core */
+
+typedef struct peak_arg {
+    double gflops;
+} peak_arg;
+
+/* One thread's best of three timed runs, in GFLOP/s (64 flop per zmm
+ * vdpbf16ps: 16 lanes x 2 products x 2). */
+__attribute__((target("avx512f,avx512bf16"))) static void *peak_thread(void *arg) {
+    peak_arg *a = arg;
+    __asm__ volatile("vpxord %%zmm30, %%zmm30, %%zmm30\n\tvpxord %%zmm31, %%zmm31, %%zmm31" ::: "xmm30", "xmm31");
+    a->gflops = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = bench_now_s();
+        for (long i = 0; i < PEAK_ITERS; i++) __asm__ volatile(DP24 ::: CLOBBER24);
+        double g = 24.0 * 64.0 * (double)PEAK_ITERS / (bench_now_s() - t0) / 1e9;
+        if (g > a->gflops) a->gflops = g;
+    }
+    return NULL;
+}
+
+/* Sum over nth threads running the loop at once. */
+static double peak_gflops(int nth) {
+    pthread_t th[64];
+    peak_arg args[64];
+    for (int i = 1; i < nth; i++) pthread_create(&th[i], NULL, peak_thread, &args[i]);
+    peak_thread(&args[0]);
+    double total = args[0].gflops;
+    for (int i = 1; i < nth; i++) {
+        pthread_join(th[i], NULL);
+        total += args[i].gflops;
+    }
+    return total;
+}
+
+/* ---- one shape at one M ---- */
+
+typedef struct result {
+    double best, median;
+} result;
+
+static result summarize(double *v, int samples) {
+    qsort(v, (size_t)samples, sizeof *v, bench_cmp_double);
+    return (result){v[samples - 1], v[samples / 2]};
+}
+
+static void bench_shape(const shape *s, int64_t rows, size_t total, int samples, bool huge, double peak) {
+    size_t count, bytes;
+    char *buf;
+    hr_tensor **w = bench_weights("bench_gemm", s->n, s->k, total, huge, &count, &buf, &bytes);
+    size_t wbytes = bytes / count;
+    int64_t xshape[2] = {rows, s->k}, yshape[2] = {rows, s->n};
+    uint16_t *xh = malloc((size_t)(rows * s->k) * 2);
+    for (int64_t i = 0; i < rows * s->k; i++) xh[i] = (uint16_t)(0x3c00u | (i & 127));
+    hr_tensor *x, *y;
+    check(hr_tensor_from_host(hr_device_cpu(), HR_BF16, 2, xshape, xh, (size_t)(rows * s->k) * 2, &x), "x");
+    check(hr_tensor_empty(hr_device_cpu(), HR_BF16, 2, yshape, &y), "y");
+    hr_op lin;
+    check(hr_op_find("linear", &lin), "op");
+    double flop = 2.0 * (double)rows * (double)s->n * (double)s->k;
+    double *warm = malloc((size_t)samples * sizeof *warm), *cold = malloc((size_t)samples * sizeof *cold);
+    for (int it = -1; it < samples; it++) { /* it -1 warms up (page faults, pool) */
+        for (int pass = 0; pass < 2; pass++) {
+            double t0 = bench_now_s();
+            for (size_t i = 0; i < count; i++) {
+                const hr_tensor *in[2] = {x, w[pass == 0 ? 0 : i]};
+                check(hr_op_run(lin, NULL, in, 2, &y, 1), "linear");
+            }
+            double g = flop * (double)count / (bench_now_s() - t0) / 1e9;
+            if (it >= 0) (pass == 0 ? warm : cold)[it] = g;
+        }
+    }
+    result rw = summarize(warm, samples), rc = summarize(cold, samples);
+    printf("%-16s N=%6lld K=%5lld M=%4lld %3zu x %6.1f MB | warm best %6.1f med %6.1f GF/s %3.0f%% | "
+           "cold best %6.1f med %6.1f GF/s %3.0f%% | %8.1f us/call cold\n",
+           s->name, (long long)s->n, (long long)s->k, (long long)rows, count, (double)wbytes / 1e6, rw.best,
+           rw.median, 100.0 * rw.best / peak, rc.best, rc.median, 100.0 * rc.best / peak,
+           flop / rc.best / 1e3);
+    fflush(stdout);
+    for (size_t i = 0; i < count; i++) hr_tensor_free(w[i]);
+    hr_tensor_free(x);
+    hr_tensor_free(y);
+    free(w);
+    free(xh);
+    free(warm);
+    free(cold);
+    munmap(buf, bytes);
+}
+
+static int parse_rows(const char *arg, int64_t *rows, int max) {
+    int n = 0;
+    for (const char *p = arg; *p && n < max;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1) return -1;
+        rows[n++] = v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *model = "all", *only = NULL;
+    int nth = 2, samples = 7, nrows = 3;
+    int64_t rows[16] = {16, 64, 512};
+    size_t mib = 256;
+    bool huge = true;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--rows") && i + 1 < argc) nrows = parse_rows(argv[++i], rows, 16);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) nth = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--samples") && i + 1 < argc) samples = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--no-huge")) huge = false;
+        else {
+            fprintf(stderr, "usage: %s [--model qwen3|llama|all] [--rows 16,64,512] [--threads T] [--mib M] "
+                            "[--samples S] [--only NAME] [--no-huge]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (nrows < 1 || nth < 1 || nth > 64 || samples < 1) {
+        fprintf(stderr, "bench_gemm: rows (a comma list of counts >= 1), threads (1..64) and samples (>= 1)\n");
+        return 2;
+    }
+    check(hr_set_num_threads(nth), "threads");
+    if (!hr_cpu_features_get()->avx512_bf16) {
+        fprintf(stderr, "bench_gemm: the peak loop needs AVX512_BF16\n");
+        return 1;
+    }
+    double peak1 = peak_gflops(1), peak = peak_gflops(nth);
+    printf("isa %s, %d threads, %zu MiB of weights per cold pass%s; vdpbf16ps peak %.1f GF/s (1 thread), "
+           "%.1f GF/s (%d): %% below is of the latter\n",
+           hr_cpu_isa_name(hr_cpu_isa_get()), nth, mib, huge ? ", huge pages" : "", peak1, peak, nth);
+    bool all = !strcmp(model, "all");
+    for (int r = 0; r < nrows; r++) {
+        if (all || !strcmp(model, "qwen3"))
+            for (size_t i = 0; i < sizeof QWEN3 / sizeof *QWEN3; i++)
+                if (!only || strstr(QWEN3[i].name, only))
+                    bench_shape(&QWEN3[i], rows[r], mib << 20, samples, huge, peak);
+        if (all || !strcmp(model, "llama"))
+            for (size_t i = 0; i < sizeof LLAMA / sizeof *LLAMA; i++)
+                if (!only || strstr(LLAMA[i].name, only))
+                    bench_shape(&LLAMA[i], rows[r], mib << 20, samples, huge, peak);
+    }
+    return 0;
+}

@@ -1,0 +1,64 @@
+/* Helpers shared by the C micro-benchmarks (bench/bench_*.c): a monotonic
+ * clock, a comparator for sorting samples, and exit-on-error for hubrt
+ * calls. Each benchmark is its own executable, so these are static. */
+#ifndef HUBRT_BENCH_UTIL_H
+#define HUBRT_BENCH_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "hubrt.h"
+
+static inline double bench_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* qsort comparator: ascending doubles. */
+static inline int bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Exits with `prog: what: hubrt's message` unless s is HR_OK. */
+static inline void bench_check(const char *prog, hr_status s, const char *what) {
+    if (s != HR_OK) {
+        fprintf(stderr, "%s: %s: %s\n", prog, what, hr_last_error());
+        exit(1);
+    }
+}
+
+/* `count` distinct bf16 weights [n, k], together at least `total` bytes
+ * (count >= 1), so that cycling through them reads from memory as a model
+ * step does: one anonymous mapping (*buf, *bytes; munmap it after freeing
+ * the tensors), huge pages when `huge`, filled with small random values
+ * (exponent near 1) so sums stay finite. Returns the calloc'd tensors. */
+static inline hr_tensor **bench_weights(const char *prog, int64_t n, int64_t k, size_t total, bool huge,
+                                        size_t *count, char **buf, size_t *bytes) {
+    size_t wbytes = (size_t)(n * k) * 2;
+    *count = (total + wbytes - 1) / wbytes;
+    *bytes = *count * wbytes;
+    *buf = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (*buf == MAP_FAILED) {
+        fprintf(stderr, "%s: cannot map %zu bytes\n", prog, *bytes);
+        exit(1);
+    }
+    if (huge) madvise(*buf, *bytes, MADV_HUGEPAGE);
+    uint32_t seed = 12345u;
+    for (size_t i = 0; i < *bytes / 2; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        ((uint16_t *)*buf)[i] = (uint16_t)(0x3c00u | (seed >> 25));
+    }
+    int64_t shape[2] = {n, k};
+    hr_tensor **w = calloc(*count, sizeof *w);
+    for (size_t i = 0; i < *count; i++)
+        bench_check(prog, hr_tensor_wrap_host(HR_BF16, 2, shape, NULL, *buf + i * wbytes, wbytes, NULL, NULL, &w[i]),
+                    "wrap weight");
+    return w;
+}
+
+#endif
