@@ -178,28 +178,34 @@ INLINE_ void tile_pv(int np, int nz, const uint32_t *p, const uint16_t *vp, int6
 }
 
 /* One row of the online softmax: scores st[0..nk) against the running max
- * *m become probabilities in bf16 p[0..BK) (zeros past nk); returns the
- * factor for the row's earlier numerators. The denominator sums the f32
- * probabilities. */
+ * *m become probabilities in bf16 p[0..16 ceil(nk / 16)) (zeros past nk);
+ * returns the factor for the row's earlier numerators. The denominator
+ * sums the f32 probabilities, kept as 16 lane sums l until the end. */
 INLINE_ float softmax_row(const float *st, uint16_t *p, int nk, float *m, float *l) {
+    int nz = (nk + 15) / 16;
     __m512 v[BK / 16], mx = _mm512_set1_ps(-INFINITY);
-    for (int z = 0; z < BK / 16; z++) {
+    for (int z = 0; z < nz; z++) {
         v[z] = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), lanes_left(nk - 16 * z), st + 16 * z);
         mx = _mm512_max_ps(mx, v[z]);
     }
     float bm = _mm512_reduce_max_ps(mx);
     if (bm == -INFINITY) { /* nothing to attend in this block */
-        memset(p, 0, sizeof(uint16_t) * BK);
+        memset(p, 0, sizeof(uint16_t) * 16 * (size_t)nz);
         return 1.0f;
     }
-    float mn = bm > *m ? bm : *m, corr = expf(*m - mn);
+    /* the running max seldom moves once a few blocks are in: no exp then */
+    float mn = *m, corr = 1.0f;
+    if (bm > mn) {
+        corr = _mm512_cvtss_f32(exp16(_mm512_set1_ps(mn - bm)));
+        mn = bm;
+    }
     __m512 mv = _mm512_set1_ps(mn), sum = _mm512_setzero_ps();
-    for (int z = 0; z < BK / 16; z++) {
+    for (int z = 0; z < nz; z++) {
         __m512 e = exp16(_mm512_sub_ps(v[z], mv));
         sum = _mm512_add_ps(sum, e);
         _mm256_storeu_si256((__m256i *)(p + 16 * z), (__m256i)_mm512_cvtneps_pbh(e));
     }
-    *l = *l * corr + _mm512_reduce_add_ps(sum);
+    _mm512_storeu_ps(l, _mm512_fmadd_ps(_mm512_loadu_ps(l), _mm512_set1_ps(corr), sum));
     *m = mn;
     return corr;
 }
@@ -218,7 +224,7 @@ typedef struct bf16_scratch {
     uint16_t *p;     /* [BQ][BK] probabilities */
     float *o;        /* [BQ][dv] running numerators */
     float *tmp;      /* [BK] a mask row */
-    float m[BQ], l[BQ];
+    float m[BQ], l[BQ][16]; /* running max; running denominator as lane sums */
 } bf16_scratch;
 
 /* Query block rb of (bi, kvh): rows r0.. of the pair, row r being query
@@ -234,7 +240,7 @@ TARGET_ static void bf16_block(const attn_ctx *c, bf16_scratch *s, int64_t bi, i
         else
             memset(s->q + i * c->d, 0, sizeof(uint16_t) * (size_t)c->d);
         s->m[i] = -INFINITY;
-        s->l[i] = 0.0f;
+        memset(s->l[i], 0, sizeof s->l[i]);
     }
     memset(s->o, 0, sizeof(float) * (size_t)(ntile * TR * dv));
     int64_t pos_first = c->t - c->s + r0 / c->rep, pos_last = c->t - c->s + (r0 + nq - 1) / c->rep;
@@ -272,7 +278,7 @@ TARGET_ static void bf16_block(const attn_ctx *c, bf16_scratch *s, int64_t bi, i
             if (c->softcap > 0 || c->mask || (c->causal && j0 + nkr - 1 > pos) ||
                 (c->window > 0 && pos - j0 >= c->window))
                 hr_attn_mask_row(c, s->tmp, st, bi, kvh * c->rep + r % c->rep, qi, pos, j0, nkr);
-            float corr = softmax_row(st, s->p + i * BK, nkr, &s->m[i], &s->l[i]);
+            float corr = softmax_row(st, s->p + i * BK, nkr, &s->m[i], s->l[i]);
             if (corr != 1.0f) scale_row(s->o + i * dv, dv, corr);
         }
         for (int64_t i = nq; i < ntile * TR; i++) memset(s->p + i * BK, 0, sizeof(uint16_t) * BK);
@@ -289,7 +295,8 @@ TARGET_ static void bf16_block(const attn_ctx *c, bf16_scratch *s, int64_t bi, i
     for (int64_t i = 0; i < nq; i++) {
         int64_t r = r0 + i;
         float *oi = s->o + i * dv;
-        scale_row(oi, dv, s->l[i] > 0 ? 1.0f / s->l[i] : 0.0f);
+        float l = _mm512_reduce_add_ps(_mm512_loadu_ps(s->l[i]));
+        scale_row(oi, dv, l > 0 ? 1.0f / l : 0.0f);
         hr_store_f32(hr_attn_at(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep), c->o->dtype, oi, dv,
                      c->o->strides[3]);
     }
