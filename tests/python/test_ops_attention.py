@@ -229,7 +229,8 @@ def check_bf16(got, q, k, v, mask=None, causal=False, **kw):
     if keep is not None and keep.dtype == torch.bool and not keep.any(-1).all():
         return  # torch gives NaN for rows that see no key
     mine = (to_torch(got).float() - want).abs().max().item()
-    theirs = (F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True).float() - want).abs().max().item()
+    torch_bf16 = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
+    theirs = (torch_bf16.float() - want).abs().max().item()
     assert mine <= 2 * theirs + 1e-3, (mine, theirs)
 
 

@@ -46,7 +46,7 @@ INLINE_ __m512 exp16(__m512 x) {
     return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
 }
 
-/* Lanes of nk - from valid in a 16-lane chunk. */
+/* The first n lanes of a 16-lane chunk (none for n <= 0, all for n >= 16). */
 INLINE_ __mmask16 lanes_left(int n) { return n >= 16 ? (__mmask16)0xffff : n > 0 ? (__mmask16)((1u << n) - 1) : 0; }
 
 /* ---- prefill: packing ---- */
@@ -66,8 +66,10 @@ INLINE_ void transpose16(__m512i r[16]) {
         u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
     }
     for (int cc = 0; cc < 4; cc++) {
-        __m512i v02 = _mm512_shuffle_i32x4(u[cc], u[4 + cc], 0x88), w02 = _mm512_shuffle_i32x4(u[8 + cc], u[12 + cc], 0x88);
-        __m512i v13 = _mm512_shuffle_i32x4(u[cc], u[4 + cc], 0xdd), w13 = _mm512_shuffle_i32x4(u[8 + cc], u[12 + cc], 0xdd);
+        __m512i v02 = _mm512_shuffle_i32x4(u[cc], u[4 + cc], 0x88);
+        __m512i w02 = _mm512_shuffle_i32x4(u[8 + cc], u[12 + cc], 0x88);
+        __m512i v13 = _mm512_shuffle_i32x4(u[cc], u[4 + cc], 0xdd);
+        __m512i w13 = _mm512_shuffle_i32x4(u[8 + cc], u[12 + cc], 0xdd);
         r[cc] = _mm512_shuffle_i32x4(v02, w02, 0x88);
         r[8 + cc] = _mm512_shuffle_i32x4(v02, w02, 0xdd);
         r[4 + cc] = _mm512_shuffle_i32x4(v13, w13, 0x88);
@@ -268,7 +270,8 @@ TARGET_ static void bf16_block(const attn_ctx *c, bf16_scratch *s, int64_t bi, i
         for (int64_t ti = 0; ti < ntile; ti++) {
             int64_t last = r0 + (ti * TR + TR < nq ? ti * TR + TR : nq) - 1, pos = c->t - c->s + last / c->rep;
             nkt[ti] = c->causal && pos - j0 + 1 < nk ? (int)(pos - j0 + 1 > 0 ? pos - j0 + 1 : 0) : nk;
-            if (nkt[ti] > 0) tile_qk_keys(nkt[ti], d2, (const uint32_t *)s->q + ti * TR * d2, kp, s->st + ti * TR * BK, c->scale);
+            if (nkt[ti] > 0)
+                tile_qk_keys(nkt[ti], d2, (const uint32_t *)s->q + ti * TR * d2, kp, s->st + ti * TR * BK, c->scale);
         }
         for (int64_t i = 0; i < nq; i++) {
             int nkr = nkt[i / TR]; /* the keys past it are hidden from the whole tile */
@@ -445,7 +448,8 @@ TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_
         const uint16_t *v0 = (const uint16_t *)hr_attn_at(c->v, bi, kvh, j0);
         int nfull = nk / 16 * 16;
         if (nfull < nk) {
-            for (int j = nfull; j < nk; j++) memcpy(ktail + (j - nfull) * d, k0 + j * ldk, sizeof(uint16_t) * (size_t)d);
+            for (int j = nfull; j < nk; j++)
+                memcpy(ktail + (j - nfull) * d, k0 + j * ldk, sizeof(uint16_t) * (size_t)d);
             memset(ktail + (nk - nfull) * d, 0, sizeof(uint16_t) * (size_t)((16 - nk + nfull) * d));
         }
         for (int j = 0; j < nk; j++) vr[j] = v0 + j * c->v->strides[2];
