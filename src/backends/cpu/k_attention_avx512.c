@@ -78,10 +78,10 @@ INLINE_ void transpose16(__m512i r[16]) {
 }
 
 /* Keys [j0, j0+nk) of head (bi, kvh) into dst [d/2][BK] feature pairs
- * (K^T), zeros past nk. */
+ * (K^T), zeros up to the next multiple of 16 (no reader goes further). */
 TARGET_ static void pack_k(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t j0, int nk, uint32_t *dst) {
     int64_t d2 = c->d / 2;
-    for (int g = 0; g < BK; g += 16) {
+    for (int g = 0; g < nk; g += 16) {
         const uint16_t *rowp[16];
         for (int x = 0; x < 16; x++)
             rowp[x] = g + x < nk ? (const uint16_t *)hr_attn_at(c->k, bi, kvh, j0 + g + x) : NULL;
