@@ -349,11 +349,14 @@ static void attn_decode_combine(const attn_ctx *c) {
     }
 }
 
+/* Units are claimed one at a time rather than split in fixed shares: a
+ * worker the OS deschedules (the cores are shared) or one holding the
+ * long causal rows leaves its units to the others. */
 static void attn_worker(void *arg, int ith, int nth) {
+    (void)ith, (void)nth;
     attn_ctx *c = arg;
-    int64_t begin, end;
-    hr_split_range(c->units, ith, nth, &begin, &end);
-    if (begin >= end) return;
+    int64_t u = atomic_fetch_add(&c->next, 1);
+    if (u >= c->units) return; /* all taken before this worker started */
     int64_t nrow = c->d > c->dv ? c->d : c->dv;
     nrow = 8 * (nrow > BK ? nrow : BK);
     /* Decode holds DEC_ROWS query rows and one key row (sixteen bf16 ones):
@@ -376,7 +379,7 @@ static void attn_worker(void *arg, int ith, int nth) {
     s.row = s.ot + nq * c->dvpad;
     void (*unit)(const attn_ctx *, attn_scratch *, int64_t) =
         !c->decode ? attn_unit : c->bf16 ? hr_attn_bf16_decode_unit : attn_decode_unit;
-    for (int64_t u = begin; u < end; u++) unit(c, &s, u);
+    for (; u < c->units; u = atomic_fetch_add(&c->next, 1)) unit(c, &s, u);
     free(mem);
 }
 

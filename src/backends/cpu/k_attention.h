@@ -34,7 +34,7 @@ typedef struct attn_ctx {
     bool decode;     /* few rows: the direct path, keys split HR_ATTN_DEC_SPLIT at a time */
     int64_t nsplit;  /* key splits per (batch, kv head) in the direct path */
     float *parts;    /* [units][rep * s][2 + dv]: max, denominator, numerators; NULL when nsplit is 1 */
-    atomic_llong next; /* bf16 prefill: next unit to claim */
+    atomic_llong next; /* next unit to claim */
     atomic_int failed;
 } attn_ctx;
 

@@ -317,6 +317,8 @@ static void bf16_unit(const attn_ctx *c, bf16_scratch *s, int64_t u, int64_t nbl
 void hr_attn_bf16_worker(void *arg, int ith, int nth) {
     (void)ith, (void)nth;
     attn_ctx *c = arg;
+    int64_t u = atomic_fetch_add(&c->next, 1);
+    if (u >= c->units) return; /* all taken before this worker started */
     int64_t nblk = (c->t + BK - 1) / BK, d = c->d, dv = c->dv;
     size_t bytes[] = {
         sizeof(uint16_t) * (size_t)(BQ * d), sizeof(uint16_t) * (size_t)(nblk * BK * d),
@@ -338,11 +340,7 @@ void hr_attn_bf16_worker(void *arg, int ith, int nth) {
     }
     bf16_scratch s = {.q = part[0], .kp = part[1], .vp = part[2], .packed = part[3],
                       .st = part[4], .p = part[5], .o = part[6], .tmp = part[7]};
-    for (;;) {
-        int64_t u = atomic_fetch_add(&c->next, 1);
-        if (u >= c->units) break;
-        bf16_unit(c, &s, u, nblk);
-    }
+    for (; u < c->units; u = atomic_fetch_add(&c->next, 1)) bf16_unit(c, &s, u, nblk);
     free(mem);
 }
 
