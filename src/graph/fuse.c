@@ -164,27 +164,33 @@ hr_status hr_plan_fuse(hr_plan *p) {
 
 static bool float_dtype(hr_dtype dt) { return dt == HR_F32 || dt == HR_BF16 || dt == HR_F16; }
 
-/* The chain step for node n, when its op is one the chain kernel computes
- * exactly as the unfused kernel (no transcendentals: k_eltwise.c's
- * vector exp is its own) on float tensors. Sets every field but operand
- * and acc_right. */
+/* The chain step for node n, when it is an eltwise op or a cast on float
+ * tensors (the chain kernel runs the unfused kernel's arithmetic, split
+ * as that kernel split it). Sets every field but operand and acc_right. */
 static bool chain_step_of(const hr_plan *p, const hr_plan_node *n, hr_chain_step *s) {
     static const struct {
         hr_op op;
-        hr_chain_op step;
+        hr_ew_op step;
     } map[] = {
-        {HR_OP_add, HR_CHAIN_ADD},     {HR_OP_sub, HR_CHAIN_SUB},   {HR_OP_mul, HR_CHAIN_MUL},
-        {HR_OP_div, HR_CHAIN_DIV},     {HR_OP_maximum, HR_CHAIN_MAX}, {HR_OP_minimum, HR_CHAIN_MIN},
-        {HR_OP_neg, HR_CHAIN_NEG},     {HR_OP_abs, HR_CHAIN_ABS},   {HR_OP_relu, HR_CHAIN_RELU},
-        {HR_OP_sqrt, HR_CHAIN_SQRT},   {HR_OP_rsqrt, HR_CHAIN_RSQRT}, {HR_OP_scale, HR_CHAIN_SCALE},
-        {HR_OP_clamp, HR_CHAIN_CLAMP}, {HR_OP_cast, HR_CHAIN_ROUND},
+        {HR_OP_add, HR_EW_ADD},       {HR_OP_sub, HR_EW_SUB},         {HR_OP_mul, HR_EW_MUL},
+        {HR_OP_div, HR_EW_DIV},       {HR_OP_pow, HR_EW_POW},         {HR_OP_maximum, HR_EW_MAX},
+        {HR_OP_minimum, HR_EW_MIN},   {HR_OP_neg, HR_EW_NEG},         {HR_OP_abs, HR_EW_ABS},
+        {HR_OP_relu, HR_EW_RELU},     {HR_OP_sqrt, HR_EW_SQRT},       {HR_OP_rsqrt, HR_EW_RSQRT},
+        {HR_OP_scale, HR_EW_SCALE},   {HR_OP_clamp, HR_EW_CLAMP},     {HR_OP_exp, HR_EW_EXP},
+        {HR_OP_log, HR_EW_LOG},       {HR_OP_sigmoid, HR_EW_SIGMOID}, {HR_OP_tanh, HR_EW_TANH},
+        {HR_OP_silu, HR_EW_SILU},     {HR_OP_gelu, HR_EW_GELU},       {HR_OP_silu_mul, HR_EW_SILU_MUL},
+        {HR_OP_gelu_mul, HR_EW_GELU_MUL}, {HR_OP_cast, HR_EW_ADD}, /* a cast's op goes unused */
     };
     int m = 0, nm = (int)(sizeof map / sizeof map[0]);
     while (m < nm && map[m].op != n->op) m++;
     if (m == nm || !runs(n) || n->n_out != 1 || !float_dtype(t_out(p, n, 0)->dtype)) return false;
-    for (int k = 0; k < n->n_in; k++)
-        if (!float_dtype(t_in(p, n, k)->dtype)) return false;
-    *s = (hr_chain_step){.op = map[m].step, .operand = -1, .round = t_out(p, n, 0)->dtype};
+    const hr_tensor *ops[3] = {t_out(p, n, 0)};
+    for (int k = 0; k < n->n_in; k++) {
+        ops[1 + k] = t_in(p, n, k);
+        if (!float_dtype(ops[1 + k]->dtype)) return false;
+    }
+    *s = (hr_chain_step){.op = map[m].step, .cast = n->op == HR_OP_cast, .operand = -1, .round = ops[0]->dtype,
+                         .cols = hr_k_eltwise_cols(ops, 1 + n->n_in)};
     if (n->op == HR_OP_scale) {
         const hr_attrs_scale *a = (const void *)n->attrs;
         s->p0 = (float)a->mul;
@@ -193,6 +199,9 @@ static bool chain_step_of(const hr_plan *p, const hr_plan_node *n, hr_chain_step
         const hr_attrs_clamp *a = (const void *)n->attrs;
         s->p0 = a->has_min ? (float)a->min : -INFINITY;
         s->p1 = a->has_max ? (float)a->max : INFINITY;
+    } else if (n->op == HR_OP_gelu || n->op == HR_OP_gelu_mul) {
+        const hr_attrs_gelu *a = (const void *)n->attrs;
+        if (a->approximate == HR_GELU_TANH) s->op = n->op == HR_OP_gelu ? HR_EW_GELU_TANH : HR_EW_GELU_TANH_MUL;
     }
     return true;
 }

@@ -12,7 +12,7 @@
  * its epilogue when the intermediate is dead after them. */
 hr_status hr_plan_fuse(hr_plan *p);
 
-/* Runs of consecutive elementwise nodes (exact float ops, casts between
+/* Runs of consecutive elementwise nodes (the eltwise ops and casts on
  * float dtypes) whose intermediates nothing else reads become one chain
  * node; the other operands may broadcast and have any strides. */
 hr_status hr_plan_fuse_chains(hr_plan *p);

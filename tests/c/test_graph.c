@@ -319,6 +319,8 @@ static int out_value(const hr_plan *p, int node) {
 
 static void test_arena_in_place(void **state) {
     setenv("HUBRT_CACHE", "0", 1);
+    /* in place node by node: as a chain, add, exp and mul would be one node */
+    setenv("HUBRT_FUSE_CHAINS", "0", 1);
     int64_t xs[2] = {17, 17}, ws[1] = {17};
     hr_tensor *x = test_filled(2, xs, 0.2f), *w = test_filled(1, ws, 1.3f);
     const hr_tensor *in[1] = {x};
@@ -360,6 +362,7 @@ static void test_arena_in_place(void **state) {
     }
     hr_tensor_free(w);
     hr_tensor_free(x);
+    unsetenv("HUBRT_FUSE_CHAINS");
 }
 
 /* x @ contiguous(W^T) with a dead branch: DCE drops the branch, folding

@@ -215,17 +215,45 @@ static void test_fused_residual_in_place(void **state) {
 /* ---- elementwise chains ---------------------------------------------------- */
 
 /* in: x [r, h] (maybe a transposed view), row [h], col [r, 1], a 0-dim
- * f32 scalar, all but the scalar in one dtype. n_ops ops of one of two
- * op lists; with `reread`, the second intermediate is read again after
- * the chain (a second output), so the chain must store it. */
+ * f32 scalar, all but the scalar in one dtype. n_ops ops of one of four
+ * op lists (the last two with every transcendental, unary and binary);
+ * with `reread`, the second intermediate is read again after the chain
+ * (a second output), so the chain must store it. */
 typedef struct {
     int n_ops, alt;
     bool reread;
 } chain_case;
 
+static hr_status gelu_mul(const hr_tensor *a, const hr_tensor *b, hr_gelu_approx approx, hr_tensor **u) {
+    hr_attrs_gelu at = {approx};
+    return hr_op_run(HR_OP_gelu_mul, &at, (const hr_tensor *[]){a, b}, 2, u, 1);
+}
+
 static hr_status chain_op(int alt, int k, const hr_tensor *cur, const hr_tensor *const *in, hr_tensor **u) {
     double lo = -0.3, hi = 0.9;
     hr_dtype other = hr_tensor_dtype(cur) == HR_F32 ? HR_BF16 : HR_F32;
+    if (alt == 3) {
+        switch (k) {
+        case 0: return hr_gelu(cur, HR_GELU_ERF, u);
+        case 1: return hr_mul(cur, cur, u);
+        case 2: return hr_pow(cur, in[3], u);
+        case 3: return hr_silu_mul(in[0], cur, u);
+        case 4: return hr_exp(cur, u);
+        case 5: return gelu_mul(cur, cur, HR_GELU_TANH, u);
+        default: return hr_sigmoid(cur, u);
+        }
+    }
+    if (alt == 2) {
+        switch (k) {
+        case 0: return hr_sigmoid(cur, u);
+        case 1: return hr_silu_mul(cur, in[1], u);
+        case 2: return hr_ln(cur, u);
+        case 3: return hr_tanh(cur, u);
+        case 4: return gelu_mul(in[2], cur, HR_GELU_ERF, u);
+        case 5: return hr_silu(cur, u);
+        default: return hr_gelu(cur, HR_GELU_TANH, u);
+        }
+    }
     if (alt) {
         switch (k) {
         case 0: return hr_div(cur, in[1], u);
@@ -299,15 +327,21 @@ static hr_plan *check_chain(const chain_case *c, const hr_tensor *const *in, hr_
     return p;
 }
 
+/* Sizes of one thread (the first three) and of three: 100003 columns
+ * split over the threads at odd places, 40 rows of 2500 split by rows.
+ * The unfused transcendentals ran each thread's range (or each chunk of
+ * it) as whole vectors and a scalar tail; the chain must too. */
 static void test_eltwise_chain_fusion(void **state) {
     setenv("HUBRT_CACHE", "0", 1);
-    static const int64_t sizes[3][2] = {{1, 17}, {3, 4097}, {17, 33}};
+    static const int64_t sizes[5][2] = {{1, 17}, {3, 4097}, {17, 33}, {1, 100003}, {40, 2500}};
     static const hr_dtype dts[3] = {HR_F32, HR_BF16, HR_F16};
     hr_cpu_isa isa_before = hr_cpu_isa_get();
+    int threads_before = hr_num_threads();
+    assert_int_equal(hr_set_num_threads(3), HR_OK);
     for (int isa = HR_ISA_SCALAR; isa <= HR_ISA_AVX2; isa++) {
         assert_int_equal(hr_cpu_isa_set((hr_cpu_isa)isa), HR_OK);
         for (int d = 0; d < 3; d++)
-            for (int z = 0; z < 3; z++) {
+            for (int z = 0; z < 5; z++) {
                 int64_t r = sizes[z][0], h = sizes[z][1], xs[2] = {r, h}, xts[2] = {h, r}, rs[1] = {h}, cs[2] = {r, 1};
                 /* odd sizes get x as a transposed view: strided rows */
                 hr_tensor *xt = z == 1 ? NULL : filled_as(dts[d], 2, xts, 0.3f, 0.0f), *xv = NULL;
@@ -317,7 +351,7 @@ static void test_eltwise_chain_fusion(void **state) {
                 hr_tensor *sc = NULL;
                 assert_int_equal(hr_tensor_from_host(NULL, HR_F32, 0, NULL, &(float){0.25f}, 4, &sc), HR_OK);
                 const hr_tensor *in[4] = {x, row, col, sc};
-                for (int alt = 0; alt < 2; alt++)
+                for (int alt = 0; alt < 4; alt++)
                     for (int n_ops = 2; n_ops <= 7; n_ops++) {
                         chain_case c = {n_ops, alt, false};
                         hr_capture cap;
@@ -350,18 +384,21 @@ static void test_eltwise_chain_fusion(void **state) {
             }
     }
     hr_cpu_isa_set(isa_before);
+    assert_int_equal(hr_set_num_threads(threads_before), HR_OK);
 }
 
-/* exp(x), then mul by a row and scale (a chain), then exp again: the chain
- * writes over exp's dead result; unfused, each of mul and scale does. */
+/* softmax(x), then mul by a row, scale and exp (a chain), then softmax
+ * again: the chain writes over the first softmax's dead result; unfused,
+ * each of mul, scale and exp does. */
 static hr_status fn_chain_over_temp(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
-    hr_tensor *a = NULL, *b = NULL, *c = NULL;
-    hr_status s = hr_exp(in[0], &a);
+    hr_tensor *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    hr_status s = hr_softmax(in[0], -1, &a);
     if (s == HR_OK) s = hr_mul(a, in[1], &b);
     if (s == HR_OK) s = hr_scale(b, 0.5, 0.25, &c);
-    if (s == HR_OK) s = hr_exp(c, &out[0]);
-    hr_tensor *tmp[3] = {a, b, c};
-    for (int i = 0; i < 3; i++) hr_tensor_free(tmp[i]);
+    if (s == HR_OK) s = hr_exp(c, &d);
+    if (s == HR_OK) s = hr_softmax(d, -1, &out[0]);
+    hr_tensor *tmp[4] = {a, b, c, d};
+    for (int i = 0; i < 4; i++) hr_tensor_free(tmp[i]);
     return s;
 }
 
@@ -381,7 +418,7 @@ static void test_chain_in_place(void **state) {
         assert_int_equal(hr_plan_build(&cap, &want, 2, 1, false, &p), HR_OK);
         unsetenv("HUBRT_FUSE_CHAINS");
         assert_int_equal(p->n_chains, fuse);
-        assert_int_equal(p->n_inplace, fuse ? 1 : 2);
+        assert_int_equal(p->n_inplace, fuse ? 1 : 3);
         assert_int_equal(p->arena_size, slot);
         assert_int_equal(hr_plan_run(p, in, &got), HR_OK);
         test_assert_same(got, want);

@@ -284,16 +284,55 @@ def chain_torch(x, row, col):
     return (e * e).to(torch.float32 if x.dtype != torch.float32 else torch.bfloat16)
 
 
+def replayed(fn, reread, ins):
+    """The second call of a Jit over fn: the first returns its capture's
+    eager outputs, the second replays the plan."""
+    jit = Jit(lambda *a: fn(*a, reread), 1 + reread)
+    jit(*ins)
+    return jit(*ins)
+
+
 def chains_built(capfd):
     """Chain nodes of the plans built since the last call (debug log)."""
     err = capfd.readouterr().err
     return [int(line.split("(")[1].split(" chains")[0]) for line in err.splitlines() if "] plan:" in line]
 
 
+def chain_hr_transcendental(x, row, col, reread):
+    """Seven elementwise ops with a transcendental in each but the sub:
+    sigmoid, silu_mul by a row, sub from a column, exp, log, tanh-gelu,
+    gelu_mul by x; with reread the second intermediate is also returned."""
+    ops = hubrt.ops
+    a = ops.call("sigmoid", x)
+    b = ops.call("silu_mul", a, row)
+    c = ops.call("sub", col, b)
+    d = ops.call("exp", c)
+    e = ops.call("log", d)
+    f = ops.gelu(e, "tanh")
+    g = ops.gelu_mul(f, x)
+    return (g, ops.call("neg", b)) if reread else (g,)
+
+
+def chain_torch_transcendental(x, row, col):
+    F = torch.nn.functional
+    b = F.silu(torch.sigmoid(x)) * row
+    e = torch.log(torch.exp(col - b))
+    return F.gelu(F.gelu(e, approximate="tanh")) * x
+
+
+CHAINS = {"exact": (chain_hr, chain_torch), "transcendental": (chain_hr_transcendental, chain_torch_transcendental)}
+
+
+@pytest.mark.parametrize("kind", ["exact", "transcendental"])
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
-@pytest.mark.parametrize("rows,h", [(1, 17), (3, 4097), (17, 33)])
+@pytest.mark.parametrize("rows,h", [(1, 17), (3, 4097), (17, 33), (1, 100003)])
 @pytest.mark.parametrize("contig", [True, False])
-def test_eltwise_chain_fusion_matches_unfused_and_torch(dtype, rows, h, contig, isa, capfd, monkeypatch):
+def test_eltwise_chain_fusion_matches_unfused_and_torch(kind, dtype, rows, h, contig, isa, capfd, monkeypatch):
+    """A chain's replay gives the unfused plan's and eager's bytes. Each
+    element of a fused exp/silu/gelu goes through the vector code or the
+    scalar tail as in the unfused kernel's calls (the row of 100003, on
+    three threads, is split between them at odd columns)."""
+    fn, reference = CHAINS[kind]
     monkeypatch.setenv("HUBRT_CACHE", "0")
     g = torch.Generator().manual_seed(rows * h)
     x = torch.randn(rows, h, generator=g).to(TORCH_DTYPE[dtype])
@@ -301,19 +340,21 @@ def test_eltwise_chain_fusion_matches_unfused_and_torch(dtype, rows, h, contig, 
     col = torch.randn(rows, 1, generator=g).to(TORCH_DTYPE[dtype])
     hx = to_hr(x) if contig else hr_noncontig(to_hr(x))
     ins = (hx, to_hr(row), to_hr(col))
-    level = lib.hr_log_get_level()
+    level, threads = lib.hr_log_get_level(), lib.hr_num_threads()
     lib.hr_log_set_level(0)
+    lib.hr_set_num_threads(3)
     try:
         capfd.readouterr()
-        fused = [Jit(lambda *a: chain_hr(*a, reread), 1 + reread)(*ins) for reread in (False, True)]
+        fused = [replayed(fn, reread, ins) for reread in (False, True)]
         assert chains_built(capfd) == [1, 2]  # the re-read intermediate splits the chain
         monkeypatch.setenv("HUBRT_FUSE_CHAINS", "0")
-        plain = [Jit(lambda *a: chain_hr(*a, reread), 1 + reread)(*ins) for reread in (False, True)]
+        plain = [replayed(fn, reread, ins) for reread in (False, True)]
         assert chains_built(capfd) == [0, 0]
+        eager = [fn(*ins, reread) for reread in (False, True)]
     finally:
         lib.hr_log_set_level(level)
-    eager = [chain_hr(*ins, reread) for reread in (False, True)]
+        lib.hr_set_num_threads(threads)
     for f, p, e in zip(fused, plain, eager):
         for a, b, c in zip(f, p, e):
             assert a.numpy(raw=True).tobytes() == b.numpy(raw=True).tobytes() == c.numpy(raw=True).tobytes()
-    assert_close(fused[0][0], chain_torch(x, row, col), dtype=dtype)  # bf16/f16 until the cast
+    assert_close(fused[0][0], reference(x, row, col), dtype=dtype)  # exact: bf16/f16 until the cast

@@ -9,11 +9,14 @@
  * Transcendentals: the portable path (and HUBRT_CPU_ISA=scalar) calls libm;
  * the AVX2 path evaluates exp, sigmoid, silu, tanh and gelu through a vector
  * exp, checked against double references in tests/c/test_ops_eltwise.c
- * (a few f32 ulps; gelu-erf within 2e-7 + 4e-7 relative). */
+ * (a few f32 ulps; gelu-erf within 2e-7 + 4e-7 relative). The f32
+ * arithmetic (hr_k_eltwise_f32) and where its calls begin and end are
+ * shared with fused chains (k_fused_chain.c), which reproduce the bytes. */
 #include <math.h>
 
 #include "backends/cpu/k_eltwise.h"
 #include "core/error.h"
+#include "core/threadpool.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -22,14 +25,8 @@
 #define K_AVX2 0
 #endif
 
-typedef enum {
-    E_ADD, E_SUB, E_MUL, E_DIV, E_POW, E_MAX, E_MIN, E_SILU_MUL, E_GELU_MUL, E_GELU_TANH_MUL,
-    E_NEG, E_EXP, E_LOG, E_SQRT, E_RSQRT, E_ABS, E_RELU, E_SIGMOID, E_TANH, E_SILU, E_GELU,
-    E_GELU_TANH, E_CLAMP, E_SCALE,
-} ew_op;
-
 typedef struct {
-    ew_op op;
+    hr_ew_op op;
     int n_in;
     hr_dtype dt[3];  /* output, input 0, input 1 */
     bool int_math;   /* integer output: compute in i64 */
@@ -147,7 +144,7 @@ static inline __m256 nan_min8(__m256 a, __m256 b) {
 #define EW_LOOP(VEXPR, SEXPR)                                                   \
     do {                                                                        \
         int64_t i = 0;                                                          \
-        if (c->simd)                                                            \
+        if (simd)                                                               \
             for (; i + 8 <= n; i += 8) {                                        \
                 __m256 va = _mm256_loadu_ps(a + i);                             \
                 __m256 vb = b ? _mm256_loadu_ps(b + i) : va;                    \
@@ -171,41 +168,50 @@ static inline __m256 nan_min8(__m256 a, __m256 b) {
     } while (0)
 #endif
 
-/* o[i] = op(a[i], b[i]) over contiguous f32 (o may alias a or b; b is
- * NULL for unary ops). */
-static void compute_f32(const ew_ctx *c, float *o, const float *a, const float *b, int64_t n) {
+void hr_k_eltwise_f32(hr_ew_op op, float p0, float p1, float *o, const float *a, const float *b, int64_t n,
+                      bool simd) {
 #if K_AVX2
     const __m256 zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
-    const __m256 vlo = _mm256_set1_ps(c->lo), vhi = _mm256_set1_ps(c->hi);
+    const __m256 vlo = _mm256_set1_ps(p0), vhi = _mm256_set1_ps(p1);
     (void)zero, (void)sign, (void)vlo, (void)vhi;
+#else
+    (void)simd;
 #endif
-    const float lo = c->lo, hi = c->hi;
-    switch (c->op) {
-    case E_ADD: EW_LOOP(_mm256_add_ps(va, vb), x + y); break;
-    case E_SUB: EW_LOOP(_mm256_sub_ps(va, vb), x - y); break;
-    case E_MUL: EW_LOOP(_mm256_mul_ps(va, vb), x * y); break;
-    case E_DIV: EW_LOOP(_mm256_div_ps(va, vb), x / y); break;
-    case E_MAX: EW_LOOP(nan_max8(vb, va), nan_max(x, y)); break;
-    case E_MIN: EW_LOOP(nan_min8(vb, va), nan_min(x, y)); break;
-    case E_SILU_MUL: EW_LOOP(_mm256_mul_ps(silu8(va), vb), silu1(x) * y); break;
-    case E_NEG: EW_LOOP(_mm256_xor_ps(va, sign), -x); break;
-    case E_ABS: EW_LOOP(_mm256_andnot_ps(sign, va), fabsf(x)); break;
-    case E_RELU: EW_LOOP(_mm256_max_ps(zero, va), x > 0.0f || x != x ? x : 0.0f); break;
-    case E_SQRT: EW_LOOP(_mm256_sqrt_ps(va), sqrtf(x)); break;
-    case E_RSQRT: EW_LOOP(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_sqrt_ps(va)), 1.0f / sqrtf(x)); break;
-    case E_SIGMOID: EW_LOOP(sigmoid8(va), 1.0f / (1.0f + expf(-x))); break;
-    case E_SILU: EW_LOOP(silu8(va), silu1(x)); break;
-    case E_SCALE: EW_LOOP(_mm256_fmadd_ps(va, vlo, vhi), fmaf(x, lo, hi)); break;
-    case E_CLAMP: EW_LOOP(_mm256_min_ps(vhi, _mm256_max_ps(vlo, va)), x != x ? x : fminf(fmaxf(x, lo), hi)); break;
-    case E_EXP: EW_LOOP(exp8(va), expf(x)); break;
-    case E_TANH: EW_LOOP(tanh8(va), tanhf(x)); break;
-    case E_GELU: EW_LOOP(gelu8(va), gelu1(x)); break;
-    case E_GELU_TANH: EW_LOOP(gelu_tanh8(va), gelu_tanh1(x)); break;
-    case E_GELU_MUL: EW_LOOP(_mm256_mul_ps(gelu8(va), vb), gelu1(x) * y); break;
-    case E_GELU_TANH_MUL: EW_LOOP(_mm256_mul_ps(gelu_tanh8(va), vb), gelu_tanh1(x) * y); break;
+    const float lo = p0, hi = p1;
+    switch (op) {
+    case HR_EW_ADD: EW_LOOP(_mm256_add_ps(va, vb), x + y); break;
+    case HR_EW_SUB: EW_LOOP(_mm256_sub_ps(va, vb), x - y); break;
+    case HR_EW_MUL: EW_LOOP(_mm256_mul_ps(va, vb), x * y); break;
+    case HR_EW_DIV: EW_LOOP(_mm256_div_ps(va, vb), x / y); break;
+    case HR_EW_MAX: EW_LOOP(nan_max8(vb, va), nan_max(x, y)); break;
+    case HR_EW_MIN: EW_LOOP(nan_min8(vb, va), nan_min(x, y)); break;
+    case HR_EW_SILU_MUL: EW_LOOP(_mm256_mul_ps(silu8(va), vb), silu1(x) * y); break;
+    case HR_EW_NEG: EW_LOOP(_mm256_xor_ps(va, sign), -x); break;
+    case HR_EW_ABS: EW_LOOP(_mm256_andnot_ps(sign, va), fabsf(x)); break;
+    case HR_EW_RELU: EW_LOOP(_mm256_max_ps(zero, va), x > 0.0f || x != x ? x : 0.0f); break;
+    case HR_EW_SQRT: EW_LOOP(_mm256_sqrt_ps(va), sqrtf(x)); break;
+    case HR_EW_RSQRT: EW_LOOP(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_sqrt_ps(va)), 1.0f / sqrtf(x)); break;
+    case HR_EW_SIGMOID: EW_LOOP(sigmoid8(va), 1.0f / (1.0f + expf(-x))); break;
+    case HR_EW_SILU: EW_LOOP(silu8(va), silu1(x)); break;
+    case HR_EW_SCALE: EW_LOOP(_mm256_fmadd_ps(va, vlo, vhi), fmaf(x, lo, hi)); break;
+    case HR_EW_CLAMP: EW_LOOP(_mm256_min_ps(vhi, _mm256_max_ps(vlo, va)), x != x ? x : fminf(fmaxf(x, lo), hi)); break;
+    case HR_EW_EXP: EW_LOOP(exp8(va), expf(x)); break;
+    case HR_EW_TANH: EW_LOOP(tanh8(va), tanhf(x)); break;
+    case HR_EW_GELU: EW_LOOP(gelu8(va), gelu1(x)); break;
+    case HR_EW_GELU_TANH: EW_LOOP(gelu_tanh8(va), gelu_tanh1(x)); break;
+    case HR_EW_GELU_MUL: EW_LOOP(_mm256_mul_ps(gelu8(va), vb), gelu1(x) * y); break;
+    case HR_EW_GELU_TANH_MUL: EW_LOOP(_mm256_mul_ps(gelu_tanh8(va), vb), gelu_tanh1(x) * y); break;
     /* libm only: rare in models */
-    case E_POW: for (int64_t i = 0; i < n; i++) o[i] = powf(a[i], b[i]); break;
-    case E_LOG: for (int64_t i = 0; i < n; i++) o[i] = logf(a[i]); break;
+    case HR_EW_POW: for (int64_t i = 0; i < n; i++) o[i] = powf(a[i], b[i]); break;
+    case HR_EW_LOG: for (int64_t i = 0; i < n; i++) o[i] = logf(a[i]); break;
+    }
+}
+
+bool hr_k_eltwise_inexact(hr_ew_op op) {
+    switch (op) {
+    case HR_EW_EXP: case HR_EW_SIGMOID: case HR_EW_TANH: case HR_EW_SILU: case HR_EW_GELU: case HR_EW_GELU_TANH:
+    case HR_EW_SILU_MUL: case HR_EW_GELU_MUL: case HR_EW_GELU_TANH_MUL: return K_AVX2;
+    default: return false;
     }
 }
 
@@ -213,15 +219,15 @@ static void compute_f32(const ew_ctx *c, float *o, const float *a, const float *
  * signed-overflow UB). Only the ops inference lets through for ints. */
 static void compute_i64(const ew_ctx *c, int64_t *o, const int64_t *a, const int64_t *b, int64_t n) {
     switch (c->op) {
-    case E_ADD: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)((uint64_t)a[i] + (uint64_t)b[i]); break;
-    case E_SUB: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)((uint64_t)a[i] - (uint64_t)b[i]); break;
-    case E_MUL: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)((uint64_t)a[i] * (uint64_t)b[i]); break;
-    case E_MAX: for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i] ? a[i] : b[i]; break;
-    case E_MIN: for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i] ? a[i] : b[i]; break;
-    case E_NEG: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)(0u - (uint64_t)a[i]); break;
-    case E_ABS: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? (int64_t)(0u - (uint64_t)a[i]) : a[i]; break;
-    case E_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : 0; break;
-    case E_CLAMP:
+    case HR_EW_ADD: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)((uint64_t)a[i] + (uint64_t)b[i]); break;
+    case HR_EW_SUB: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)((uint64_t)a[i] - (uint64_t)b[i]); break;
+    case HR_EW_MUL: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)((uint64_t)a[i] * (uint64_t)b[i]); break;
+    case HR_EW_MAX: for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i] ? a[i] : b[i]; break;
+    case HR_EW_MIN: for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i] ? a[i] : b[i]; break;
+    case HR_EW_NEG: for (int64_t i = 0; i < n; i++) o[i] = (int64_t)(0u - (uint64_t)a[i]); break;
+    case HR_EW_ABS: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? (int64_t)(0u - (uint64_t)a[i]) : a[i]; break;
+    case HR_EW_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : 0; break;
+    case HR_EW_CLAMP:
         for (int64_t i = 0; i < n; i++) {
             int64_t v = a[i] < c->ilo ? c->ilo : a[i];
             o[i] = v > c->ihi ? c->ihi : v;
@@ -250,7 +256,8 @@ static void row_ew(void *vctx, char *const *p, const int64_t *s, int64_t n) {
     if (c->int_math) return row_int(c, p, s, n);
     bool two = c->n_in == 2;
     if (c->all_f32 && s[0] == 1 && s[1] == 1 && (!two || s[2] == 1)) {
-        compute_f32(c, (float *)p[0], (const float *)p[1], two ? (const float *)p[2] : NULL, n);
+        hr_k_eltwise_f32(c->op, c->lo, c->hi, (float *)p[0], (const float *)p[1], two ? (const float *)p[2] : NULL,
+                         n, c->simd);
         return;
     }
     float a[HR_ROW_CHUNK], b[HR_ROW_CHUNK];
@@ -259,7 +266,7 @@ static void row_ew(void *vctx, char *const *p, const int64_t *s, int64_t n) {
         int64_t m = n - off < HR_ROW_CHUNK ? n - off : HR_ROW_CHUNK;
         hr_k_load_f32(a, p[1] + off * s[1] * (int64_t)sz[1], c->dt[1], m, s[1], c->simd);
         if (two) hr_k_load_f32(b, p[2] + off * s[2] * (int64_t)sz[2], c->dt[2], m, s[2], c->simd);
-        compute_f32(c, a, a, two ? b : NULL, m);
+        hr_k_eltwise_f32(c->op, c->lo, c->hi, a, a, two ? b : NULL, m, c->simd);
         hr_k_store_f32(p[0] + off * s[0] * (int64_t)sz[0], c->dt[0], a, m, s[0], c->simd);
     }
 }
@@ -280,6 +287,27 @@ static hr_status run_ew(ew_ctx *c, const hr_tensor *const *in, hr_tensor *const 
     return HR_OK;
 }
 
+int64_t hr_k_eltwise_cols(const hr_tensor *const *ops, int n_ops) {
+    hr_iter it;
+    hr_iter_init(&it, n_ops, ops);
+    return it.shape[it.ndim - 1];
+}
+
+/* Chunks of whole vectors leave a row's tail where it was. */
+_Static_assert(HR_ROW_CHUNK % 8 == 0, "row_ew's chunks must not move the scalar tail");
+
+/* Mirrors hr_iter_parallel (core/iter.c): one task does whole rows, or,
+ * with fewer rows than tasks, one range of every row's columns. */
+void hr_k_eltwise_call(int64_t cols, int64_t n, int nth, int64_t col, int64_t *begin, int64_t *end) {
+    *begin = 0;
+    *end = cols;
+    if (nth > 1 && n / cols < nth && cols > 1)
+        for (int ith = 0; ith < nth; ith++) {
+            hr_split_range(cols, ith, nth, begin, end);
+            if (col < *end) break;
+        }
+}
+
 /* ---- kernels ----------------------------------------------------------------- */
 
 #define K_SIMPLE(name, OP, N)                                                                    \
@@ -288,43 +316,43 @@ static hr_status run_ew(ew_ctx *c, const hr_tensor *const *in, hr_tensor *const 
         ew_ctx c = {.op = OP, .n_in = N};                                                        \
         return run_ew(&c, in, out);                                                              \
     }
-K_SIMPLE(add, E_ADD, 2)
-K_SIMPLE(sub, E_SUB, 2)
-K_SIMPLE(mul, E_MUL, 2)
-K_SIMPLE(div, E_DIV, 2)
-K_SIMPLE(pow, E_POW, 2)
-K_SIMPLE(maximum, E_MAX, 2)
-K_SIMPLE(minimum, E_MIN, 2)
-K_SIMPLE(silu_mul, E_SILU_MUL, 2)
-K_SIMPLE(neg, E_NEG, 1)
-K_SIMPLE(exp, E_EXP, 1)
-K_SIMPLE(log, E_LOG, 1)
-K_SIMPLE(sqrt, E_SQRT, 1)
-K_SIMPLE(rsqrt, E_RSQRT, 1)
-K_SIMPLE(abs, E_ABS, 1)
-K_SIMPLE(relu, E_RELU, 1)
-K_SIMPLE(sigmoid, E_SIGMOID, 1)
-K_SIMPLE(tanh, E_TANH, 1)
-K_SIMPLE(silu, E_SILU, 1)
+K_SIMPLE(add, HR_EW_ADD, 2)
+K_SIMPLE(sub, HR_EW_SUB, 2)
+K_SIMPLE(mul, HR_EW_MUL, 2)
+K_SIMPLE(div, HR_EW_DIV, 2)
+K_SIMPLE(pow, HR_EW_POW, 2)
+K_SIMPLE(maximum, HR_EW_MAX, 2)
+K_SIMPLE(minimum, HR_EW_MIN, 2)
+K_SIMPLE(silu_mul, HR_EW_SILU_MUL, 2)
+K_SIMPLE(neg, HR_EW_NEG, 1)
+K_SIMPLE(exp, HR_EW_EXP, 1)
+K_SIMPLE(log, HR_EW_LOG, 1)
+K_SIMPLE(sqrt, HR_EW_SQRT, 1)
+K_SIMPLE(rsqrt, HR_EW_RSQRT, 1)
+K_SIMPLE(abs, HR_EW_ABS, 1)
+K_SIMPLE(relu, HR_EW_RELU, 1)
+K_SIMPLE(sigmoid, HR_EW_SIGMOID, 1)
+K_SIMPLE(tanh, HR_EW_TANH, 1)
+K_SIMPLE(silu, HR_EW_SILU, 1)
 
 static hr_status k_gelu(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
                         int n_out) {
     const hr_attrs_gelu *a = attrs;
-    ew_ctx c = {.op = a->approximate == HR_GELU_TANH ? E_GELU_TANH : E_GELU, .n_in = 1};
+    ew_ctx c = {.op = a->approximate == HR_GELU_TANH ? HR_EW_GELU_TANH : HR_EW_GELU, .n_in = 1};
     return run_ew(&c, in, out);
 }
 
 static hr_status k_gelu_mul(const void *attrs, const hr_tensor *const *in, int n_in,
                             hr_tensor *const *out, int n_out) {
     const hr_attrs_gelu *a = attrs;
-    ew_ctx c = {.op = a->approximate == HR_GELU_TANH ? E_GELU_TANH_MUL : E_GELU_MUL, .n_in = 2};
+    ew_ctx c = {.op = a->approximate == HR_GELU_TANH ? HR_EW_GELU_TANH_MUL : HR_EW_GELU_MUL, .n_in = 2};
     return run_ew(&c, in, out);
 }
 
 static hr_status k_scale(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
                          int n_out) {
     const hr_attrs_scale *a = attrs;
-    ew_ctx c = {.op = E_SCALE, .n_in = 1, .lo = (float)a->mul, .hi = (float)a->add};
+    ew_ctx c = {.op = HR_EW_SCALE, .n_in = 1, .lo = (float)a->mul, .hi = (float)a->add};
     return run_ew(&c, in, out);
 }
 
@@ -340,7 +368,7 @@ static int64_t bound_i64(double v, bool has, int64_t none) {
 static hr_status k_clamp(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
                          int n_out) {
     const hr_attrs_clamp *a = attrs;
-    ew_ctx c = {.op = E_CLAMP, .n_in = 1};
+    ew_ctx c = {.op = HR_EW_CLAMP, .n_in = 1};
     c.lo = a->has_min ? (float)a->min : -INFINITY;
     c.hi = a->has_max ? (float)a->max : INFINITY;
     c.ilo = bound_i64(a->min, a->has_min, INT64_MIN);

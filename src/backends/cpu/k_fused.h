@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 
+#include "backends/cpu/k_eltwise.h"
 #include "core/tensor_impl.h"
 
 #define HR_FUSED_MAX_LINEARS 3
@@ -47,18 +48,14 @@ hr_status hr_cpu_fused_linear(const hr_fused_linear *f);
 #define HR_FUSED_MAX_STEPS 8
 #define HR_FUSED_MAX_OPERANDS 8
 
-typedef enum hr_chain_op {
-    HR_CHAIN_ADD, HR_CHAIN_SUB, HR_CHAIN_MUL, HR_CHAIN_DIV, HR_CHAIN_MAX, HR_CHAIN_MIN,
-    HR_CHAIN_NEG, HR_CHAIN_ABS, HR_CHAIN_RELU, HR_CHAIN_SQRT, HR_CHAIN_RSQRT, HR_CHAIN_SCALE,
-    HR_CHAIN_CLAMP, HR_CHAIN_ROUND, /* a cast between float dtypes */
-} hr_chain_op;
-
 typedef struct hr_chain_step {
-    hr_chain_op op;
+    hr_ew_op op;
+    bool cast;      /* a cast between float dtypes: no op, only the rounding */
     int operand;    /* binary: index into operands, -1 for the running value */
     bool acc_right; /* binary: the running value is the op's second input */
     hr_dtype round; /* dtype the unfused op stored its result in */
     float p0, p1;   /* SCALE: mul, add; CLAMP: low, high (+-inf when absent) */
+    int64_t cols;   /* rows of the unfused kernel's calls (hr_k_eltwise_cols) */
 } hr_chain_step;
 
 typedef struct hr_fused_chain {

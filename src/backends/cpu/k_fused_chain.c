@@ -1,10 +1,11 @@
 /* The fused elementwise chain (graph/fuse.c builds it): one pass over
- * blocks of BLOCK output elements held in L1 as f32. Each step is the
- * unfused eltwise kernel's own arithmetic (k_eltwise.c: the same vector
- * and scalar expressions, IEEE-exact ops only), and its result is rounded
- * through the dtype the unfused op stored, so the chain gives the
- * unfused plan's bytes; what it saves is storing and reloading every
- * intermediate and one thread-pool pass per op. */
+ * blocks of BLOCK output elements held in L1 as f32. Each step calls the
+ * unfused eltwise kernel's own arithmetic (hr_k_eltwise_f32), and its
+ * result is rounded through the dtype the unfused op stored, so the chain
+ * gives the unfused plan's bytes; what it saves is storing and reloading
+ * every intermediate and one thread-pool pass per op. Where an op's vector
+ * code (exp and what is built on it) differs from its scalar tail, each
+ * element takes the path it took in the unfused kernel's calls. */
 #include <math.h>
 #include <string.h>
 
@@ -31,6 +32,8 @@ typedef struct chain_ctx {
     char *base[N_OPS];
     hr_dtype dt[N_OPS];
     int64_t rows, cols, blocks_per_row;
+    int64_t total; /* output elements */
+    int nth;       /* tasks, as each unfused op would have had */
     bool simd;
 } chain_ctx;
 
@@ -81,17 +84,7 @@ static void chain_layout(chain_ctx *x) {
     x->blocks_per_row = (x->cols + BLOCK - 1) / BLOCK;
 }
 
-static inline float nan_max(float a, float b) { return a != a ? a : b != b ? b : a > b ? a : b; }
-static inline float nan_min(float a, float b) { return a != a ? a : b != b ? b : a < b ? a : b; }
-
 #if CHAIN_AVX2
-static inline __m256 nan_max8(__m256 a, __m256 b) {
-    return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
-}
-static inline __m256 nan_min8(__m256 a, __m256 b) {
-    return _mm256_blendv_ps(_mm256_min_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
-}
-
 /* f32 -> bf16 -> f32 as the bf16 store rounds: nearest even, NaNs quiet. */
 static inline __m256 round_bf16_8(__m256 v) {
     __m256i u = _mm256_castps_si256(v);
@@ -102,60 +95,45 @@ static inline __m256 round_bf16_8(__m256 v) {
     r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), is_nan);
     return _mm256_castsi256_ps(_mm256_slli_epi32(r, 16));
 }
-
-/* VEXPR over whole vectors of 8 when simd, SEXPR over the rest; va/x is
- * the op's first input, vb/y its second (a unary op reads only the first). */
-#define STEP_VECTORS(VEXPR)                                                      \
-    if (simd)                                                                    \
-        for (; i + 8 <= n; i += 8) {                                             \
-            __m256 va = _mm256_loadu_ps(a + i), vb = _mm256_loadu_ps(b + i);     \
-            (void)vb;                                                            \
-            _mm256_storeu_ps(o + i, (VEXPR));                                    \
-        }
-#else
-#define STEP_VECTORS(VEXPR)
 #endif
-#define STEP_LOOP(VEXPR, SEXPR)                                                  \
-    do {                                                                         \
-        int64_t i = 0;                                                           \
-        STEP_VECTORS(VEXPR)                                                      \
-        for (; i < n; i++) {                                                     \
-            float x = a[i], y = b[i];                                            \
-            (void)y;                                                             \
-            o[i] = (SEXPR);                                                      \
-        }                                                                        \
-    } while (0)
 
-/* o = step(a, b) over n floats; o may be a or b. The expressions are
- * k_eltwise.c's compute_f32 ones, operand order included. */
-static void apply_step(const hr_chain_step *s, float *o, const float *a, const float *b, int64_t n, bool simd) {
-    const float lo = s->p0, hi = s->p1;
-#if CHAIN_AVX2
-    const __m256 zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
-    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
-    (void)zero, (void)sign, (void)vlo, (void)vhi;
-#else
-    (void)simd;
-#endif
-    switch (s->op) {
-    case HR_CHAIN_ADD: STEP_LOOP(_mm256_add_ps(va, vb), x + y); break;
-    case HR_CHAIN_SUB: STEP_LOOP(_mm256_sub_ps(va, vb), x - y); break;
-    case HR_CHAIN_MUL: STEP_LOOP(_mm256_mul_ps(va, vb), x * y); break;
-    case HR_CHAIN_DIV: STEP_LOOP(_mm256_div_ps(va, vb), x / y); break;
-    case HR_CHAIN_MAX: STEP_LOOP(nan_max8(vb, va), nan_max(x, y)); break;
-    case HR_CHAIN_MIN: STEP_LOOP(nan_min8(vb, va), nan_min(x, y)); break;
-    case HR_CHAIN_NEG: STEP_LOOP(_mm256_xor_ps(va, sign), -x); break;
-    case HR_CHAIN_ABS: STEP_LOOP(_mm256_andnot_ps(sign, va), fabsf(x)); break;
-    case HR_CHAIN_RELU: STEP_LOOP(_mm256_max_ps(zero, va), x > 0.0f || x != x ? x : 0.0f); break;
-    case HR_CHAIN_SQRT: STEP_LOOP(_mm256_sqrt_ps(va), sqrtf(x)); break;
-    case HR_CHAIN_RSQRT: STEP_LOOP(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_sqrt_ps(va)), 1.0f / sqrtf(x)); break;
-    case HR_CHAIN_SCALE: STEP_LOOP(_mm256_fmadd_ps(va, vlo, vhi), fmaf(x, lo, hi)); break;
-    case HR_CHAIN_CLAMP:
-        STEP_LOOP(_mm256_min_ps(vhi, _mm256_max_ps(vlo, va)), x != x ? x : fminf(fmaxf(x, lo), hi));
-        break;
-    case HR_CHAIN_ROUND:
+/* o = op(a, b) over n floats, every one through the vector code: whole
+ * vectors in place, a last partial one through a padded copy (the vector
+ * code works lane by lane, so padding changes no lane's result). */
+static void step_vectors(const hr_chain_step *s, float *o, const float *a, const float *b, int64_t n) {
+    int64_t whole = n & ~(int64_t)7, rest = n - whole;
+    hr_k_eltwise_f32(s->op, s->p0, s->p1, o, a, b, whole, true);
+    if (!rest) return;
+    float pa[8] = {0}, pb[8] = {0};
+    memcpy(pa, a + whole, sizeof(float) * (size_t)rest);
+    memcpy(pb, b + whole, sizeof(float) * (size_t)rest);
+    hr_k_eltwise_f32(s->op, s->p0, s->p1, pa, pa, pb, 8, true);
+    memcpy(o + whole, pa, sizeof(float) * (size_t)rest);
+}
+
+/* o = step(a, b) over the n elements from linear index `at` of the output
+ * (row-major); o may be a or b. An op whose vector and scalar code differ
+ * runs each element through the code the unfused kernel ran it through:
+ * its calls' whole vectors, then their tails. */
+static void apply_step(const chain_ctx *x, const hr_chain_step *s, float *o, const float *a, const float *b,
+                       int64_t n, int64_t at) {
+    if (s->cast) {
         if (o != a) memcpy(o, a, sizeof(float) * (size_t)n);
-        break;
+        return;
+    }
+    if (!x->simd || !hr_k_eltwise_inexact(s->op)) {
+        hr_k_eltwise_f32(s->op, s->p0, s->p1, o, a, b, n, x->simd);
+        return;
+    }
+    for (int64_t i = 0; i < n;) {
+        int64_t col = (at + i) % s->cols, cb, ce;
+        hr_k_eltwise_call(s->cols, x->total, x->nth, col, &cb, &ce);
+        int64_t m = ce - col < n - i ? ce - col : n - i;
+        int64_t nv = cb + ((ce - cb) & ~(int64_t)7) - col;
+        nv = nv < 0 ? 0 : nv > m ? m : nv;
+        step_vectors(s, o + i, a + i, b + i, nv);
+        hr_k_eltwise_f32(s->op, s->p0, s->p1, o + i + nv, a + i + nv, b + i + nv, m - nv, false);
+        i += m;
     }
 }
 
@@ -202,7 +180,8 @@ static void load_operand(const chain_ctx *x, int k, const int64_t *off, int64_t 
         for (int64_t i = 1; i < n; i++) dst[i] = dst[0];
 }
 
-static void chain_block(const chain_ctx *x, const int64_t *off, int64_t col, int64_t n) {
+/* n output elements from column col of a row, lin the first one's linear index. */
+static void chain_block(const chain_ctx *x, const int64_t *off, int64_t col, int64_t n, int64_t lin) {
     const hr_fused_chain *c = x->c;
     float acc[BLOCK], arg[BLOCK];
     load_operand(x, 1, off, col, n, acc);
@@ -214,9 +193,9 @@ static void chain_block(const chain_ctx *x, const int64_t *off, int64_t col, int
             b = arg;
         }
         if (s->acc_right)
-            apply_step(s, acc, b, acc, n, x->simd);
+            apply_step(x, s, acc, b, acc, n, lin);
         else
-            apply_step(s, acc, acc, b, n, x->simd);
+            apply_step(x, s, acc, acc, b, n, lin);
         /* the last step's rounding is the store's */
         if (s->round != HR_F32 && i + 1 < c->n_steps) round_block(s->round, acc, n, x->simd);
     }
@@ -230,7 +209,7 @@ static void chain_body(void *arg, int ith, int nth) {
     for (int64_t w = b; w < e; w++) {
         int64_t r = w / x->blocks_per_row, col = w % x->blocks_per_row * BLOCK;
         if (r != row) row_offsets(x, row = r, off);
-        chain_block(x, off, col, x->cols - col < BLOCK ? x->cols - col : BLOCK);
+        chain_block(x, off, col, x->cols - col < BLOCK ? x->cols - col : BLOCK, r * x->cols + col);
     }
 }
 
@@ -243,12 +222,12 @@ hr_status hr_cpu_fused_chain(const hr_fused_chain *c) {
         x.base[1 + k] = hr_tensor_ptr(c->operands[k]);
         x.dt[1 + k] = c->operands[k]->dtype;
     }
-    int64_t total = x.rows * x.cols;
-    if (total == 0) return HR_OK;
+    x.total = x.rows * x.cols;
+    if (x.total == 0) return HR_OK;
     /* the grain of hr_iter_parallel, which each unfused op would have used */
-    int nth = hr_parallel_threads_for(total, 32768);
-    if (nth > 1)
-        hr_parallel_run(chain_body, &x, nth);
+    x.nth = hr_parallel_threads_for(x.total, 32768);
+    if (x.nth > 1)
+        hr_parallel_run(chain_body, &x, x.nth);
     else
         chain_body(&x, 0, 1);
     return HR_OK;
