@@ -114,15 +114,21 @@ static void step_vectors(const hr_chain_step *s, float *o, const float *a, const
 /* o = step(a, b) over the n elements from linear index `at` of the output
  * (row-major); o may be a or b. An op whose vector and scalar code differ
  * runs each element through the code the unfused kernel ran it through:
- * its calls' whole vectors, then their tails. */
+ * its calls' whole vectors, then their tails. vec: the linear range of
+ * the whole vectors of the last call looked up, which most blocks of a
+ * task fall in entirely (saves the divisions of a lookup). */
 static void apply_step(const chain_ctx *x, const hr_chain_step *s, float *o, const float *a, const float *b,
-                       int64_t n, int64_t at) {
+                       int64_t n, int64_t at, int64_t *vec) {
     if (s->cast) {
         if (o != a) memcpy(o, a, sizeof(float) * (size_t)n);
         return;
     }
     if (!x->simd || !hr_k_eltwise_inexact(s->op)) {
         hr_k_eltwise_f32(s->op, s->p0, s->p1, o, a, b, n, x->simd);
+        return;
+    }
+    if (at >= vec[0] && at + n <= vec[1]) {
+        step_vectors(s, o, a, b, n);
         return;
     }
     for (int64_t i = 0; i < n;) {
@@ -133,6 +139,8 @@ static void apply_step(const chain_ctx *x, const hr_chain_step *s, float *o, con
         nv = nv < 0 ? 0 : nv > m ? m : nv;
         step_vectors(s, o + i, a + i, b + i, nv);
         hr_k_eltwise_f32(s->op, s->p0, s->p1, o + i + nv, a + i + nv, b + i + nv, m - nv, false);
+        vec[0] = at + i - col + cb;
+        vec[1] = vec[0] + ((ce - cb) & ~(int64_t)7);
         i += m;
     }
 }
@@ -180,8 +188,10 @@ static void load_operand(const chain_ctx *x, int k, const int64_t *off, int64_t 
         for (int64_t i = 1; i < n; i++) dst[i] = dst[0];
 }
 
-/* n output elements from column col of a row, lin the first one's linear index. */
-static void chain_block(const chain_ctx *x, const int64_t *off, int64_t col, int64_t n, int64_t lin) {
+/* n output elements from column col of a row, lin the first one's linear
+ * index; vec: apply_step's range per step, kept by the task. */
+static void chain_block(const chain_ctx *x, const int64_t *off, int64_t col, int64_t n, int64_t lin,
+                        int64_t (*vec)[2]) {
     const hr_fused_chain *c = x->c;
     float acc[BLOCK], arg[BLOCK];
     load_operand(x, 1, off, col, n, acc);
@@ -193,9 +203,9 @@ static void chain_block(const chain_ctx *x, const int64_t *off, int64_t col, int
             b = arg;
         }
         if (s->acc_right)
-            apply_step(x, s, acc, b, acc, n, lin);
+            apply_step(x, s, acc, b, acc, n, lin, vec[i]);
         else
-            apply_step(x, s, acc, acc, b, n, lin);
+            apply_step(x, s, acc, acc, b, n, lin, vec[i]);
         /* the last step's rounding is the store's */
         if (s->round != HR_F32 && i + 1 < c->n_steps) round_block(s->round, acc, n, x->simd);
     }
@@ -204,12 +214,12 @@ static void chain_block(const chain_ctx *x, const int64_t *off, int64_t col, int
 
 static void chain_body(void *arg, int ith, int nth) {
     const chain_ctx *x = arg;
-    int64_t b, e, off[N_OPS], row = -1;
+    int64_t b, e, off[N_OPS], row = -1, vec[HR_FUSED_MAX_STEPS][2] = {{0}};
     hr_split_range(x->rows * x->blocks_per_row, ith, nth, &b, &e);
     for (int64_t w = b; w < e; w++) {
         int64_t r = w / x->blocks_per_row, col = w % x->blocks_per_row * BLOCK;
         if (r != row) row_offsets(x, row = r, off);
-        chain_block(x, off, col, x->cols - col < BLOCK ? x->cols - col : BLOCK, r * x->cols + col);
+        chain_block(x, off, col, x->cols - col < BLOCK ? x->cols - col : BLOCK, r * x->cols + col, vec);
     }
 }
 
