@@ -184,13 +184,10 @@ static bool chain_step_of(const hr_plan *p, const hr_plan_node *n, hr_chain_step
     int m = 0, nm = (int)(sizeof map / sizeof map[0]);
     while (m < nm && map[m].op != n->op) m++;
     if (m == nm || !runs(n) || n->n_out != 1 || !float_dtype(t_out(p, n, 0)->dtype)) return false;
-    const hr_tensor *ops[3] = {t_out(p, n, 0)};
-    for (int k = 0; k < n->n_in; k++) {
-        ops[1 + k] = t_in(p, n, k);
-        if (!float_dtype(ops[1 + k]->dtype)) return false;
-    }
-    *s = (hr_chain_step){.op = map[m].step, .cast = n->op == HR_OP_cast, .operand = -1, .round = ops[0]->dtype,
-                         .cols = hr_k_eltwise_cols(ops, 1 + n->n_in)};
+    for (int k = 0; k < n->n_in; k++)
+        if (!float_dtype(t_in(p, n, k)->dtype)) return false;
+    *s = (hr_chain_step){.op = map[m].step, .cast = n->op == HR_OP_cast, .operand = -1,
+                         .round = t_out(p, n, 0)->dtype};
     if (n->op == HR_OP_scale) {
         const hr_attrs_scale *a = (const void *)n->attrs;
         s->p0 = (float)a->mul;

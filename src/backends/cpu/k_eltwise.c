@@ -9,10 +9,12 @@
  * Transcendentals: the portable path (and HUBRT_CPU_ISA=scalar) calls libm;
  * the AVX2 path evaluates exp, sigmoid, silu, tanh and gelu through a vector
  * exp, checked against double references in tests/c/test_ops_eltwise.c
- * (a few f32 ulps; gelu-erf within 2e-7 + 4e-7 relative). The f32
- * arithmetic (hr_k_eltwise_f32) and where its calls begin and end are
+ * (a few f32 ulps; gelu-erf within 2e-7 + 4e-7 relative). With simd every
+ * element, a row's tail included, takes the vector code, so results do not
+ * depend on the thread split; the f32 arithmetic (hr_k_eltwise_f32) is
  * shared with fused chains (k_fused_chain.c), which reproduce the bytes. */
 #include <math.h>
+#include <string.h>
 
 #include "backends/cpu/k_eltwise.h"
 #include "core/error.h"
@@ -168,8 +170,8 @@ static inline __m256 nan_min8(__m256 a, __m256 b) {
     } while (0)
 #endif
 
-void hr_k_eltwise_f32(hr_ew_op op, float p0, float p1, float *o, const float *a, const float *b, int64_t n,
-                      bool simd) {
+static void eltwise_span(hr_ew_op op, float p0, float p1, float *o, const float *a, const float *b, int64_t n,
+                         bool simd) {
 #if K_AVX2
     const __m256 zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
     const __m256 vlo = _mm256_set1_ps(p0), vhi = _mm256_set1_ps(p1);
@@ -207,12 +209,22 @@ void hr_k_eltwise_f32(hr_ew_op op, float p0, float p1, float *o, const float *a,
     }
 }
 
-bool hr_k_eltwise_inexact(hr_ew_op op) {
-    switch (op) {
-    case HR_EW_EXP: case HR_EW_SIGMOID: case HR_EW_TANH: case HR_EW_SILU: case HR_EW_GELU: case HR_EW_GELU_TANH:
-    case HR_EW_SILU_MUL: case HR_EW_GELU_MUL: case HR_EW_GELU_TANH_MUL: return K_AVX2;
-    default: return false;
-    }
+/* With simd, every element goes through the vector code, a last partial
+ * vector through a padded copy (the vector code works lane by lane, so the
+ * padding changes no lane): an element's result then does not depend on
+ * where a call starts or ends, so it is the same for any thread split or
+ * row chunking, and fused chains (k_fused_chain.c) reproduce it by calling
+ * this on any range. The scalar code runs only without simd. */
+void hr_k_eltwise_f32(hr_ew_op op, float p0, float p1, float *o, const float *a, const float *b, int64_t n,
+                      bool simd) {
+    int64_t whole = simd && K_AVX2 ? n & ~(int64_t)7 : n, rest = n - whole;
+    eltwise_span(op, p0, p1, o, a, b, whole, simd);
+    if (!rest) return;
+    float pa[8] = {0}, pb[8] = {0};
+    memcpy(pa, a + whole, sizeof(float) * (size_t)rest);
+    if (b) memcpy(pb, b + whole, sizeof(float) * (size_t)rest);
+    eltwise_span(op, p0, p1, pa, pa, b ? pb : NULL, 8, simd);
+    memcpy(o + whole, pa, sizeof(float) * (size_t)rest);
 }
 
 /* Integer math wraps around like torch's (unsigned arithmetic avoids the
@@ -285,27 +297,6 @@ static hr_status run_ew(ew_ctx *c, const hr_tensor *const *in, hr_tensor *const 
     hr_iter_init(&it, 1 + c->n_in, ops);
     hr_iter_parallel(&it, row_ew, c);
     return HR_OK;
-}
-
-int64_t hr_k_eltwise_cols(const hr_tensor *const *ops, int n_ops) {
-    hr_iter it;
-    hr_iter_init(&it, n_ops, ops);
-    return it.shape[it.ndim - 1];
-}
-
-/* Chunks of whole vectors leave a row's tail where it was. */
-_Static_assert(HR_ROW_CHUNK % 8 == 0, "row_ew's chunks must not move the scalar tail");
-
-/* Mirrors hr_iter_parallel (core/iter.c): one task does whole rows, or,
- * with fewer rows than tasks, one range of every row's columns. */
-void hr_k_eltwise_call(int64_t cols, int64_t n, int nth, int64_t col, int64_t *begin, int64_t *end) {
-    *begin = 0;
-    *end = cols;
-    if (nth > 1 && n / cols < nth && cols > 1)
-        for (int ith = 0; ith < nth; ith++) {
-            hr_split_range(cols, ith, nth, begin, end);
-            if (col < *end) break;
-        }
 }
 
 /* ---- kernels ----------------------------------------------------------------- */

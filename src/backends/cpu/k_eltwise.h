@@ -34,28 +34,12 @@ typedef enum hr_ew_op {
 } hr_ew_op;
 
 /* o[i] = op(a[i], b[i]) for n contiguous floats (b NULL for a unary op; o
- * may alias a or b): whole vectors of 8 through the AVX2 code when simd,
- * the rest through the scalar code. p0, p1: CLAMP's bounds (+-inf when
- * absent), SCALE's mul and add. */
+ * may alias a or b): with simd every element through the AVX2 code (a
+ * partial last vector through a padded copy), so an element's result does
+ * not depend on n or on where the range starts; else the scalar code.
+ * p0, p1: CLAMP's bounds (+-inf when absent), SCALE's mul and add. */
 void hr_k_eltwise_f32(hr_ew_op op, float p0, float p1, float *o, const float *a, const float *b, int64_t n,
                       bool simd);
-
-/* Whether op's vector code may give other bits than its scalar code (exp
- * and what is built on it): then an element's result depends on whether
- * it fell in a whole vector of its call of hr_k_eltwise_f32 or in the tail. */
-bool hr_k_eltwise_inexact(hr_ew_op op);
-
-/* How the eltwise kernel cuts an op's elements into calls of
- * hr_k_eltwise_f32 (the chunks it may make of a call end in whole
- * vectors, so only the calls' ends matter): rows of hr_k_eltwise_cols
- * elements in row-major order of the output, the coalesced last dim of
- * its iteration over the op's output and inputs (any strides). */
-int64_t hr_k_eltwise_cols(const hr_tensor *const *ops, int n_ops);
-
-/* [*begin, *end): the columns of the call that computed column col of a
- * row of `cols`, in an op of n > 0 elements run on nth tasks
- * (hr_iter_parallel's thread count for n). */
-void hr_k_eltwise_call(int64_t cols, int64_t n, int nth, int64_t col, int64_t *begin, int64_t *end);
 
 /* Registers where, copy, cast, fill and arange (k_eltwise_move.c). */
 void hr_cpu_register_eltwise_move(hr_cpu_kernel_fn *table);

@@ -55,7 +55,6 @@ typedef struct hr_chain_step {
     bool acc_right; /* binary: the running value is the op's second input */
     hr_dtype round; /* dtype the unfused op stored its result in */
     float p0, p1;   /* SCALE: mul, add; CLAMP: low, high (+-inf when absent) */
-    int64_t cols;   /* rows of the unfused kernel's calls (hr_k_eltwise_cols) */
 } hr_chain_step;
 
 typedef struct hr_fused_chain {

@@ -3,9 +3,7 @@
  * unfused eltwise kernel's own arithmetic (hr_k_eltwise_f32), and its
  * result is rounded through the dtype the unfused op stored, so the chain
  * gives the unfused plan's bytes; what it saves is storing and reloading
- * every intermediate and one thread-pool pass per op. Where an op's vector
- * code (exp and what is built on it) differs from its scalar tail, each
- * element takes the path it took in the unfused kernel's calls. */
+ * every intermediate and one thread-pool pass per op. */
 #include <math.h>
 #include <string.h>
 
@@ -32,8 +30,6 @@ typedef struct chain_ctx {
     char *base[N_OPS];
     hr_dtype dt[N_OPS];
     int64_t rows, cols, blocks_per_row;
-    int64_t total; /* output elements */
-    int nth;       /* tasks, as each unfused op would have had */
     bool simd;
 } chain_ctx;
 
@@ -97,52 +93,16 @@ static inline __m256 round_bf16_8(__m256 v) {
 }
 #endif
 
-/* o = op(a, b) over n floats, every one through the vector code: whole
- * vectors in place, a last partial one through a padded copy (the vector
- * code works lane by lane, so padding changes no lane's result). */
-static void step_vectors(const hr_chain_step *s, float *o, const float *a, const float *b, int64_t n) {
-    int64_t whole = n & ~(int64_t)7, rest = n - whole;
-    hr_k_eltwise_f32(s->op, s->p0, s->p1, o, a, b, whole, true);
-    if (!rest) return;
-    float pa[8] = {0}, pb[8] = {0};
-    memcpy(pa, a + whole, sizeof(float) * (size_t)rest);
-    memcpy(pb, b + whole, sizeof(float) * (size_t)rest);
-    hr_k_eltwise_f32(s->op, s->p0, s->p1, pa, pa, pb, 8, true);
-    memcpy(o + whole, pa, sizeof(float) * (size_t)rest);
-}
-
-/* o = step(a, b) over the n elements from linear index `at` of the output
- * (row-major); o may be a or b. An op whose vector and scalar code differ
- * runs each element through the code the unfused kernel ran it through:
- * its calls' whole vectors, then their tails. vec: the linear range of
- * the whole vectors of the last call looked up, which most blocks of a
- * task fall in entirely (saves the divisions of a lookup). */
+/* o = step(a, b) over n elements; o may be a or b. hr_k_eltwise_f32's
+ * result for an element does not depend on the range it is given, so any
+ * block of the chain gets the unfused kernel's bytes. */
 static void apply_step(const chain_ctx *x, const hr_chain_step *s, float *o, const float *a, const float *b,
-                       int64_t n, int64_t at, int64_t *vec) {
+                       int64_t n) {
     if (s->cast) {
         if (o != a) memcpy(o, a, sizeof(float) * (size_t)n);
         return;
     }
-    if (!x->simd || !hr_k_eltwise_inexact(s->op)) {
-        hr_k_eltwise_f32(s->op, s->p0, s->p1, o, a, b, n, x->simd);
-        return;
-    }
-    if (at >= vec[0] && at + n <= vec[1]) {
-        step_vectors(s, o, a, b, n);
-        return;
-    }
-    for (int64_t i = 0; i < n;) {
-        int64_t col = (at + i) % s->cols, cb, ce;
-        hr_k_eltwise_call(s->cols, x->total, x->nth, col, &cb, &ce);
-        int64_t m = ce - col < n - i ? ce - col : n - i;
-        int64_t nv = cb + ((ce - cb) & ~(int64_t)7) - col;
-        nv = nv < 0 ? 0 : nv > m ? m : nv;
-        step_vectors(s, o + i, a + i, b + i, nv);
-        hr_k_eltwise_f32(s->op, s->p0, s->p1, o + i + nv, a + i + nv, b + i + nv, m - nv, false);
-        vec[0] = at + i - col + cb;
-        vec[1] = vec[0] + ((ce - cb) & ~(int64_t)7);
-        i += m;
-    }
+    hr_k_eltwise_f32(s->op, s->p0, s->p1, o, a, b, n, x->simd);
 }
 
 /* Element offsets of row r's first element, per operand. */
@@ -188,10 +148,8 @@ static void load_operand(const chain_ctx *x, int k, const int64_t *off, int64_t 
         for (int64_t i = 1; i < n; i++) dst[i] = dst[0];
 }
 
-/* n output elements from column col of a row, lin the first one's linear
- * index; vec: apply_step's range per step, kept by the task. */
-static void chain_block(const chain_ctx *x, const int64_t *off, int64_t col, int64_t n, int64_t lin,
-                        int64_t (*vec)[2]) {
+/* n output elements from column col of a row. */
+static void chain_block(const chain_ctx *x, const int64_t *off, int64_t col, int64_t n) {
     const hr_fused_chain *c = x->c;
     float acc[BLOCK], arg[BLOCK];
     load_operand(x, 1, off, col, n, acc);
@@ -203,9 +161,9 @@ static void chain_block(const chain_ctx *x, const int64_t *off, int64_t col, int
             b = arg;
         }
         if (s->acc_right)
-            apply_step(x, s, acc, b, acc, n, lin, vec[i]);
+            apply_step(x, s, acc, b, acc, n);
         else
-            apply_step(x, s, acc, acc, b, n, lin, vec[i]);
+            apply_step(x, s, acc, acc, b, n);
         /* the last step's rounding is the store's */
         if (s->round != HR_F32 && i + 1 < c->n_steps) round_block(s->round, acc, n, x->simd);
     }
@@ -214,12 +172,12 @@ static void chain_block(const chain_ctx *x, const int64_t *off, int64_t col, int
 
 static void chain_body(void *arg, int ith, int nth) {
     const chain_ctx *x = arg;
-    int64_t b, e, off[N_OPS], row = -1, vec[HR_FUSED_MAX_STEPS][2] = {{0}};
+    int64_t b, e, off[N_OPS], row = -1;
     hr_split_range(x->rows * x->blocks_per_row, ith, nth, &b, &e);
     for (int64_t w = b; w < e; w++) {
         int64_t r = w / x->blocks_per_row, col = w % x->blocks_per_row * BLOCK;
         if (r != row) row_offsets(x, row = r, off);
-        chain_block(x, off, col, x->cols - col < BLOCK ? x->cols - col : BLOCK, r * x->cols + col, vec);
+        chain_block(x, off, col, x->cols - col < BLOCK ? x->cols - col : BLOCK);
     }
 }
 
@@ -232,12 +190,11 @@ hr_status hr_cpu_fused_chain(const hr_fused_chain *c) {
         x.base[1 + k] = hr_tensor_ptr(c->operands[k]);
         x.dt[1 + k] = c->operands[k]->dtype;
     }
-    x.total = x.rows * x.cols;
-    if (x.total == 0) return HR_OK;
-    /* the grain of hr_iter_parallel, which each unfused op would have used */
-    x.nth = hr_parallel_threads_for(x.total, 32768);
-    if (x.nth > 1)
-        hr_parallel_run(chain_body, &x, x.nth);
+    int64_t total = x.rows * x.cols;
+    if (total == 0) return HR_OK;
+    int nth = hr_parallel_threads_for(total, 32768); /* hr_iter_parallel's grain */
+    if (nth > 1)
+        hr_parallel_run(chain_body, &x, nth);
     else
         chain_body(&x, 0, 1);
     return HR_OK;
