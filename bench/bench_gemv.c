@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "hubrt.h"
 
 typedef struct shape {
@@ -39,24 +40,6 @@ static const shape SMOLLM2[] = {
     {"smollm2 q/o_proj", 576, 576}, {"smollm2 k/v_proj", 192, 576}, {"smollm2 gate/up", 1536, 576},
     {"smollm2 down", 576, 1536},    {"smollm2 lm_head", 49152, 576},
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void check(hr_status s, const char *what) {
-    if (s != HR_OK) {
-        fprintf(stderr, "bench_gemv: %s: %s\n", what, hr_last_error());
-        exit(1);
-    }
-}
 
 /* ---- plain read: each thread sums its contiguous share with 64-byte loads ---- */
 
@@ -84,14 +67,14 @@ static double read_pass(const char *p, size_t n, int nth) {
     pthread_t th[64];
     read_arg args[64];
     size_t share = (n / (size_t)nth) & ~(size_t)127;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int i = 0; i < nth; i++) {
         args[i] = (read_arg){p + (size_t)i * share, share, 0};
         if (i > 0) pthread_create(&th[i], NULL, read_share, &args[i]);
     }
     read_share(&args[0]);
     for (int i = 1; i < nth; i++) pthread_join(th[i], NULL);
-    double dt = now_s() - t0;
+    double dt = bench_now_s() - t0;
     volatile uint64_t sink = 0;
     for (int i = 0; i < nth; i++) sink += args[i].sink;
     return (double)(share * (size_t)nth) / dt / 1e9;
@@ -100,46 +83,31 @@ static double read_pass(const char *p, size_t n, int nth) {
 /* ---- one shape ---- */
 
 static void bench_shape(const shape *s, int rows, int nth, size_t total, int samples, bool huge) {
-    size_t wbytes = (size_t)(s->n * s->k) * 2;
-    size_t count = (total + wbytes - 1) / wbytes;
-    size_t bytes = count * wbytes;
-    char *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED) {
-        fprintf(stderr, "bench_gemv: cannot map %zu bytes\n", bytes);
-        exit(1);
-    }
-    if (huge) madvise(buf, bytes, MADV_HUGEPAGE);
-    /* Small random bf16 values (exponent near 1) so sums stay finite. */
-    uint32_t seed = 12345u;
-    for (size_t i = 0; i < bytes / 2; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        ((uint16_t *)buf)[i] = (uint16_t)(0x3c00u | (seed >> 25));
-    }
-    int64_t wshape[2] = {s->n, s->k}, xshape[2] = {rows, s->k}, yshape[2] = {rows, s->n};
-    hr_tensor **w = calloc(count, sizeof *w);
-    for (size_t i = 0; i < count; i++)
-        check(hr_tensor_wrap_host(HR_BF16, 2, wshape, NULL, buf + i * wbytes, wbytes, NULL, NULL, &w[i]),
-              "wrap weight");
+    size_t wbytes = (size_t)(s->n * s->k) * 2, count, bytes;
+    char *buf;
+    hr_tensor **w = bench_weights("bench_gemv", s->n, s->k, total, huge, &count, &buf, &bytes);
+    int64_t xshape[2] = {rows, s->k}, yshape[2] = {rows, s->n};
     uint16_t *xh = malloc((size_t)(rows * s->k) * 2);
     for (int64_t i = 0; i < rows * s->k; i++) xh[i] = (uint16_t)(0x3c00u | (i & 127));
     hr_tensor *x, *y;
-    check(hr_tensor_from_host(hr_device_cpu(), HR_BF16, 2, xshape, xh, (size_t)(rows * s->k) * 2, &x), "x");
-    check(hr_tensor_empty(hr_device_cpu(), HR_BF16, 2, yshape, &y), "y");
+    bench_check("bench_gemv", hr_tensor_from_host(hr_device_cpu(), HR_BF16, 2, xshape, xh, (size_t)(rows * s->k) * 2, &x),
+                "x");
+    bench_check("bench_gemv", hr_tensor_empty(hr_device_cpu(), HR_BF16, 2, yshape, &y), "y");
     hr_op lin;
-    check(hr_op_find("linear", &lin), "op");
+    bench_check("bench_gemv", hr_op_find("linear", &lin), "op");
     double *g = malloc((size_t)samples * sizeof *g), *r = malloc((size_t)samples * sizeof *r);
     for (int it = -1; it < samples; it++) { /* it -1 warms up */
-        double t0 = now_s();
+        double t0 = bench_now_s();
         for (size_t i = 0; i < count; i++) {
             const hr_tensor *in[2] = {x, w[i]};
-            check(hr_op_run(lin, NULL, in, 2, &y, 1), "linear");
+            bench_check("bench_gemv", hr_op_run(lin, NULL, in, 2, &y, 1), "linear");
         }
-        double gbs = (double)bytes / (now_s() - t0) / 1e9;
+        double gbs = (double)bytes / (bench_now_s() - t0) / 1e9;
         double rbs = read_pass(buf, bytes, nth);
         if (it >= 0) g[it] = gbs, r[it] = rbs;
     }
-    qsort(g, (size_t)samples, sizeof *g, cmp_double);
-    qsort(r, (size_t)samples, sizeof *r, cmp_double);
+    qsort(g, (size_t)samples, sizeof *g, bench_cmp_double);
+    qsort(r, (size_t)samples, sizeof *r, bench_cmp_double);
     printf("%-18s N=%6lld K=%5lld rows=%d thr=%d %4zu x %7.2f MB  gemv best %5.1f med %5.1f GB/s | "
            "read best %5.1f med %5.1f GB/s | %3.0f%%  %.1f us/call\n",
            s->name, (long long)s->n, (long long)s->k, rows, nth, count, (double)wbytes / 1e6, g[samples - 1],
@@ -178,7 +146,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_gemv: rows, threads and samples must be >= 1 (threads <= 64)\n");
         return 2;
     }
-    check(hr_set_num_threads(nth), "threads");
+    bench_check("bench_gemv", hr_set_num_threads(nth), "threads");
     printf("isa %s, %d threads, %zu MiB of weights per shape%s\n", hr_cpu_isa_name(hr_cpu_isa_get()), nth,
            mib, huge ? ", huge pages" : "");
     bool all = !strcmp(model, "all");
