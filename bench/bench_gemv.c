@@ -90,8 +90,8 @@ static void bench_shape(const shape *s, int rows, int nth, size_t total, int sam
     uint16_t *xh = malloc((size_t)(rows * s->k) * 2);
     for (int64_t i = 0; i < rows * s->k; i++) xh[i] = (uint16_t)(0x3c00u | (i & 127));
     hr_tensor *x, *y;
-    bench_check("bench_gemv", hr_tensor_from_host(hr_device_cpu(), HR_BF16, 2, xshape, xh, (size_t)(rows * s->k) * 2, &x),
-                "x");
+    size_t xbytes = (size_t)(rows * s->k) * 2;
+    bench_check("bench_gemv", hr_tensor_from_host(hr_device_cpu(), HR_BF16, 2, xshape, xh, xbytes, &x), "x");
     bench_check("bench_gemv", hr_tensor_empty(hr_device_cpu(), HR_BF16, 2, yshape, &y), "y");
     hr_op lin;
     bench_check("bench_gemv", hr_op_find("linear", &lin), "op");
