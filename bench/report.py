@@ -356,8 +356,9 @@ def markdown(r):
         lines += [f"Tokenizers: the tokenizer benchmark failed this run: {why}", ""]
     if any(c.get("of_limit", 0) > 1 for rows in r["table"].values() for row in rows.values()
            for c in row.values() if isinstance(c, dict)):
-        lines += ["‡ Above 100% of the bound: the limit probes ran while other work loaded the machine and "
-                  "measured it low; the bound is then too low, not the engine faster than the hardware.", ""]
+        lines += ["‡ Above 100% of the bound: the memory delivered more during that case than the median limit "
+                  "probe measured (other work lowered the probes, or this VM's bandwidth was in its faster mode "
+                  "then); the bound is then too low, not the engine faster than the hardware.", ""]
     if notes:
         lines.append("Notes:")
         lines.append("")
