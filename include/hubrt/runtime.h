@@ -41,6 +41,11 @@ HR_API const char *hr_cpu_isa_name(hr_cpu_isa isa);
 HR_API int hr_num_threads(void);
 HR_API hr_status hr_set_num_threads(int n);
 
+/* The GNU build ID (hex) of the binary holding hubrt's code: libhubrt.so,
+ * or the executable it is linked into; "" when the linker wrote none.
+ * Compiled plans on disk are keyed by it. */
+HR_API const char *hr_build_id(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -127,6 +127,9 @@ static uint64_t disk_key(const hr_jit *j, const hr_tensor *const *in, int n_in, 
     h = hr_fnv1a(h, j->name, strlen(j->name));
     h = hr_fnv1a(h, &j->opts.fingerprint, sizeof j->opts.fingerprint);
     h = hr_fnv1a(h, HUBRT_VERSION_STRING, strlen(HUBRT_VERSION_STRING));
+    /* a development build keeps the version string: the build ID changes
+     * with any change to the code that captured the plan */
+    h = hr_fnv1a(h, hr_build_id(), strlen(hr_build_id()));
     int isa = hr_cpu_isa_get();
     h = hr_fnv1a(h, &isa, sizeof isa);
     int head[2] = {n_in, n_out};

@@ -6,7 +6,10 @@
 #include <cmocka.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/half.h"
 #include "core/iter.h"
@@ -245,13 +248,30 @@ static void test_error_is_thread_local(void **state) {
     assert_string_equal(hr_last_error(), "");
 }
 
+/* hr_build_id is the linker's NT_GNU_BUILD_ID of the binary holding the
+ * library (this test links it statically), as readelf prints it. */
+static void test_build_id_is_the_linkers(void **state) {
+    char exe[4096], cmd[4200], line[512], want[200] = "";
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    assert_true(n > 0);
+    exe[n] = '\0';
+    snprintf(cmd, sizeof cmd, "readelf -n '%s'", exe);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    while (fgets(line, sizeof line, p)) /* read to the end: readelf must not get SIGPIPE */
+        if (!want[0]) sscanf(line, " Build ID: %199s", want);
+    assert_int_equal(pclose(p), 0);
+    assert_int_equal(strlen(want), 40);
+    assert_string_equal(hr_build_id(), want);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtype_names),  cmocka_unit_test(test_half_round_trip),
         cmocka_unit_test(test_tensor_create_errors), cmocka_unit_test(test_views),
         cmocka_unit_test(test_wrap_bounds), cmocka_unit_test(test_devices),
         cmocka_unit_test(test_thread_pool), cmocka_unit_test(test_iter_coalesce),
-        cmocka_unit_test(test_error_is_thread_local),
+        cmocka_unit_test(test_error_is_thread_local), cmocka_unit_test(test_build_id_is_the_linkers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -118,6 +118,17 @@ def test_new_process_finds_plans_on_disk(tmp_path):
     assert b["compiles"] == 0 and b["disk_hits"] == a["compiles"], (a, b)
 
 
+def test_disk_key_build_id_is_the_linkers():
+    """Plans on disk are keyed by the library's GNU build ID (a development
+    build keeps its version string); it must be the one readelf reads."""
+    fn_ = lib.hr_build_id
+    fn_.restype = ctypes.c_char_p
+    out = subprocess.run(["readelf", "-n", lib._name], capture_output=True, text=True, check=True).stdout
+    want = [line.split(":", 1)[1].strip() for line in out.splitlines() if "Build ID:" in line]
+    assert len(want) == 1 and len(want[0]) == 40, out
+    assert fn_().decode() == want[0]
+
+
 def test_cli_run_compile_stats_and_same_text(tmp_path):
     env = dict(os.environ, HUBRT_CACHE_DIR=str(tmp_path / "disk"))
     base = ["run", str(FIX / "tiny-qwen3-tok"), "-p", "The quick brown fox", "-n", "24", "--greedy"]
