@@ -202,7 +202,7 @@ static void test_vector_transcendentals(void **state) {
  * same input differed between 1, 2 and 3 threads. */
 static void test_thread_count_changes_no_bits(void **state) {
     static const hr_op ops[] = {HR_OP_exp, HR_OP_sigmoid, HR_OP_silu, HR_OP_tanh, HR_OP_gelu};
-    const int64_t n = 70001, shapes[2][2] = {{1, 70001}, {7, 10001}};
+    const int64_t n = 70007, shapes[2][2] = {{1, 70007}, {7, 10001}}; /* numel n; rows of odd length */
     float *v = malloc((size_t)n * 4);
     for (int64_t i = 0; i < n; i++) v[i] = -9.0f + 18.0f * (float)((i * 7919) % n) / (float)n;
     int threads = hr_num_threads();
