@@ -13,8 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "hubrt.h"
 
 typedef struct attn_case {
@@ -30,23 +30,7 @@ static const attn_case CASES[] = {
     {"qwen3 decode b=1 t=640", 1, 16, 8, 1, 640, 128, false},
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void check(hr_status s, const char *what) {
-    if (s != HR_OK) {
-        fprintf(stderr, "bench_attention: %s: %s\n", what, hr_last_error());
-        exit(1);
-    }
-}
+static void check(hr_status s, const char *what) { bench_check("bench_attention", s, what); }
 
 /* A bf16 tensor of uniform values in [-2, 2). */
 static hr_tensor *random_bf16(int64_t n0, int64_t n1, int64_t n2, int64_t n3, uint32_t *seed) {
@@ -71,13 +55,13 @@ static double time_call(hr_op op, const hr_attrs_sdpa *a, const hr_tensor *const
     check(hr_cpu_isa_set(isa), "isa");
     check(hr_op_run(op, a, in, 3, &o, 1), "sdpa");
     int reps = 1;
-    double t0 = now_s(), dt;
+    double t0 = bench_now_s(), dt;
     for (;;) {
         for (int i = 0; i < reps; i++) check(hr_op_run(op, a, in, 3, &o, 1), "sdpa");
-        dt = now_s() - t0;
+        dt = bench_now_s() - t0;
         if (dt > 0.02) break;
         reps *= 2;
-        t0 = now_s();
+        t0 = bench_now_s();
     }
     return dt / reps;
 }
@@ -121,8 +105,8 @@ int main(int argc, char **argv) {
             tn[i] = time_call(op, &a, in, o, best);
             to[i] = time_call(op, &a, in, o, HR_ISA_AVX2);
         }
-        qsort(tn, (size_t)samples, sizeof(double), cmp_double);
-        qsort(to, (size_t)samples, sizeof(double), cmp_double);
+        qsort(tn, (size_t)samples, sizeof(double), bench_cmp_double);
+        qsort(to, (size_t)samples, sizeof(double), bench_cmp_double);
         printf("%-24s %-6s best %8.1f us %6.1f GFLOP/s (%4.1f%% of peak), median %8.1f us\n", c->name,
                hr_cpu_isa_name(best), tn[0] * 1e6, flop / tn[0] / 1e9, 100 * flop / tn[0] / 1e9 / peak,
                tn[samples / 2] * 1e6);

@@ -26,16 +26,7 @@
 #include "bench_util.h"
 #include "hubrt.h"
 
-typedef struct shape {
-    const char *name;
-    int64_t n, k;
-} shape;
-
-static const shape QWEN3[] = {
-    {"qwen3 q_proj", 2048, 1024},  {"qwen3 k/v_proj", 1024, 1024}, {"qwen3 o_proj", 1024, 2048},
-    {"qwen3 gate/up", 3072, 1024}, {"qwen3 down", 1024, 3072},     {"qwen3 lm_head", 151936, 1024},
-};
-static const shape LLAMA[] = {
+static const bench_linear_shape LLAMA[] = {
     {"llama q/o_proj", 2048, 2048}, {"llama k/v_proj", 512, 2048}, {"llama gate/up", 8192, 2048},
     {"llama down", 2048, 8192},     {"llama lm_head", 128256, 2048},
 };
@@ -97,7 +88,7 @@ static result summarize(double *v, int samples) {
     return (result){v[samples - 1], v[samples / 2]};
 }
 
-static void bench_shape(const shape *s, int64_t rows, size_t total, int samples, bool huge, double peak) {
+static void bench_shape(const bench_linear_shape *s, int64_t rows, size_t total, int samples, bool huge, double peak) {
     size_t count, bytes;
     char *buf;
     hr_tensor **w = bench_weights("bench_gemm", s->n, s->k, total, huge, &count, &buf, &bytes);
@@ -189,9 +180,9 @@ int main(int argc, char **argv) {
     bool all = !strcmp(model, "all");
     for (int r = 0; r < nrows; r++) {
         if (all || !strcmp(model, "qwen3"))
-            for (size_t i = 0; i < sizeof QWEN3 / sizeof *QWEN3; i++)
-                if (!only || strstr(QWEN3[i].name, only))
-                    bench_shape(&QWEN3[i], rows[r], mib << 20, samples, huge, peak);
+            for (size_t i = 0; i < sizeof BENCH_QWEN3 / sizeof *BENCH_QWEN3; i++)
+                if (!only || strstr(BENCH_QWEN3[i].name, only))
+                    bench_shape(&BENCH_QWEN3[i], rows[r], mib << 20, samples, huge, peak);
         if (all || !strcmp(model, "llama"))
             for (size_t i = 0; i < sizeof LLAMA / sizeof *LLAMA; i++)
                 if (!only || strstr(LLAMA[i].name, only))

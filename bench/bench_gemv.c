@@ -27,16 +27,7 @@
 #include "bench_util.h"
 #include "hubrt.h"
 
-typedef struct shape {
-    const char *name;
-    int64_t n, k;
-} shape;
-
-static const shape QWEN3[] = {
-    {"qwen3 q_proj", 2048, 1024},  {"qwen3 k/v_proj", 1024, 1024}, {"qwen3 o_proj", 1024, 2048},
-    {"qwen3 gate/up", 3072, 1024}, {"qwen3 down", 1024, 3072},     {"qwen3 lm_head", 151936, 1024},
-};
-static const shape SMOLLM2[] = {
+static const bench_linear_shape SMOLLM2[] = {
     {"smollm2 q/o_proj", 576, 576}, {"smollm2 k/v_proj", 192, 576}, {"smollm2 gate/up", 1536, 576},
     {"smollm2 down", 576, 1536},    {"smollm2 lm_head", 49152, 576},
 };
@@ -82,7 +73,7 @@ static double read_pass(const char *p, size_t n, int nth) {
 
 /* ---- one shape ---- */
 
-static void bench_shape(const shape *s, int rows, int nth, size_t total, int samples, bool huge) {
+static void bench_shape(const bench_linear_shape *s, int rows, int nth, size_t total, int samples, bool huge) {
     size_t wbytes = (size_t)(s->n * s->k) * 2, count, bytes;
     char *buf;
     hr_tensor **w = bench_weights("bench_gemv", s->n, s->k, total, huge, &count, &buf, &bytes);
@@ -151,8 +142,8 @@ int main(int argc, char **argv) {
            mib, huge ? ", huge pages" : "");
     bool all = !strcmp(model, "all");
     if (all || !strcmp(model, "qwen3"))
-        for (size_t i = 0; i < sizeof QWEN3 / sizeof *QWEN3; i++)
-            bench_shape(&QWEN3[i], rows, nth, mib << 20, samples, huge);
+        for (size_t i = 0; i < sizeof BENCH_QWEN3 / sizeof *BENCH_QWEN3; i++)
+            bench_shape(&BENCH_QWEN3[i], rows, nth, mib << 20, samples, huge);
     if (all || !strcmp(model, "smollm2"))
         for (size_t i = 0; i < sizeof SMOLLM2 / sizeof *SMOLLM2; i++)
             bench_shape(&SMOLLM2[i], rows, nth, mib << 20, samples, huge);

@@ -1,6 +1,7 @@
 /* Helpers shared by the C micro-benchmarks (bench/bench_*.c): a monotonic
- * clock, a comparator for sorting samples, and exit-on-error for hubrt
- * calls. Each benchmark is its own executable, so these are static. */
+ * clock, a comparator for sorting samples, exit-on-error for hubrt
+ * calls, cold weights and the Qwen3 linear shapes. Each benchmark is its
+ * own executable, so these are static. */
 #ifndef HUBRT_BENCH_UTIL_H
 #define HUBRT_BENCH_UTIL_H
 
@@ -17,6 +18,18 @@ static inline double bench_now_s(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+/* A linear's weight [n, k] at a model's shapes. */
+typedef struct bench_linear_shape {
+    const char *name;
+    int64_t n, k;
+} bench_linear_shape;
+
+/* The Qwen3-0.6B linears (bench_gemv, bench_gemm). */
+static const bench_linear_shape BENCH_QWEN3[] = {
+    {"qwen3 q_proj", 2048, 1024},  {"qwen3 k/v_proj", 1024, 1024}, {"qwen3 o_proj", 1024, 2048},
+    {"qwen3 gate/up", 3072, 1024}, {"qwen3 down", 1024, 3072},     {"qwen3 lm_head", 151936, 1024},
+};
 
 /* qsort comparator: ascending doubles. */
 static inline int bench_cmp_double(const void *a, const void *b) {
