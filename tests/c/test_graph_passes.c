@@ -97,11 +97,17 @@ static void assert_replay_matches(hr_plan *p, const hr_tensor *const *in, hr_ten
     }
 }
 
+/* Runs fn once under capture: outs get its eager results. */
+static void capture_fn(hr_capture *cap, hr_jit_fn fn, void *ctx, const hr_tensor *const *in, int n_in,
+                       hr_tensor **outs, int n_out) {
+    assert_int_equal(hr_capture_begin(cap, in, n_in), HR_OK);
+    assert_int_equal(fn(ctx, in, n_in, outs, n_out), HR_OK);
+    assert_int_equal(hr_capture_end(cap, outs, n_out), HR_OK);
+}
+
 static hr_plan *capture_layer(layer_w *L, const hr_tensor *const *in, hr_tensor **outs, int n_out,
                               hr_capture *cap) {
-    assert_int_equal(hr_capture_begin(cap, in, 1), HR_OK);
-    assert_int_equal(fn_layer(L, in, 1, outs, n_out), HR_OK);
-    assert_int_equal(hr_capture_end(cap, outs, n_out), HR_OK);
+    capture_fn(cap, fn_layer, L, in, 1, outs, n_out);
     hr_plan *p = NULL;
     assert_int_equal(hr_plan_build(cap, outs, 1, n_out, false, &p), HR_OK);
     return p;
@@ -195,9 +201,7 @@ static void test_fused_residual_in_place(void **state) {
     hr_tensor *x = test_filled(2, xs, 0.1f), *want = NULL, *got = NULL;
     const hr_tensor *in[1] = {x};
     hr_capture cap;
-    assert_int_equal(hr_capture_begin(&cap, in, 1), HR_OK);
-    assert_int_equal(fn_inplace(&L, in, 1, &want, 1), HR_OK);
-    assert_int_equal(hr_capture_end(&cap, &want, 1), HR_OK);
+    capture_fn(&cap, fn_inplace, &L, in, 1, &want, 1);
     hr_plan *p = NULL;
     assert_int_equal(hr_plan_build(&cap, &want, 1, 1, false, &p), HR_OK);
     unsetenv("HUBRT_FUSE");
@@ -304,9 +308,7 @@ static hr_tensor *filled_as(hr_dtype dt, int ndim, const int64_t *shape, float s
  * eager bytes. Returns the fused plan. */
 static hr_plan *check_chain(const chain_case *c, const hr_tensor *const *in, hr_capture *cap, hr_tensor **want) {
     int n_out = 1 + c->reread;
-    assert_int_equal(hr_capture_begin(cap, in, 4), HR_OK);
-    assert_int_equal(fn_eltwise_chain((void *)c, in, 4, want, n_out), HR_OK);
-    assert_int_equal(hr_capture_end(cap, want, n_out), HR_OK);
+    capture_fn(cap, fn_eltwise_chain, (void *)c, in, 4, want, n_out);
     hr_plan *p = NULL, *plain = NULL;
     assert_int_equal(hr_plan_build(cap, want, 4, n_out, false, &p), HR_OK);
     setenv("HUBRT_FUSE_CHAINS", "0", 1);
@@ -408,9 +410,7 @@ static void test_chain_in_place(void **state) {
     hr_tensor *x = test_filled(2, xs, 0.1f), *row = test_filled(1, rs, 0.6f), *want = NULL, *got = NULL;
     const hr_tensor *in[2] = {x, row};
     hr_capture cap;
-    assert_int_equal(hr_capture_begin(&cap, in, 2), HR_OK);
-    assert_int_equal(fn_chain_over_temp(NULL, in, 2, &want, 1), HR_OK);
-    assert_int_equal(hr_capture_end(&cap, &want, 1), HR_OK);
+    capture_fn(&cap, fn_chain_over_temp, NULL, in, 2, &want, 1);
     size_t slot = (3 * 4097 * 4 + 63) / 64 * 64;
     for (int fuse = 0; fuse < 2; fuse++) {
         if (!fuse) setenv("HUBRT_FUSE_CHAINS", "0", 1);
@@ -447,9 +447,7 @@ static void test_threading_plan(void **state) {
     hr_tensor *x = test_filled(2, xs, 0.4f), *r = test_filled(3, rs, 0.9f), *w = test_filled(1, ws, 1.7f), *want[2] = {0};
     const hr_tensor *in[2] = {x, r};
     hr_capture cap;
-    assert_int_equal(hr_capture_begin(&cap, in, 2), HR_OK);
-    assert_int_equal(fn_threads(w, in, 2, want, 2), HR_OK);
-    assert_int_equal(hr_capture_end(&cap, want, 2), HR_OK);
+    capture_fn(&cap, fn_threads, w, in, 2, want, 2);
     hr_plan *p = NULL, *plain = NULL;
     assert_int_equal(hr_plan_build(&cap, want, 2, 2, false, &p), HR_OK);
     setenv("HUBRT_PLAN_THREADS", "0", 1);
