@@ -17,6 +17,11 @@ bool hr_k_simd(void);
 void hr_k_load_f32(float *dst, const char *src, hr_dtype dt, int64_t n, int64_t stride, bool simd);
 void hr_k_store_f32(char *dst, hr_dtype dt, const float *src, int64_t n, int64_t stride, bool simd);
 
+/* v = f32(dt(v)) in place for n floats of a float dtype of at most 16
+ * bits or f32 (a no-op): what storing them with hr_k_store_f32 and
+ * loading them back gives. */
+void hr_k_round_f32(float *v, hr_dtype dt, int64_t n, bool simd);
+
 /* dst[i * sd] = src[i * ss] for n elements of `size` bytes. */
 void hr_k_copy_row(char *dst, int64_t sd, const char *src, int64_t ss, int64_t n, size_t size);
 

@@ -90,6 +90,16 @@ void hr_k_store_f32(char *dst, hr_dtype dt, const float *src, int64_t n, int64_t
     hr_store_f32(dst, dt, src, n, stride);
 }
 
+void hr_k_round_f32(float *v, hr_dtype dt, int64_t n, bool simd) {
+    if (dt == HR_F32) return;
+    uint16_t tmp[256];
+    for (int64_t i = 0; i < n; i += 256) {
+        int64_t m = n - i < 256 ? n - i : 256;
+        hr_k_store_f32((char *)tmp, dt, v + i, m, 1, simd);
+        hr_k_load_f32(v + i, (const char *)tmp, dt, m, 1, simd);
+    }
+}
+
 /* ---- copy ------------------------------------------------------------ */
 
 #define COPY_LOOP(T)                                                                   \

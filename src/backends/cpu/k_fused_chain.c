@@ -9,15 +9,7 @@
 
 #include "backends/cpu/k_eltwise.h"
 #include "backends/cpu/k_fused.h"
-#include "core/half.h"
 #include "core/threadpool.h"
-
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define CHAIN_AVX2 1
-#else
-#define CHAIN_AVX2 0
-#endif
 
 #define BLOCK 512
 #define N_OPS (1 + HR_FUSED_MAX_OPERANDS) /* the output, then the operands */
@@ -80,18 +72,6 @@ static void chain_layout(chain_ctx *x) {
     x->blocks_per_row = (x->cols + BLOCK - 1) / BLOCK;
 }
 
-#if CHAIN_AVX2
-/* f32 -> bf16 -> f32 as the bf16 store rounds: nearest even, NaNs quiet. */
-static inline __m256 round_bf16_8(__m256 v) {
-    __m256i u = _mm256_castps_si256(v);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
-    __m256i is_nan =
-        _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), is_nan);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(r, 16));
-}
-#endif
 
 /* o = step(a, b) over n elements; o may be a or b. hr_k_eltwise_f32's
  * result for an element does not depend on the range it is given, so any
@@ -120,25 +100,6 @@ static const char *at(const chain_ctx *x, int k, const int64_t *off, int64_t col
     return x->base[k] + (off[k] + col * x->strides[k][x->ndim - 1]) * (int64_t)hr_dtype_size(x->dt[k]);
 }
 
-/* v = f32(dt(v)) in place, as a store to dt and a load back would give. */
-static void round_block(hr_dtype dt, float *v, int64_t n, bool simd) {
-    int64_t i = 0;
-#if CHAIN_AVX2
-    if (simd && dt == HR_BF16)
-        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(v + i, round_bf16_8(_mm256_loadu_ps(v + i)));
-    if (simd && dt == HR_F16)
-        for (; i + 8 <= n; i += 8)
-            _mm256_storeu_ps(v + i,
-                             _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(v + i), _MM_FROUND_TO_NEAREST_INT)));
-#else
-    (void)simd;
-#endif
-    if (dt == HR_BF16)
-        for (; i < n; i++) v[i] = hr_bf16_to_f32(hr_f32_to_bf16(v[i]));
-    else
-        for (; i < n; i++) v[i] = hr_f16_to_f32(hr_f32_to_f16(v[i]));
-}
-
 /* n elements of operand k from column col as f32; a broadcast one is
  * read once and repeated. */
 static void load_operand(const chain_ctx *x, int k, const int64_t *off, int64_t col, int64_t n, float *dst) {
@@ -165,7 +126,7 @@ static void chain_block(const chain_ctx *x, const int64_t *off, int64_t col, int
         else
             apply_step(x, s, acc, acc, b, n);
         /* the last step's rounding is the store's */
-        if (s->round != HR_F32 && i + 1 < c->n_steps) round_block(s->round, acc, n, x->simd);
+        if (s->round != HR_F32 && i + 1 < c->n_steps) hr_k_round_f32(acc, s->round, n, x->simd);
     }
     hr_k_store_f32((char *)at(x, 0, off, col), x->dt[0], acc, n, x->strides[0][x->ndim - 1], x->simd);
 }
@@ -182,7 +143,7 @@ static void chain_body(void *arg, int ith, int nth) {
 }
 
 hr_status hr_cpu_fused_chain(const hr_fused_chain *c) {
-    chain_ctx x = {.c = c, .simd = hr_k_simd() && CHAIN_AVX2};
+    chain_ctx x = {.c = c, .simd = hr_k_simd()};
     chain_layout(&x);
     x.base[0] = hr_tensor_ptr(c->out);
     x.dt[0] = c->out->dtype;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/k_eltwise.h"
 #include "backends/cpu/k_fused.h"
 #include "backends/cpu/simd_math.h"
 #include "core/error.h"
@@ -82,14 +83,6 @@ static void fl_product(const fl_ctx *c, int j, int64_t c0, int64_t nc, float (*y
         for (int64_t i = 0; i < nc; i++) y[r][i] += bias[i];
 }
 
-/* v rounded to dt, as storing and reloading it would. */
-static void round_to(float *v, int64_t n, hr_dtype dt) {
-    if (dt == HR_F32) return;
-    uint16_t tmp[CHUNK];
-    hr_store_f32((char *)tmp, dt, v, n, 1);
-    hr_load_f32(v, (const char *)tmp, dt, n, 1);
-}
-
 static void silu_mul_row(float *g, const float *u, int64_t n, bool simd) {
     int64_t i = 0;
     if (simd)
@@ -120,11 +113,11 @@ static void fl_worker(void *arg, int ith, int nth) {
         for (int r = 0; r < c->rows; r++) {
             float *yr = y[0][r];
             if (f->epi == HR_FUSED_GATED) {
-                round_to(yr, nc, o->dtype);
-                round_to(y[1][r], nc, o->dtype);
+                hr_k_round_f32(yr, o->dtype, nc, c->simd);
+                hr_k_round_f32(y[1][r], o->dtype, nc, c->simd);
                 silu_mul_row(yr, y[1][r], nc, c->simd);
             } else if (f->epi == HR_FUSED_RESIDUAL) {
-                round_to(yr, nc, o->dtype);
+                hr_k_round_f32(yr, o->dtype, nc, c->simd);
                 hr_load_f32(res, (const char *)hr_tensor_ptr(f->res) + (r * c->res_rs + c0) * (int64_t)osz,
                             f->res->dtype, nc, 1);
                 for (int64_t i = 0; i < nc; i++) yr[i] += res[i];
