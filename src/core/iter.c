@@ -117,7 +117,7 @@ static void par_body(void *arg, int ith, int nth) {
 void hr_iter_parallel(const hr_iter *it, hr_row_fn fn, void *ctx) {
     int64_t cols = it->shape[it->ndim - 1];
     int64_t total = it->rows * cols;
-    int nth = hr_parallel_threads_for(total, 32768);
+    int nth = hr_parallel_threads_for(total, HR_GRAIN_ELTWISE);
     if (nth <= 1) {
         hr_iter_rows(it, 0, it->rows, fn, ctx);
         return;

@@ -17,6 +17,14 @@ typedef void (*hr_parallel_fn)(void *ctx, int ith, int nth);
  * tasks serially on the calling thread. */
 void hr_parallel_run(hr_parallel_fn fn, void *ctx, int nth);
 
+/* Work per thread (hr_parallel_threads_for's min_per_thread) of the CPU
+ * kernel families; the compile path's threading plan (graph/plan_threads.c)
+ * reads the same names, so its counts are the kernels' own. */
+#define HR_GRAIN_ELTWISE 32768    /* elements: eltwise, reductions, copies, gathers */
+#define HR_GRAIN_ROWS 16384       /* elements of row ops: norms, rope, topk */
+#define HR_GRAIN_COS_SIN 2048     /* (position, frequency) pairs of rope_cos_sin */
+#define HR_GRAIN_MATMUL (1 << 16) /* multiply-adds: GEMV, GEMM, attention, dequantization */
+
 /* Threads worth using for `work` units when one thread should get at
  * least `min_per_thread` of them; never more than the planned count. */
 int hr_parallel_threads_for(int64_t work, int64_t min_per_thread);

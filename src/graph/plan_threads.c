@@ -3,7 +3,8 @@
  * work measure and grain through hr_parallel_threads_for). At replay the
  * count is set around the node (hr_parallel_plan_set), so a node planned
  * on one thread never touches the pool, whatever its kernel asks for.
- * A grain here that drifts from its kernel's changes how many threads
+ * The grains are the kernels' own (HR_GRAIN_*, core/threadpool.h); a work
+ * measure here that drifts from its kernel's changes how many threads
  * run, never a result: kernels give the same bytes for any thread count. */
 #include "graph/plan.h"
 
@@ -14,10 +15,6 @@
 #include "device/device_impl.h"
 #include "hubrt/runtime.h"
 
-#define GRAIN_ELTWISE 32768   /* iter.c, k_reduce.c, k_index.c, k_fused_chain.c */
-#define GRAIN_ROWS 16384      /* k_nn.c norms and rope, topk */
-#define GRAIN_COS_SIN 2048    /* k_nn.c rope_cos_sin, per (position, frequency) */
-#define GRAIN_MATMUL (1 << 16) /* gemv_core.c, gemm_skinny.c, k_attention.c, k_fused_linear.c */
 
 static int64_t numel(const hr_tensor *t) { return hr_shape_numel(t->ndim, t->shape); }
 
@@ -28,11 +25,11 @@ static const hr_tensor *t_at(const hr_plan *p, const hr_plan_node *n, int k) {
 /* Threads for a fused node: linears by their multiply-adds, a chain by
  * its output. */
 static int fused_threads(const hr_plan_fused *f) {
-    if (f->is_chain) return hr_parallel_threads_for(numel(f->chain.out), GRAIN_ELTWISE);
+    if (f->is_chain) return hr_parallel_threads_for(numel(f->chain.out), HR_GRAIN_ELTWISE);
     const hr_fused_linear *k = &f->k;
     int64_t kdim = k->x->shape[k->x->ndim - 1], rows = kdim ? numel(k->x) / kdim : 0, work = 0;
     for (int j = 0; j < k->n; j++) work += k->w[j]->shape[0];
-    return hr_parallel_threads_for(rows * work * kdim, GRAIN_MATMUL);
+    return hr_parallel_threads_for(rows * work * kdim, HR_GRAIN_MATMUL);
 }
 
 /* The node's thread count, or 0 for an op not modelled here (its kernel
@@ -43,26 +40,26 @@ static int node_threads(const hr_plan *p, const hr_plan_node *n) {
     switch (n->op) {
     case HR_OP_sum: case HR_OP_mean: case HR_OP_max: case HR_OP_min: case HR_OP_argmax:
     case HR_OP_softmax: case HR_OP_log_softmax: case HR_OP_cumsum:
-        return hr_parallel_threads_for(numel(in0), GRAIN_ELTWISE);
+        return hr_parallel_threads_for(numel(in0), HR_GRAIN_ELTWISE);
     case HR_OP_topk:
     case HR_OP_rms_norm: case HR_OP_layer_norm: case HR_OP_add_rms_norm: case HR_OP_rope:
-        return hr_parallel_threads_for(numel(in0), GRAIN_ROWS);
+        return hr_parallel_threads_for(numel(in0), HR_GRAIN_ROWS);
     case HR_OP_rope_cos_sin:
-        return hr_parallel_threads_for(numel(out0) / 2, GRAIN_COS_SIN);
+        return hr_parallel_threads_for(numel(out0) / 2, HR_GRAIN_COS_SIN);
     case HR_OP_index_copy:
-        return hr_parallel_threads_for(numel(t_at(p, n, 2)), GRAIN_ELTWISE);
+        return hr_parallel_threads_for(numel(t_at(p, n, 2)), HR_GRAIN_ELTWISE);
     case HR_OP_linear: case HR_OP_matmul:
-        return hr_parallel_threads_for(numel(out0) * in0->shape[in0->ndim - 1], GRAIN_MATMUL);
+        return hr_parallel_threads_for(numel(out0) * in0->shape[in0->ndim - 1], HR_GRAIN_MATMUL);
     case HR_OP_sdpa: {
         /* b * hq * s queries, each over t + 1 keys of d + dv + 1 */
         const hr_tensor *k = t_at(p, n, 1), *v = t_at(p, n, 2);
         int64_t d = in0->shape[3], t = k->shape[2], dv = v->shape[3];
-        return hr_parallel_threads_for((d ? numel(in0) / d : 0) * (t + 1) * (d + dv + 1), GRAIN_MATMUL);
+        return hr_parallel_threads_for((d ? numel(in0) / d : 0) * (t + 1) * (d + dv + 1), HR_GRAIN_MATMUL);
     }
     case HR_OP_fill: case HR_OP_arange:
         return 0;
     default: /* elementwise, casts, copies, gathers: by output elements */
-        return hr_parallel_threads_for(numel(out0), GRAIN_ELTWISE);
+        return hr_parallel_threads_for(numel(out0), HR_GRAIN_ELTWISE);
     }
 }
 

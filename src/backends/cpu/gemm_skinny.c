@@ -312,7 +312,7 @@ hr_status hr_gemm_skinny_run(const hr_gemm *g, int64_t rows) {
     /* Several tasks per thread, each a run of weight rows: a thread that
      * is descheduled (other processes share the cores) or slowed leaves
      * its later tasks to the others instead of holding up the region. */
-    int64_t tasks = hr_parallel_threads_for((int64_t)rows * g->n * g->k, 1 << 16);
+    int64_t tasks = hr_parallel_threads_for((int64_t)rows * g->n * g->k, HR_GRAIN_MATMUL);
     if (tasks > 1) tasks *= SK_TASKS_PER_THREAD;
     if (tasks > ctx.blocks / SK_TASK_MIN_BLOCKS) tasks = ctx.blocks / SK_TASK_MIN_BLOCKS;
     hr_parallel_run(skinny_worker, &ctx, tasks > 1 ? (int)tasks : 1);

@@ -99,7 +99,7 @@ hr_status hr_gemv_run(const hr_gemm *g, int rows) {
                        g->a.cs, esz);
     }
     ctx.x = x;
-    int nth = hr_parallel_threads_for((int64_t)rows * g->n * g->k, 1 << 16);
+    int nth = hr_parallel_threads_for((int64_t)rows * g->n * g->k, HR_GRAIN_MATMUL);
     if (nth > ctx.units) nth = (int)ctx.units;
     hr_parallel_run(gemv_worker, &ctx, nth);
     if (x != stack_x) free(x);

@@ -416,7 +416,7 @@ static hr_status k_sdpa(const void *attrs, const hr_tensor *const *in, int n_in,
     c.bf16 = c.q->dtype == HR_BF16 && c.k->dtype == HR_BF16 && c.v->dtype == HR_BF16 && c.d % 32 == 0 &&
              c.dv % 32 == 0 && c.q->strides[3] == 1 && c.k->strides[3] == 1 && c.v->strides[3] == 1 &&
              hr_gemm_use_avx512_bf16();
-    int nth = hr_parallel_threads_for(c.b * c.hq * c.s * (c.t + 1) * (c.d + c.dv + 1), 1 << 16);
+    int nth = hr_parallel_threads_for(c.b * c.hq * c.s * (c.t + 1) * (c.d + c.dv + 1), HR_GRAIN_MATMUL);
     if (c.decode) {
         c.nsplit = (c.t + DEC_SPLIT - 1) / DEC_SPLIT;
         c.units = c.b * c.hkv * c.nsplit;

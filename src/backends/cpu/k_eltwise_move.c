@@ -190,7 +190,7 @@ void hr_k_copy_strided(const hr_tensor *dst, const hr_tensor *src, bool parallel
     if (is_transposing(&it)) {
         int64_t rows = it.shape[it.ndim - 2];
         tile_ctx c = {&it, size, it.rows / rows, (rows + TILE - 1) / TILE};
-        int nth = parallel ? hr_parallel_threads_for(it.rows * it.shape[it.ndim - 1], 32768) : 1;
+        int nth = parallel ? hr_parallel_threads_for(it.rows * it.shape[it.ndim - 1], HR_GRAIN_ELTWISE) : 1;
         if (nth > 1)
             hr_parallel_run(tile_body, &c, nth);
         else

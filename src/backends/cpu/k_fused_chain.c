@@ -153,7 +153,7 @@ hr_status hr_cpu_fused_chain(const hr_fused_chain *c) {
     }
     int64_t total = x.rows * x.cols;
     if (total == 0) return HR_OK;
-    int nth = hr_parallel_threads_for(total, 32768); /* hr_iter_parallel's grain */
+    int nth = hr_parallel_threads_for(total, HR_GRAIN_ELTWISE); /* hr_iter_parallel's */
     if (nth > 1)
         hr_parallel_run(chain_body, &x, nth);
     else

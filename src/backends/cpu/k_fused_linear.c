@@ -156,7 +156,7 @@ hr_status hr_cpu_fused_linear(const hr_fused_linear *f) {
                        (const char *)hr_tensor_ptr(f->x) + r * xrs * (int64_t)esz, f->x->dtype, c.k, 1, c.xsz);
     c.x = x;
     int64_t units = c.first_unit[f->n];
-    int nth = hr_parallel_threads_for(rows * work * c.k, 1 << 16);
+    int nth = hr_parallel_threads_for(rows * work * c.k, HR_GRAIN_MATMUL);
     if (nth > units) nth = (int)units;
     if (nth < 1) nth = 1;
     hr_parallel_run(fl_worker, &c, nth);

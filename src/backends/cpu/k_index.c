@@ -11,7 +11,7 @@
 #include "core/threadpool.h"
 
 /* Elements per thread below which splitting a copy is not worth it. */
-#define MIN_PER_THREAD 32768
+#define MIN_PER_THREAD HR_GRAIN_ELTWISE
 
 static int64_t load_index(const char *p, hr_dtype dt) {
     if (dt == HR_I64) {

@@ -212,7 +212,7 @@ static hr_status k_norm(hr_op op, const void *attrs, const hr_tensor *const *in,
     c.rows = c.h ? hr_tensor_numel(in[0]) / c.h : 0;
     c.simd = hr_k_simd();
     if (c.rows == 0) return HR_OK;
-    hr_parallel_run(norm_body, &c, hr_parallel_threads_for(c.rows * c.h, 16384));
+    hr_parallel_run(norm_body, &c, hr_parallel_threads_for(c.rows * c.h, HR_GRAIN_ROWS));
     return HR_OK;
 }
 
@@ -356,7 +356,7 @@ static hr_status k_add_rms_norm(const void *attrs, const hr_tensor *const *in, i
                last_dim_unit(c.r) && last_dim_unit(c.s);
 #endif
     if (c.rows == 0) return HR_OK;
-    hr_parallel_run(add_norm_body, &c, hr_parallel_threads_for(c.rows * c.h, 16384));
+    hr_parallel_run(add_norm_body, &c, hr_parallel_threads_for(c.rows * c.h, HR_GRAIN_ROWS));
     return HR_OK;
 }
 
@@ -412,7 +412,7 @@ static hr_status k_rope_cos_sin(const void *attrs, const hr_tensor *const *in, i
     if (!buf) return hr_error(HR_ERR_OOM, "out of memory for %lld frequencies", (long long)c.half);
     hr_load_f32(buf, hr_tensor_ptr(inv), inv->dtype, c.half, inv->strides[0]);
     c.inv = buf;
-    hr_parallel_run(cos_sin_body, &c, hr_parallel_threads_for(c.npos * c.half, 2048));
+    hr_parallel_run(cos_sin_body, &c, hr_parallel_threads_for(c.npos * c.half, HR_GRAIN_COS_SIN));
     free(buf);
     return HR_OK;
 }
@@ -524,7 +524,7 @@ static hr_status k_rope(const void *attrs, const hr_tensor *const *in, int n_in,
     c.half = in[1]->shape[in[1]->ndim - 1] / 2;
     c.rows = c.d ? hr_tensor_numel(x) / c.d : 0;
     if (c.rows == 0) return HR_OK;
-    hr_parallel_run(rope_body, &c, hr_parallel_threads_for(c.rows * c.d, 16384));
+    hr_parallel_run(rope_body, &c, hr_parallel_threads_for(c.rows * c.d, HR_GRAIN_ROWS));
     return HR_OK;
 }
 

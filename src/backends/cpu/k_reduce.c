@@ -207,7 +207,7 @@ static void par_body(void *arg, int ith, int nth) {
 /* Runs fn over the positions; the work counts the n elements of each. */
 static void run_rows(const hr_iter *it, int64_t n, hr_row_fn fn, void *ctx) {
     int64_t work = it->rows * it->shape[it->ndim - 1] * (n > 1 ? n : 1);
-    int nth = hr_parallel_threads_for(work, 32768);
+    int nth = hr_parallel_threads_for(work, HR_GRAIN_ELTWISE);
     par_ctx p = {it, fn, ctx};
     if (nth <= 1)
         hr_iter_rows(it, 0, it->rows, fn, ctx);

@@ -344,7 +344,7 @@ static hr_status k_topk(const void *attrs, const hr_tensor *const *in, int n_in,
     c.rows = n ? hr_tensor_numel(x) / n : 0;
     if (!x->ndim) c.k = 1; /* torch: a 0-dim x is its own top-k, whatever k */
     if (c.k == 0 || c.rows == 0) return HR_OK;
-    hr_parallel_run(topk_body, &c, hr_parallel_threads_for(c.rows * n, 16384));
+    hr_parallel_run(topk_body, &c, hr_parallel_threads_for(c.rows * n, HR_GRAIN_ROWS));
     if (atomic_load(&c.oom)) return hr_error(HR_ERR_OOM, "out of memory for %lld sort slots", (long long)n);
     return HR_OK;
 }
