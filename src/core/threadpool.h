@@ -23,7 +23,7 @@ void hr_parallel_run(hr_parallel_fn fn, void *ctx, int nth);
 #define HR_GRAIN_ELTWISE 32768    /* elements: eltwise, reductions, copies, gathers */
 #define HR_GRAIN_ROWS 16384       /* elements of row ops: norms, rope, topk */
 #define HR_GRAIN_COS_SIN 2048     /* (position, frequency) pairs of rope_cos_sin */
-#define HR_GRAIN_MATMUL (1 << 16) /* multiply-adds: GEMV, GEMM, attention, dequantization */
+#define HR_GRAIN_MATMUL (1 << 16) /* multiply-adds: GEMV, GEMM, attention */
 
 /* Threads worth using for `work` units when one thread should get at
  * least `min_per_thread` of them; never more than the planned count. */
