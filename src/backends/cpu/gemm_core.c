@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/k_eltwise.h"
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
@@ -260,11 +261,12 @@ static void store_tile(const hr_gemm *g, int64_t offc, int64_t i0, int64_t mc, i
                        const scratch *s, int64_t ldc) {
     if (g->bias) hr_load_f32(s->biasbuf, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt),
                              g->bias_dt, nc, g->bias_s);
+    bool simd = hr_k_simd();
     for (int64_t i = 0; i < mc; i++) {
         float *row = s->ctile + i * ldc;
         if (g->bias)
             for (int64_t j = 0; j < nc; j++) row[j] += s->biasbuf[j];
-        hr_store_f32((char *)elem(&g->c, offc, i0 + i, j0), g->c.dt, row, nc, g->c.cs);
+        hr_k_store_f32((char *)elem(&g->c, offc, i0 + i, j0), g->c.dt, row, nc, g->c.cs, simd);
     }
 }
 

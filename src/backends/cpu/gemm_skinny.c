@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/k_eltwise.h"
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
@@ -218,6 +219,7 @@ static void skinny_rows(const skinny_ctx *ctx, int64_t r0, int mb, int64_t j_beg
     int64_t ldw = g->b.cs, groups = (mb + SK_R - 1) / SK_R;
     block_seq seq = {j_begin, j_end, g->k, ctx->kb, (g->k + ctx->kb - 1) / ctx->kb};
     size_t csz = hr_dtype_size(g->c.dt);
+    bool simd = hr_k_simd();
     int64_t i = 0; /* index of the block in the sequence */
     for (int64_t j0 = j_begin; j0 < j_end; j0 += SK_CHUNK) {
         int64_t jend = j0 + SK_CHUNK < j_end ? j0 + SK_CHUNK : j_end;
@@ -240,7 +242,8 @@ static void skinny_rows(const skinny_ctx *ctx, int64_t r0, int mb, int64_t j_beg
         for (int r = 0; r < mb; r++) {
             if (g->bias)
                 for (int64_t c = 0; c < nc; c++) y[r][c] += bias[c];
-            hr_store_f32(g->c.base + (row_off_c[r] + j0 * g->c.cs) * (int64_t)csz, g->c.dt, y[r], nc, g->c.cs);
+            hr_k_store_f32(g->c.base + (row_off_c[r] + j0 * g->c.cs) * (int64_t)csz, g->c.dt, y[r], nc, g->c.cs,
+                           simd);
         }
     }
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/k_eltwise.h"
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
@@ -48,6 +49,7 @@ static void gemv_worker(void *arg, int ith, int nth) {
     end = end * GEMV_SPLIT < g->n ? end * GEMV_SPLIT : g->n;
     float y[HR_GEMV_ROUTE_ROWS][GEMV_CHUNK], bias[GEMV_CHUNK];
     size_t wsz = hr_dtype_size(g->b.dt);
+    bool simd = hr_k_simd();
     for (int64_t j0 = begin; j0 < end; j0 += ctx->chunk) {
         int nc = end - j0 < ctx->chunk ? (int)(end - j0) : ctx->chunk;
         const char *w = g->b.base + j0 * g->b.cs * (int64_t)wsz;
@@ -59,7 +61,8 @@ static void gemv_worker(void *arg, int ith, int nth) {
         for (int r = 0; r < ctx->rows; r++) {
             if (g->bias)
                 for (int j = 0; j < nc; j++) y[r][j] += bias[j];
-            hr_store_f32((char *)gemv_elem(&g->c, ctx->row_off_c[r], 0, j0), g->c.dt, y[r], nc, g->c.cs);
+            hr_k_store_f32((char *)gemv_elem(&g->c, ctx->row_off_c[r], 0, j0), g->c.dt, y[r], nc, g->c.cs,
+                           simd);
         }
     }
 }

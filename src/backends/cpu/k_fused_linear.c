@@ -122,7 +122,8 @@ static void fl_worker(void *arg, int ith, int nth) {
                             f->res->dtype, nc, 1);
                 for (int64_t i = 0; i < nc; i++) yr[i] += res[i];
             }
-            hr_store_f32((char *)hr_tensor_ptr(o) + (r * c->out_rs[j] + c0) * (int64_t)osz, o->dtype, yr, nc, 1);
+            hr_k_store_f32((char *)hr_tensor_ptr(o) + (r * c->out_rs[j] + c0) * (int64_t)osz, o->dtype, yr, nc, 1,
+                           c->simd);
         }
     }
 }
