@@ -4,7 +4,9 @@
  * stop at page boundaries: decode streams every weight once per token, and
  * 2 MiB pages read faster than 4 KiB ones. Each chunk's file pages are
  * dropped once copied, so peak memory stays at the weights plus a chunk.
- * HUBRT_WEIGHTS=mmap keeps the zero-copy views of the files. */
+ * Weights the loader made itself (cast to another dtype, dequantized) are
+ * collapsed into huge pages where they lie. HUBRT_WEIGHTS=mmap keeps the
+ * zero-copy views of the files. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,9 @@
  * the weights by. */
 #define ANON_CHUNK ((size_t)2 << 20)
 #define ANON_HUGE_PAGE ((size_t)2 << 20)
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1; older headers lack it */
+#endif
 
 typedef struct anon_map {
     atomic_int refs; /* one per tensor over it, one for the copy in progress */
@@ -48,15 +53,15 @@ static void *map_huge_aligned(size_t len) {
     return addr;
 }
 
-/* The model's weight handles that view a checkpoint file, into slots
- * (NULL: only count them); a tied lm_head is the embedding's alias and is
- * redone afterwards. */
-static size_t file_weights(hr_model *m, hr_tensor ***slots, size_t *bytes) {
+/* The model's weight handles that view a checkpoint file (in_files) or
+ * that the loader owns (!in_files), into slots (NULL: only count them); a
+ * tied lm_head is the embedding's alias and is redone afterwards. */
+static size_t weight_slots(hr_model *m, bool in_files, hr_tensor ***slots, size_t *bytes) {
     size_t n = 0;
     *bytes = 0;
 #define SLOT_(t)                                                                                  \
     if ((t) && hr_tensor_is_contiguous(t) && hr_tensor_nbytes(t) > 0 &&                          \
-        hr_checkpoint_drop_pages(m->ckpt, hr_tensor_ptr(t), 0)) {                                 \
+        hr_checkpoint_drop_pages(m->ckpt, hr_tensor_ptr(t), 0) == in_files) {                     \
         if (slots) slots[n] = &(t);                                                               \
         n++;                                                                                      \
         *bytes += align_up(hr_tensor_nbytes(t), ANON_ALIGN);                                      \
@@ -101,12 +106,34 @@ static hr_status weights_mode_copy(bool *copy) {
     return hr_error(HR_ERR_INVALID_ARG, "HUBRT_WEIGHTS=%s: expected 'copy' or 'mmap'", e);
 }
 
+/* The device writes its buffers through 4 KiB pages (cpu_device.c says
+ * why), so a weight the loader cast or dequantized sits in small pages:
+ * each whole huge page of it is collapsed in place, a huge page at a time
+ * (MADV_COLLAPSE, Linux 6.1+; elsewhere the weight stays as it is). */
+static hr_status collapse_owned(hr_model *m) {
+    size_t bytes;
+    size_t n = weight_slots(m, false, NULL, &bytes);
+    hr_tensor ***slots = n ? malloc(n * sizeof *slots) : NULL;
+    if (n && !slots) return hr_error(HR_ERR_OOM, "weights: out of memory listing %zu weights", n);
+    weight_slots(m, false, slots, &bytes);
+    for (size_t i = 0; i < n; i++) {
+        size_t p = (size_t)hr_tensor_ptr(*slots[i]), end = p + hr_tensor_nbytes(*slots[i]);
+        size_t lo = align_up(p, ANON_HUGE_PAGE), hi = end / ANON_HUGE_PAGE * ANON_HUGE_PAGE;
+        if (hi <= lo) continue;
+        madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+        madvise((void *)lo, hi - lo, MADV_COLLAPSE);
+    }
+    free(slots);
+    return HR_OK;
+}
+
 hr_status hr_model_weights_to_anon(hr_model *m) {
     bool copy;
     HR_TRY(weights_mode_copy(&copy));
     if (!copy || m->dev != hr_device_cpu()) return HR_OK;
+    HR_TRY(collapse_owned(m));
     size_t bytes;
-    size_t n = file_weights(m, NULL, &bytes);
+    size_t n = weight_slots(m, true, NULL, &bytes);
     if (!n) return HR_OK;
     hr_tensor ***slots = malloc(n * sizeof *slots);
     const char **src = malloc(n * sizeof *src);
@@ -124,7 +151,7 @@ hr_status hr_model_weights_to_anon(hr_model *m) {
     atomic_init(&a->refs, 1);
     a->addr = addr;
     a->len = len;
-    file_weights(m, slots, &bytes);
+    weight_slots(m, true, slots, &bytes);
     hr_status s = HR_OK;
     char *dst = addr;
     for (size_t i = 0; i < n && s == HR_OK; i++) {

@@ -2,6 +2,7 @@
 checkpoint's file map into anonymous huge-page memory (copy, the default)
 or left as zero-copy views of it (mmap). Both give the same logits; copy
 leaves no weight pages of the file mapped."""
+import os
 import shutil
 import subprocess
 import sys
@@ -66,3 +67,44 @@ def test_bad_mode(monkeypatch):
     monkeypatch.setenv("HUBRT_WEIGHTS", "huge")
     with pytest.raises(Exception, match="HUBRT_WEIGHTS=huge"):
         hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-llama")
+
+
+def anon_huge_kb():
+    """AnonHugePages of this process, in kB (from /proc/self/smaps_rollup)."""
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("AnonHugePages:"):
+                return int(line.split()[1])
+    return 0
+
+
+def collapse_supported():
+    try:
+        thp = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return False
+    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    return "[never]" not in thp and (major, minor) >= (6, 1)
+
+
+@pytest.mark.skipif(not collapse_supported(), reason="needs THP and MADV_COLLAPSE (Linux 6.1)")
+def test_cast_weights_collapse_into_huge_pages(monkeypatch, tmp_path):
+    # An f32 checkpoint loaded as bf16: every weight is a buffer the loader
+    # owns, written through 4 KiB pages; the two 4 MiB embedding matrices
+    # must end up in huge pages, and the logits must not change.
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=16384, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(tmp_path)
+    ids = np.random.default_rng(1).integers(3, 16384, (1, 7))
+    monkeypatch.setenv("HUBRT_WEIGHTS", "mmap")
+    want = logits(tmp_path, "bfloat16", ids)
+    monkeypatch.delenv("HUBRT_WEIGHTS")
+    before = anon_huge_kb()
+    model = hubrt.AutoModelForCausalLM.from_pretrained(tmp_path, dtype="bfloat16")
+    grown = anon_huge_kb() - before
+    assert grown >= 2 * 4096, f"AnonHugePages grew by {grown} kB"
+    np.testing.assert_array_equal(model(ids).logits, want)
