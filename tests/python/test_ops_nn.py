@@ -12,7 +12,8 @@ from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 import hubrt
-from cpu_isa import isa  # noqa: F401 (fixture)
+from cpu_isa import ISA, isa  # noqa: F401 (fixture)
+from hubrt._lib import lib
 from oracle import TOL, TORCH_DTYPE, assert_close, to_hr, to_torch
 
 FLOATS = ["f32", "bf16", "f16"]
@@ -280,3 +281,78 @@ def test_nn_errors_name_op_and_input():
         hubrt.ops.rope(x, to_hr(torch.zeros(3, 4)), to_hr(torch.zeros(3, 4)))
     with pytest.raises(hubrt.HubrtError, match=r"op 'rope': cos \[4, 2, 4\] does not broadcast to x\[\.\.\., :4\]"):
         hubrt.ops.rope(x, to_hr(torch.zeros(4, 2, 4)), to_hr(torch.zeros(4, 2, 4)))
+
+
+# ---- every ISA gives the portable path's bytes ------------------------------
+
+
+def sprinkle(t, seed=7):
+    """t (contiguous) with subnormals of its dtype, signed zeros, infs and a
+    NaN written over an eighth of its elements, in place: the AVX-512 rows
+    redo any block that rounds a subnormal with the AVX2 code."""
+    flat = t.view(-1)
+    idx = torch.randperm(flat.numel(), generator=torch.Generator().manual_seed(seed))[: max(flat.numel() // 8, 1)]
+    tiny = [1e-39, -3e-39, 5e-41] if t.dtype != torch.float16 else [3e-6, -1e-7, 6e-8]
+    vals = torch.tensor(tiny + [0.0, -0.0, 1e-30, float("inf"), float("nan")]).to(t.dtype)
+    flat[idx] = vals[torch.arange(idx.numel()) % len(vals)]
+    return t
+
+
+def bits(x):
+    t = to_torch(x)
+    return t.view(torch.int32 if t.dtype == torch.float32 else torch.int16)
+
+
+def same_bytes_as_scalar(fn, isa):
+    """fn() under the test's ISA and under the portable (scalar) one: the
+    same bytes."""
+    got = fn()
+    assert lib.hr_cpu_isa_set(ISA["scalar"]) == 0
+    try:
+        want = fn()
+    finally:
+        assert lib.hr_cpu_isa_set(ISA[isa]) == 0
+    assert torch.equal(bits(got), bits(want))
+    return got
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("head_dim", [128, 34, 6])
+def test_rope_same_bytes_under_every_isa(dtype, head_dim, isa):
+    b, s, h = 2, 17, 3
+    q = sprinkle(rand((b, s, h, head_dim), dtype))
+    # cos/sin with subnormal products: tiny entries times q's normal values
+    cos, sin = sprinkle(rand((b, s, head_dim), dtype), 8), sprinkle(rand((b, s, head_dim), dtype), 9)
+    qh = to_hr(q).transpose(1, 2)  # [b, h, s, d] as the attention code views it
+    ch, sh = to_hr(cos).unsqueeze(1), to_hr(sin).unsqueeze(1)
+    got = same_bytes_as_scalar(lambda: hubrt.ops.rope(qh, ch, sh), isa)
+    want, _ = apply_rotary_pos_emb(q.transpose(1, 2), q.transpose(1, 2), cos, sin)
+    assert_close(got, want, atol=0, rtol=0)
+    # in place, into a strided cache slice, gives the same bytes
+    cache = to_hr(torch.zeros(b, h, s + 5, head_dim, dtype=TORCH_DTYPE[dtype])).slice(2, 2, 2 + s)
+    hubrt.ops.call("rope", qh, ch, sh, out=cache)
+    assert torch.equal(bits(cache), bits(got))
+    hubrt.ops.call("rope", qh, ch, sh, out=qh)
+    assert torch.equal(bits(qh), bits(got))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("h", [1, 17, 128, 4097])
+@pytest.mark.parametrize("weight", ["same", "f32", "none", "offset"])
+def test_rms_norm_same_bytes_under_every_isa(dtype, h, weight, isa):
+    x = rand((5, 3, h), dtype, scale=3.0)
+    x[0] = sprinkle(x[0].contiguous())
+    x[1, :, ::3] = 1e-39 if dtype != "f16" else 1e-7  # subnormal outputs in otherwise normal rows
+    w = rand((h,), dtype if weight != "f32" else "f32", seed=1)
+    w[::5] = 1e-38 if dtype != "f16" else 1e-4  # subnormal products
+    args = () if weight == "none" else (to_hr(w),)
+    offset = 1.0 if weight == "offset" else 0.0
+    got = same_bytes_as_scalar(lambda: hubrt.ops.rms_norm(to_hr(x), *args, eps=1e-6, weight_offset=offset), isa)
+    if weight == "same":
+        m = LlamaRMSNorm(h, eps=1e-6).to(TORCH_DTYPE[dtype])
+        m.weight.data = w
+        assert_close(got, m(x))
+    # a strided destination takes the same bytes
+    out = hr_out((5, 3, h), dtype)
+    hubrt.ops.call("rms_norm", to_hr(x), *args, out=out, eps=1e-6, weight_offset=offset)
+    assert torch.equal(bits(out), bits(got))

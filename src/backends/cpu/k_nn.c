@@ -21,6 +21,7 @@
 #endif
 
 #include "backends/cpu/k_eltwise.h"
+#include "backends/cpu/k_nn_simd.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/iter.h"
@@ -89,6 +90,35 @@ static char *walk_ptr(const row_walk *w, const hr_tensor *t) {
     return (char *)hr_tensor_ptr(t) + off * (int64_t)hr_dtype_size(t->dtype);
 }
 
+/* Rows left in the current run, at most e - r: the rest of the innermost
+ * walked dim, whose rows lie a fixed stride apart in every tensor. */
+static int64_t walk_run(const row_walk *w, int64_t r, int64_t e) {
+    if (w->nd == 0) return e - r;
+    int64_t left = w->shape[w->nd - 1] - w->idx[w->nd - 1];
+    return left < e - r ? left : e - r;
+}
+
+/* Steps over k >= 1 rows of the current run. */
+static void walk_skip(row_walk *w, int64_t k) {
+    if (w->nd == 0) return;
+    w->idx[w->nd - 1] += k - 1;
+    walk_next(w);
+}
+
+/* Bytes between consecutive rows of a run in t. */
+static int64_t walk_stride(const row_walk *w, const hr_tensor *t) {
+    return w->nd ? t->strides[w->nd - 1] * (int64_t)hr_dtype_size(t->dtype) : 0;
+}
+
+/* The AVX2 rows of k_nn_simd.c take f32, bf16 and f16 operands with
+ * contiguous last dims. */
+static bool simd_rows(bool simd, hr_dtype dt, const hr_tensor *const *ts, int n) {
+    if (!HR_NN_SIMD || !simd || (dt != HR_F32 && dt != HR_BF16 && dt != HR_F16)) return false;
+    for (int i = 0; i < n; i++)
+        if (ts[i]->dtype != dt || ts[i]->strides[ts[i]->ndim - 1] != 1) return false;
+    return true;
+}
+
 static inline v8f v8_load(const float *p) {
     v8f v;
     memcpy(&v, p, sizeof v);
@@ -124,6 +154,9 @@ typedef struct {
     float eps, offset;
     int64_t rows, h;
     bool simd; /* vector row conversions allowed (HUBRT_CPU_ISA) */
+    bool fast; /* rms_norm through hr_nn_rms_rows */
+    bool avx512; /* fast: hr_nn_avx512() */
+    float *wf; /* fast: the weight plus its offset in f32 [h], or NULL */
 } norm_ctx;
 
 static float sum_sq(const float *x, int64_t n, float shift) {
@@ -200,6 +233,16 @@ static void norm_body(void *arg, int ith, int nth) {
     if (b >= e) return;
     row_walk w;
     walk_init(&w, c->x->shape, c->x->ndim - 1, b);
+#if HR_NN_SIMD
+    if (c->fast) {
+        for (int64_t r = b, k; r < e; r += k, walk_skip(&w, k)) {
+            k = walk_run(&w, r, e);
+            hr_nn_rms_rows(c->x->dtype, c->avx512, k, c->h, CHUNK, walk_ptr(&w, c->x), walk_stride(&w, c->x), walk_ptr(&w, c->y),
+                           walk_stride(&w, c->y), c->wf, c->wf && c->offset == 0, c->eps);
+        }
+        return;
+    }
+#endif
     for (int64_t r = b; r < e; r++, walk_next(&w)) norm_row(c, walk_ptr(&w, c->x), walk_ptr(&w, c->y));
 }
 
@@ -212,7 +255,17 @@ static hr_status k_norm(hr_op op, const void *attrs, const hr_tensor *const *in,
     c.rows = c.h ? hr_tensor_numel(in[0]) / c.h : 0;
     c.simd = hr_k_simd();
     if (c.rows == 0) return HR_OK;
+    c.fast = op == HR_OP_rms_norm && simd_rows(c.simd, c.x->dtype, (const hr_tensor *[]){c.x, out}, 2);
+    c.avx512 = c.fast && hr_nn_avx512();
+    if (c.fast && c.w) {
+        /* the weight in f32 once, not once per row; w + offset as affine() */
+        c.wf = malloc(sizeof(float) * (size_t)c.h);
+        if (!c.wf) return hr_error(HR_ERR_OOM, "out of memory for a weight of %lld", (long long)c.h);
+        load_vec(c.simd, c.wf, c.w, 0, c.h);
+        for (int64_t i = 0; i < c.h; i++) c.wf[i] += c.offset;
+    }
     hr_parallel_run(norm_body, &c, hr_parallel_threads_for(c.rows * c.h, HR_GRAIN_ROWS));
+    free(c.wf);
     return HR_OK;
 }
 
@@ -425,6 +478,8 @@ typedef struct {
     hr_dtype mid;    /* dtype of torch's intermediate products and sum */
     int64_t rows, d, half;
     bool simd;
+    bool fast;   /* the rotary part through hr_nn_rope_rows */
+    bool avx512; /* fast: hr_nn_avx512() */
 } rope_ctx;
 
 /* n values of row `row` of t from element i, as f32. */
@@ -467,6 +522,18 @@ static void rope_math(hr_dtype mid, float *x1, float *x2, float *c1, float *c2, 
     }
 }
 
+/* Partial rotary: the features past the rotary dim pass through (as
+ * values: a signaling NaN comes out quiet, as from the rotary math). */
+static void pass_through(const rope_ctx *c, const char *px, char *py) {
+    float buf[CHUNK];
+    int64_t sy = c->y->strides[c->y->ndim - 1], ysz = (int64_t)hr_dtype_size(c->y->dtype);
+    for (int64_t i0 = 2 * c->half; i0 < c->d; i0 += CHUNK) {
+        int64_t n = c->d - i0 < CHUNK ? c->d - i0 : CHUNK;
+        load_at(c, buf, c->x, px, i0, n);
+        hr_k_store_f32(py + i0 * sy * ysz, c->y->dtype, buf, n, sy, c->simd);
+    }
+}
+
 static void rope_body(void *arg, int ith, int nth) {
     const rope_ctx *c = arg;
     const hr_tensor *x = c->x, *y = c->y;
@@ -476,6 +543,21 @@ static void rope_body(void *arg, int ith, int nth) {
     if (b >= e) return;
     row_walk w;
     walk_init(&w, x->shape, x->ndim - 1, b);
+#if HR_NN_SIMD
+    if (c->fast) {
+        for (int64_t r = b, k; r < e; r += k, walk_skip(&w, k)) {
+            k = walk_run(&w, r, e);
+            const char *px = walk_ptr(&w, x);
+            char *py = walk_ptr(&w, y);
+            int64_t xs = walk_stride(&w, x), ys = walk_stride(&w, y);
+            hr_nn_rope_rows(x->dtype, c->avx512, k, c->half, px, xs, walk_ptr(&w, &c->cs[0]), walk_stride(&w, &c->cs[0]),
+                            walk_ptr(&w, &c->cs[1]), walk_stride(&w, &c->cs[1]), py, ys);
+            for (int64_t j = 0; j < k && 2 * c->half < c->d; j++)
+                pass_through(c, px + j * xs, py + j * ys);
+        }
+        return;
+    }
+#endif
     for (int64_t r = b; r < e; r++, walk_next(&w)) {
         const char *px = walk_ptr(&w, x), *pc = walk_ptr(&w, &c->cs[0]), *ps = walk_ptr(&w, &c->cs[1]);
         char *py = walk_ptr(&w, y);
@@ -491,12 +573,7 @@ static void rope_body(void *arg, int ith, int nth) {
             hr_k_store_f32(py + i0 * sy * ysz, y->dtype, x1, n, sy, c->simd);
             hr_k_store_f32(py + (i0 + c->half) * sy * ysz, y->dtype, x2, n, sy, c->simd);
         }
-        /* partial rotary: features past the rotary dim pass through */
-        for (int64_t i0 = 2 * c->half; i0 < c->d; i0 += CHUNK) {
-            int64_t n = c->d - i0 < CHUNK ? c->d - i0 : CHUNK;
-            load_at(c, x1, x, px, i0, n);
-            hr_k_store_f32(py + i0 * sy * ysz, y->dtype, x1, n, sy, c->simd);
-        }
+        pass_through(c, px, py);
     }
 }
 
@@ -524,6 +601,8 @@ static hr_status k_rope(const void *attrs, const hr_tensor *const *in, int n_in,
     c.half = in[1]->shape[in[1]->ndim - 1] / 2;
     c.rows = c.d ? hr_tensor_numel(x) / c.d : 0;
     if (c.rows == 0) return HR_OK;
+    c.fast = simd_rows(c.simd, x->dtype, (const hr_tensor *[]){x, out[0], &c.cs[0], &c.cs[1]}, 4);
+    c.avx512 = c.fast && hr_nn_avx512();
     hr_parallel_run(rope_body, &c, hr_parallel_threads_for(c.rows * c.d, HR_GRAIN_ROWS));
     return HR_OK;
 }
