@@ -255,6 +255,29 @@ def test_silu_sigmoid_extremes(isa):
     assert_close(ops.sigmoid(to_hr(big)), torch.sigmoid(big), atol=1e-6, rtol=3e-6)
 
 
+@pytest.mark.parametrize("n", [1, 17, 4097, 3 * 3072])
+def test_silu_mul_bf16_avx512_same_bytes_as_avx2(n):
+    """The AVX-512 bf16 row (vcvtneps2bf16) stores what the AVX2 code
+    stores, subnormal results included (those blocks take the AVX2 code)."""
+    before = lib.hr_cpu_isa_get()
+    if lib.hr_cpu_isa_set(2) != 0:
+        pytest.skip("this CPU has no avx512 path")
+    a, b = rand((n,), "bf16", -6, 6, seed=1), rand((n,), "bf16", -6, 6, seed=2)
+    special = torch.tensor([-200.0, -88.0, 88.5, 200.0, float("nan"), float("inf"), -float("inf"), 0.0, -0.0,
+                            1e-39, -3e-39, 1e-20], dtype=torch.bfloat16)
+    a[::7] = special[torch.arange(a[::7].numel()) % len(special)]
+    b[::5] = special.flip(0)[torch.arange(b[::5].numel()) % len(special)]
+    b[3::11] = 1e-38  # times silu(a) < 1: subnormal products
+    try:
+        got = to_torch(ops.silu_mul(to_hr(a), to_hr(b)))
+        assert lib.hr_cpu_isa_set(1) == 0
+        want = to_torch(ops.silu_mul(to_hr(a), to_hr(b)))
+    finally:
+        assert lib.hr_cpu_isa_set(before) == 0
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    assert_close(ops.silu_mul(to_hr(a), to_hr(b)), F.silu(a.float()) * b.float())
+
+
 # ---- where ------------------------------------------------------------------
 
 @pytest.mark.parametrize("cond_dtype", ["bool", "u8"])

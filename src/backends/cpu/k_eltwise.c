@@ -19,9 +19,10 @@
 #include "backends/cpu/k_eltwise.h"
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "hubrt/runtime.h"
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include "backends/cpu/simd_math.h"
 #define K_AVX2 1
 #else
 #define K_AVX2 0
@@ -34,6 +35,7 @@ typedef struct {
     bool int_math;   /* integer output: compute in i64 */
     bool all_f32;    /* every operand f32: contiguous rows need no scratch */
     bool simd;
+    bool silu_avx512; /* silu_mul on bf16 with AVX-512 allowed: silu_mul_bf16_avx512 */
     float lo, hi;        /* clamp bounds (+-inf when absent); scale mul, add */
     int64_t ilo, ihi;    /* clamp bounds for integer dtypes */
 } ew_ctx;
@@ -227,6 +229,71 @@ void hr_k_eltwise_f32(hr_ew_op op, float p0, float p1, float *o, const float *a,
     memcpy(o + whole, pa, sizeof(float) * (size_t)rest);
 }
 
+#if K_AVX2
+/* ---- silu_mul on bf16 rows with AVX-512 ------------------------------------
+ * The model's MLP activation, 16 lanes at a time with the conversions in
+ * registers: twice the AVX2 path's rate on Zen 4 (bench_smallops), where
+ * converting in registers at 8 lanes gained nothing over the f32 chunks.
+ * The same lane by lane arithmetic as hr_k_eltwise_f32, so the same bytes. */
+
+static inline void silu_mul8_bf16(uint16_t *o, const uint16_t *a, const uint16_t *b) {
+    hr_bf16x8_store(o, _mm256_mul_ps(silu8(hr_bf16x8_load(a)), hr_bf16x8_load(b)));
+}
+
+/* Elements [i, n) 8 at a time, a partial last vector through a padded copy. */
+static void silu_mul_span_bf16(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t i, int64_t n) {
+    for (; i + 8 <= n; i += 8) silu_mul8_bf16(o + i, a + i, b + i);
+    if (i == n) return;
+    uint16_t pa[8] = {0}, pb[8] = {0}, po[8];
+    memcpy(pa, a + i, sizeof(uint16_t) * (size_t)(n - i));
+    memcpy(pb, b + i, sizeof(uint16_t) * (size_t)(n - i));
+    silu_mul8_bf16(po, pa, pb);
+    memcpy(o + i, po, sizeof(uint16_t) * (size_t)(n - i));
+}
+
+/* exp8 on 16 lanes: the same operations lane for lane. */
+static inline HR_T512 __m512 exp16(__m512 x) {
+    const __m512 hi = _mm512_set1_ps(88.72283935546875f), lo = _mm512_set1_ps(-87.33654022216797f);
+    __mmask16 over = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i ni = _mm512_cvtps_epi32(n);
+    __m512i h1 = _mm512_srai_epi32(ni, 1), h2 = _mm512_sub_epi32(ni, h1);
+    __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(h1, _mm512_set1_epi32(127)), 23));
+    __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(h2, _mm512_set1_epi32(127)), 23));
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+    y = _mm512_mask_mov_ps(y, over, _mm512_set1_ps(INFINITY));
+    y = _mm512_maskz_mov_ps((__mmask16)~under, y);
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+/* silu_mul of a bf16 row 16 at a time; a block whose result is subnormal
+ * (vcvtneps2bf16 would flush it) and the last partial block take the
+ * 8-lane code. */
+static HR_T512 void silu_mul_bf16_avx512(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 x = hr_bf16x16_load(a + i);
+        __m512 sig = _mm512_div_ps(one, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+        __m512 v = _mm512_mul_ps(_mm512_mul_ps(x, sig), hr_bf16x16_load(b + i));
+        if (hr_subnormal16(v)) silu_mul_span_bf16(o, a, b, i, i + 16);
+        else _mm256_storeu_si256((__m256i *)(o + i), hr_bf16x16_pack(v));
+    }
+    silu_mul_span_bf16(o, a, b, i, n);
+}
+#endif
+
 /* Integer math wraps around like torch's (unsigned arithmetic avoids the
  * signed-overflow UB). Only the ops inference lets through for ints. */
 static void compute_i64(const ew_ctx *c, int64_t *o, const int64_t *a, const int64_t *b, int64_t n) {
@@ -267,6 +334,12 @@ static void row_ew(void *vctx, char *const *p, const int64_t *s, int64_t n) {
     const ew_ctx *c = vctx;
     if (c->int_math) return row_int(c, p, s, n);
     bool two = c->n_in == 2;
+#if K_AVX2
+    if (c->silu_avx512 && s[0] == 1 && s[1] == 1 && s[2] == 1) {
+        silu_mul_bf16_avx512((uint16_t *)p[0], (const uint16_t *)p[1], (const uint16_t *)p[2], n);
+        return;
+    }
+#endif
     if (c->all_f32 && s[0] == 1 && s[1] == 1 && (!two || s[2] == 1)) {
         hr_k_eltwise_f32(c->op, c->lo, c->hi, (float *)p[0], (const float *)p[1], two ? (const float *)p[2] : NULL,
                          n, c->simd);
@@ -293,6 +366,8 @@ static hr_status run_ew(ew_ctx *c, const hr_tensor *const *in, hr_tensor *const 
     }
     c->int_math = !hr_dtype_is_float(c->dt[0]);
     c->simd = hr_k_simd() && K_AVX2;
+    c->silu_avx512 = c->simd && c->op == HR_EW_SILU_MUL && c->dt[0] == HR_BF16 && c->dt[1] == HR_BF16 &&
+                     c->dt[2] == HR_BF16 && hr_cpu_isa_get() >= HR_ISA_AVX512 && hr_cpu_features_get()->avx512_bf16;
     hr_iter it;
     hr_iter_init(&it, 1 + c->n_in, ops);
     hr_iter_parallel(&it, row_ew, c);

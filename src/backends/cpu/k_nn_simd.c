@@ -14,7 +14,7 @@
 #include "hubrt/runtime.h"
 
 #if HR_NN_SIMD
-#include <immintrin.h>
+#include "backends/cpu/simd_math.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -25,9 +25,8 @@ INLINE int64_t esz(int k) { return k == K_F32 ? 4 : 2; }
 
 INLINE __m256 ld8(int k, const char *p) {
     if (k == K_F32) return _mm256_loadu_ps((const float *)p);
-    __m128i h = _mm_loadu_si128((const __m128i *)p);
-    if (k == K_F16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    if (k == K_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    return hr_bf16x8_load(p);
 }
 
 INLINE float ld1(int k, const char *p) {
@@ -41,37 +40,19 @@ INLINE float ld1(int k, const char *p) {
     return k == K_F16 ? hr_f16_to_f32(h) : hr_bf16_to_f32(h);
 }
 
-/* v rounded to bf16 and kept in f32, nearest even, NaNs made quiet: k_nn.c's
- * round_to, as its bits. */
-INLINE __m256i bf16_bits(__m256 v) {
-    __m256i u = _mm256_castps_si256(v);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)),
-                                 _mm256_set1_epi32((int)0xffff0000u));
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                     _mm256_set1_epi32(0x7f800000));
-    return _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
-}
-
-/* f32(dt(v)): what a store to dt and a load back give. */
+/* f32(dt(v)): what a store to dt and a load back give (k_nn.c's round_to,
+ * in every bit a later store keeps). */
 INLINE __m256 rnd8(int k, __m256 v) {
     if (k == K_F32) return v;
     if (k == K_F16) return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-    return _mm256_castsi256_ps(bf16_bits(v));
+    return _mm256_castsi256_ps(hr_bf16x8_round(v));
 }
 
-/* Stores v in dt, rounded as hr_k_store_f32 rounds (a NaN keeps its top
- * bits and is made quiet, as the bits bf16_bits gives). */
+/* Stores v in dt, rounded as hr_k_store_f32 rounds. */
 INLINE void st8(int k, char *p, __m256 v) {
     if (k == K_F32) return _mm256_storeu_ps((float *)p, v);
-    __m128i h;
-    if (k == K_F16) {
-        h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-    } else {
-        __m256i r = _mm256_srli_epi32(bf16_bits(v), 16);
-        h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    }
-    _mm_storeu_si128((__m128i *)p, h);
+    if (k == K_F16) return _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    hr_bf16x8_store(p, v);
 }
 
 /* ((v0 + v4) + (v1 + v5)) + ((v2 + v6) + (v3 + v7)): k_nn.c's order. */
@@ -118,49 +99,28 @@ INLINE void rope_rows_k(int k, int64_t rows, int64_t half, const char *x, int64_
 
 /* ---- AVX-512 bf16: 16 lanes, vcvtneps2bf16 rounding ----------------------
  *
- * vcvtneps2bf16 rounds as hr_f32_to_bf16 (nearest even, NaNs made quiet
- * with their top bits kept) for every f32 but those with a zero exponent,
- * which it flushes to zero (checked over all 2^32 inputs). So a block of
- * values is computed with it, and if any value it rounds or stores is
- * subnormal, the block is redone by the AVX2 code above, which rounds
- * those exactly. A row's last partial block (< 16 values) takes the AVX2
- * code too, so its tail handling stays that code's. */
+ * A block of values is computed with vcvtneps2bf16, and if any value it
+ * rounds or stores is subnormal, which it would flush, the block is redone
+ * by the AVX2 code above (simd_math.h). A row's last partial block (< 16
+ * values) takes the AVX2 code too, so its tail handling stays that code's. */
 
-#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define T512 HR_T512
 #define INLINE512 static inline __attribute__((always_inline)) T512
-
-INLINE512 __m512 ld16(const char *p) {
-    __m256i h = _mm256_loadu_si256((const __m256i *)p);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* Lanes of v that are subnormal (zero exponent, nonzero fraction). */
-INLINE512 __mmask16 subnormal16(__m512 v) {
-    __m512i u = _mm512_castps_si512(v);
-    __mmask16 z = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
-    return _mm512_mask_test_epi32_mask(z, u, _mm512_set1_epi32(0x007fffff));
-}
-
-INLINE512 __m256i to_bf16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
-
-INLINE512 __m512 from_bf16(__m256i h) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
 
 /* rope8's math on 16 features; false (nothing stored) when a product or
  * sum is subnormal. */
 INLINE512 bool rope16(const char *x1, const char *x2, const char *c1, const char *c2, const char *s1,
                       const char *s2, char *y1, char *y2) {
-    __m512 a = ld16(x1), b = ld16(x2);
+    __m512 a = hr_bf16x16_load(x1), b = hr_bf16x16_load(x2);
     __m512 nb = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(b), _mm512_set1_epi32((int)0x80000000u)));
-    __m512 p0 = _mm512_mul_ps(a, ld16(c1)), p1 = _mm512_mul_ps(nb, ld16(s1));
-    __m512 p2 = _mm512_mul_ps(b, ld16(c2)), p3 = _mm512_mul_ps(a, ld16(s2));
-    __mmask16 bad = subnormal16(p0) | subnormal16(p1) | subnormal16(p2) | subnormal16(p3);
-    __m512 q0 = _mm512_add_ps(from_bf16(to_bf16(p0)), from_bf16(to_bf16(p1)));
-    __m512 q1 = _mm512_add_ps(from_bf16(to_bf16(p2)), from_bf16(to_bf16(p3)));
-    if (bad | subnormal16(q0) | subnormal16(q1)) return false;
-    _mm256_storeu_si256((__m256i *)y1, to_bf16(q0));
-    _mm256_storeu_si256((__m256i *)y2, to_bf16(q1));
+    __m512 p0 = _mm512_mul_ps(a, hr_bf16x16_load(c1)), p1 = _mm512_mul_ps(nb, hr_bf16x16_load(s1));
+    __m512 p2 = _mm512_mul_ps(b, hr_bf16x16_load(c2)), p3 = _mm512_mul_ps(a, hr_bf16x16_load(s2));
+    __mmask16 bad = hr_subnormal16(p0) | hr_subnormal16(p1) | hr_subnormal16(p2) | hr_subnormal16(p3);
+    __m512 q0 = _mm512_add_ps(hr_bf16x16_unpack(hr_bf16x16_pack(p0)), hr_bf16x16_unpack(hr_bf16x16_pack(p1)));
+    __m512 q1 = _mm512_add_ps(hr_bf16x16_unpack(hr_bf16x16_pack(p2)), hr_bf16x16_unpack(hr_bf16x16_pack(p3)));
+    if (bad | hr_subnormal16(q0) | hr_subnormal16(q1)) return false;
+    _mm256_storeu_si256((__m256i *)y1, hr_bf16x16_pack(q0));
+    _mm256_storeu_si256((__m256i *)y2, hr_bf16x16_pack(q1));
     return true;
 }
 
@@ -259,7 +219,7 @@ static T512 float rms_sum_sq_bf16_avx512(const char *x, int64_t h, int64_t chunk
         const char *p = x + k0 * 2;
         __m512 a = _mm512_setzero_ps();
         for (; i + 16 <= n; i += 16) {
-            __m512 u = ld16(p + i * 2);
+            __m512 u = hr_bf16x16_load(p + i * 2);
             a = _mm512_add_ps(a, _mm512_mul_ps(u, u));
         }
         float sum = hsum_pairs(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
@@ -275,17 +235,17 @@ static T512 float rms_sum_sq_bf16_avx512(const char *x, int64_t h, int64_t chunk
 /* rms8's math on 16 values; false (nothing stored) when a value rounded
  * or stored is subnormal. */
 INLINE512 bool rms16(const char *x, char *y, const float *w, __m512 rstd, bool round_first) {
-    __m512 v = _mm512_mul_ps(ld16(x), rstd);
+    __m512 v = _mm512_mul_ps(hr_bf16x16_load(x), rstd);
     __mmask16 bad = 0;
     if (w) {
         if (round_first) {
-            bad = subnormal16(v);
-            v = from_bf16(to_bf16(v));
+            bad = hr_subnormal16(v);
+            v = hr_bf16x16_unpack(hr_bf16x16_pack(v));
         }
         v = _mm512_mul_ps(v, _mm512_loadu_ps(w));
     }
-    if (bad | subnormal16(v)) return false;
-    _mm256_storeu_si256((__m256i *)y, to_bf16(v));
+    if (bad | hr_subnormal16(v)) return false;
+    _mm256_storeu_si256((__m256i *)y, hr_bf16x16_pack(v));
     return true;
 }
 

@@ -1,5 +1,7 @@
 /* AVX2 math shared by the CPU kernels that run a softmax or an activation
- * inside a larger loop (attention, fused linear epilogues). */
+ * inside a larger loop (attention, fused linear epilogues), and the bf16
+ * conversions of the row kernels that keep values in registers (k_nn_simd.c,
+ * k_eltwise.c). */
 #ifndef HR_BACKENDS_CPU_SIMD_MATH_H
 #define HR_BACKENDS_CPU_SIMD_MATH_H
 
@@ -31,6 +33,57 @@ static inline __m256 hr_exp8(__m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
+}
+
+/* ---- bf16 in registers --------------------------------------------------- */
+
+static inline __m256 hr_bf16x8_load(const void *p) {
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* v rounded to bf16, as f32 bits: nearest even, a NaN made quiet with its
+ * other bits kept (hr_f32_to_bf16's result, shifted up, in every bit that
+ * survives a store). */
+static inline __m256i hr_bf16x8_round(__m256 v) {
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)),
+                                 _mm256_set1_epi32((int)0xffff0000u));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+    return _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
+}
+
+/* Stores v as 8 bf16, rounded as hr_f32_to_bf16. */
+static inline void hr_bf16x8_store(void *p, __m256 v) {
+    __m256i r = _mm256_srli_epi32(hr_bf16x8_round(v), 16);
+    _mm_storeu_si128((__m128i *)p, _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+}
+
+/* AVX-512 with avx512_bf16: vcvtneps2bf16 rounds as hr_f32_to_bf16 for
+ * every f32 but those with a zero exponent, which it flushes to zero
+ * (checked over all 2^32 inputs); callers redo a block holding a subnormal
+ * (hr_subnormal16) with the 8-lane code above. */
+#define HR_T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+static inline HR_T512 __m512 hr_bf16x16_load(const void *p) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Lanes of v that are subnormal (zero exponent, nonzero fraction). */
+static inline HR_T512 __mmask16 hr_subnormal16(__m512 v) {
+    __m512i u = _mm512_castps_si512(v);
+    __mmask16 z = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_test_epi32_mask(z, u, _mm512_set1_epi32(0x007fffff));
+}
+
+/* v as 16 bf16 (v free of subnormals). */
+static inline HR_T512 __m256i hr_bf16x16_pack(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
+
+static inline HR_T512 __m512 hr_bf16x16_unpack(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 #endif
