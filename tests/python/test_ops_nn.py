@@ -356,3 +356,34 @@ def test_rms_norm_same_bytes_under_every_isa(dtype, h, weight, isa):
     out = hr_out((5, 3, h), dtype)
     hubrt.ops.call("rms_norm", to_hr(x), *args, out=out, eps=1e-6, weight_offset=offset)
     assert torch.equal(bits(out), bits(got))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("h", [1, 17, 128, 4097])
+@pytest.mark.parametrize("weight", ["same", "f32", "none", "offset"])
+def test_add_rms_norm_same_bytes_under_every_isa(dtype, h, weight, isa):
+    # small integers whose squares sum exactly in any order (the AVX-512 bf16
+    # row sums them in another), subnormals whose squares are 0, and a
+    # weight with subnormal products
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(-8, 9, (4, 3, h), generator=g).to(TORCH_DTYPE[dtype])
+    res = torch.randint(-8, 9, (4, 3, h), generator=g).to(TORCH_DTYPE[dtype])
+    tiny = 1e-39 if dtype != "f16" else 1e-7
+    x[1, :, ::3], res[1, :, ::3] = tiny, 0.0
+    x[2, 0, ::2] = -0.0
+    res[2, 0, ::2] = 0.0
+    w = rand((h,), dtype if weight != "f32" else "f32", seed=1)
+    w[::5] = 1e-38 if dtype != "f16" else 1e-4
+    args = () if weight == "none" else (to_hr(w),)
+    offset = 1.0 if weight == "offset" else 0.0
+
+    def run():
+        y, s = hubrt.ops.add_rms_norm(to_hr(x), to_hr(res), *args, eps=1e-6, weight_offset=offset)
+        return hubrt.ops.cat([y, s], 0)
+
+    got = same_bytes_as_scalar(run, isa)
+    if weight == "same":
+        m = LlamaRMSNorm(h, eps=1e-6).to(TORCH_DTYPE[dtype])
+        m.weight.data = w
+        want_y, want_sum = residual_then_norm(x, res, m)
+        assert_close(got, torch.cat([want_y, want_sum], 0))

@@ -292,6 +292,9 @@ typedef struct {
     int64_t rows, h;
     bool simd;   /* vector row conversions allowed (HUBRT_CPU_ISA) */
     bool avx512; /* every row contiguous bf16 and the AVX-512 path allowed */
+    bool fast;   /* k_nn_simd.c's rows (simd_rows of x, r, s, y) */
+    bool fast512; /* fast: hr_nn_avx512() */
+    float *wf;   /* fast: the weight plus its offset in f32 [h], or NULL */
 } add_norm_ctx;
 
 /* a = round(a + b) in place; returns the sum of the rounded squares. */
@@ -388,8 +391,21 @@ static void add_norm_body(void *arg, int ith, int nth) {
             acc = add_norm_sum_row_bf16_avx512((const uint16_t *)px, (const uint16_t *)pr, (uint16_t *)ps, c->h);
         else
 #endif
+#if HR_NN_SIMD
+        if (c->fast)
+            acc = hr_nn_add_sum_sq_row(c->x->dtype, c->h, CHUNK, px, pr, ps);
+        else
+#endif
             acc = add_norm_sum_row(c, px, pr, ps);
-        add_norm_scale(c, ps, walk_ptr(&w, c->y), 1.0f / sqrtf(acc / (float)c->h + c->eps));
+        float rstd = 1.0f / sqrtf(acc / (float)c->h + c->eps);
+#if HR_NN_SIMD
+        if (c->fast) {
+            hr_nn_rms_scale_row(c->x->dtype, c->fast512, c->h, ps, walk_ptr(&w, c->y), c->wf, c->wf && c->offset == 0,
+                                rstd);
+            continue;
+        }
+#endif
+        add_norm_scale(c, ps, walk_ptr(&w, c->y), rstd);
     }
 }
 
@@ -409,7 +425,16 @@ static hr_status k_add_rms_norm(const void *attrs, const hr_tensor *const *in, i
                last_dim_unit(c.r) && last_dim_unit(c.s);
 #endif
     if (c.rows == 0) return HR_OK;
+    c.fast = simd_rows(c.simd, c.x->dtype, (const hr_tensor *[]){c.x, c.r, c.s, c.y}, 4);
+    c.fast512 = c.fast && hr_nn_avx512();
+    if (c.fast && c.w) {
+        c.wf = malloc(sizeof(float) * (size_t)c.h);
+        if (!c.wf) return hr_error(HR_ERR_OOM, "out of memory for a weight of %lld", (long long)c.h);
+        load_vec(c.simd, c.wf, c.w, 0, c.h);
+        for (int64_t i = 0; i < c.h; i++) c.wf[i] += c.offset;
+    }
     hr_parallel_run(add_norm_body, &c, hr_parallel_threads_for(c.rows * c.h, HR_GRAIN_ROWS));
+    free(c.wf);
     return HR_OK;
 }
 

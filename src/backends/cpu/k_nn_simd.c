@@ -249,18 +249,83 @@ INLINE512 bool rms16(const char *x, char *y, const float *w, __m512 rstd, bool r
     return true;
 }
 
+/* rms_span of a whole bf16 row, 16 values at a time. */
+static T512 void rms_scale_bf16_avx512(int64_t h, const char *x, char *y, const float *w, bool round_first,
+                                       float rstd) {
+    const int64_t whole = h & ~(int64_t)15;
+    __m512 r16 = _mm512_set1_ps(rstd);
+    __m256 r8 = _mm256_set1_ps(rstd);
+    for (int64_t i = 0; i < whole; i += 16)
+        if (!rms16(x + i * 2, y + i * 2, w ? w + i : NULL, r16, round_first))
+            rms_span(K_BF16, i, i + 16, x, y, w, r8, round_first);
+    rms_span(K_BF16, whole, h, x, y, w, r8, round_first);
+}
+
 static T512 void rms_rows_bf16_avx512(int64_t rows, int64_t h, int64_t chunk, const char *x, int64_t xs, char *y,
                                       int64_t ys, const float *w, bool round_first, float eps) {
-    const int64_t whole = h & ~(int64_t)15;
-    for (int64_t r = 0; r < rows; r++, x += xs, y += ys) {
-        float rstd = 1.0f / sqrtf(rms_sum_sq_bf16_avx512(x, h, chunk) / (float)h + eps);
-        __m512 r16 = _mm512_set1_ps(rstd);
-        __m256 r8 = _mm256_set1_ps(rstd);
-        for (int64_t i = 0; i < whole; i += 16)
-            if (!rms16(x + i * 2, y + i * 2, w ? w + i : NULL, r16, round_first))
-                rms_span(K_BF16, i, i + 16, x, y, w, r8, round_first);
-        rms_span(K_BF16, whole, h, x, y, w, r8, round_first);
+    for (int64_t r = 0; r < rows; r++, x += xs, y += ys)
+        rms_scale_bf16_avx512(h, x, y, w, round_first,
+                              1.0f / sqrtf(rms_sum_sq_bf16_avx512(x, h, chunk) / (float)h + eps));
+}
+
+/* ---- add_rms_norm ------------------------------------------------------- */
+
+INLINE void st1(int k, char *p, float v) {
+    if (k == K_F32) {
+        memcpy(p, &v, sizeof v);
+        return;
     }
+    uint16_t h = k == K_F16 ? hr_f32_to_f16(v) : hr_f32_to_bf16(v);
+    memcpy(p, &h, sizeof h);
+}
+
+/* s = dt(x + r) over a row, returning the sum of the rounded squares in
+ * rms_sum_sq's order (k_nn.c's add_round_sum_sq over its chunks). */
+INLINE float add_sum_sq_k(int k, int64_t h, int64_t chunk, const char *x, const char *r, char *s) {
+    const int64_t e = esz(k);
+    float acc = 0;
+    for (int64_t k0 = 0; k0 < h; k0 += chunk) {
+        int64_t n = h - k0 < chunk ? h - k0 : chunk, i = 0;
+        const char *px = x + k0 * e, *pr = r + k0 * e;
+        char *ps = s + k0 * e;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        for (; i + 16 <= n; i += 16) {
+            __m256 u = rnd8(k, _mm256_add_ps(ld8(k, px + i * e), ld8(k, pr + i * e)));
+            __m256 v = rnd8(k, _mm256_add_ps(ld8(k, px + (i + 8) * e), ld8(k, pr + (i + 8) * e)));
+            st8(k, ps + i * e, u);
+            st8(k, ps + (i + 8) * e, v);
+            a0 = _mm256_add_ps(a0, _mm256_mul_ps(u, u));
+            a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, v));
+        }
+        float sum = hsum_pairs(_mm256_add_ps(a0, a1));
+        for (; i < n; i++) {
+            st1(k, ps + i * e, ld1(k, px + i * e) + ld1(k, pr + i * e));
+            float t = ld1(k, ps + i * e);
+            sum += t * t;
+        }
+        acc += sum;
+    }
+    return acc;
+}
+
+static float add_sum_sq_f32(int64_t h, int64_t chunk, const char *x, const char *r, char *s) {
+    return add_sum_sq_k(K_F32, h, chunk, x, r, s);
+}
+static float add_sum_sq_bf16(int64_t h, int64_t chunk, const char *x, const char *r, char *s) {
+    return add_sum_sq_k(K_BF16, h, chunk, x, r, s);
+}
+static float add_sum_sq_f16(int64_t h, int64_t chunk, const char *x, const char *r, char *s) {
+    return add_sum_sq_k(K_F16, h, chunk, x, r, s);
+}
+
+static void rms_scale_f32(int64_t h, const char *x, char *y, const float *w, bool round_first, float rstd) {
+    rms_span(K_F32, 0, h, x, y, w, _mm256_set1_ps(rstd), round_first);
+}
+static void rms_scale_bf16(int64_t h, const char *x, char *y, const float *w, bool round_first, float rstd) {
+    rms_span(K_BF16, 0, h, x, y, w, _mm256_set1_ps(rstd), round_first);
+}
+static void rms_scale_f16(int64_t h, const char *x, char *y, const float *w, bool round_first, float rstd) {
+    rms_span(K_F16, 0, h, x, y, w, _mm256_set1_ps(rstd), round_first);
 }
 
 static void rms_rows_f32(int64_t rows, int64_t h, int64_t chunk, const char *x, int64_t xs, char *y, int64_t ys,
@@ -292,6 +357,20 @@ void hr_nn_rms_rows(hr_dtype dt, bool avx512, int64_t rows, int64_t h, int64_t c
     else if (dt == HR_F32) rms_rows_f32(rows, h, chunk, x, xs, y, ys, w, round_first, eps);
     else if (dt == HR_BF16) rms_rows_bf16(rows, h, chunk, x, xs, y, ys, w, round_first, eps);
     else rms_rows_f16(rows, h, chunk, x, xs, y, ys, w, round_first, eps);
+}
+
+float hr_nn_add_sum_sq_row(hr_dtype dt, int64_t h, int64_t chunk, const char *x, const char *r, char *s) {
+    if (dt == HR_F32) return add_sum_sq_f32(h, chunk, x, r, s);
+    if (dt == HR_BF16) return add_sum_sq_bf16(h, chunk, x, r, s);
+    return add_sum_sq_f16(h, chunk, x, r, s);
+}
+
+void hr_nn_rms_scale_row(hr_dtype dt, bool avx512, int64_t h, const char *x, char *y, const float *w,
+                         bool round_first, float rstd) {
+    if (dt == HR_BF16 && avx512) rms_scale_bf16_avx512(h, x, y, w, round_first, rstd);
+    else if (dt == HR_F32) rms_scale_f32(h, x, y, w, round_first, rstd);
+    else if (dt == HR_BF16) rms_scale_bf16(h, x, y, w, round_first, rstd);
+    else rms_scale_f16(h, x, y, w, round_first, rstd);
 }
 
 #endif

@@ -36,6 +36,14 @@ void hr_nn_rope_rows(hr_dtype dt, bool avx512, int64_t rows, int64_t half, const
  * bit the 8-lane code. */
 void hr_nn_rms_rows(hr_dtype dt, bool avx512, int64_t rows, int64_t h, int64_t chunk, const char *x, int64_t xs,
                     char *y, int64_t ys, const float *w, bool round_first, float eps);
+
+/* add_rms_norm's first pass over one row of h values: s = dt(x + r) (s may
+ * be x or r), returning the sum of the squares of s in k_nn.c's order. */
+float hr_nn_add_sum_sq_row(hr_dtype dt, int64_t h, int64_t chunk, const char *x, const char *r, char *s);
+
+/* One row of hr_nn_rms_rows's second pass, given rstd. */
+void hr_nn_rms_scale_row(hr_dtype dt, bool avx512, int64_t h, const char *x, char *y, const float *w,
+                         bool round_first, float rstd);
 #else
 #define HR_NN_SIMD 0
 #endif
