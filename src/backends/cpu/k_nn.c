@@ -59,20 +59,33 @@ static void round_to(hr_dtype dt, float *x, int64_t n) {
     }
 }
 
-/* Walks rows (flat index over the first nd dims of a shape) keeping the
- * multi-index, so each step costs no division. */
+/* Walks rows (flat index over the first nd dims of a tensor's shape)
+ * keeping the multi-index, so each step costs no division. Dims of size 1
+ * are left out, so a run (walk_run) spans the innermost dim that has rows;
+ * with by_stride the dims are walked in the order of their strides in t,
+ * the smallest innermost (rows are independent, so any order gives the
+ * same bytes): rope's q, a [b, n, s, d] view of [b, s, n, d], then walks
+ * its heads in memory order under one cos/sin row. */
 typedef struct {
     int nd;
-    const int64_t *shape;
+    int dim[HR_MAX_DIMS]; /* the tensor dim of each walked dim */
+    int64_t shape[HR_MAX_DIMS];
     int64_t idx[HR_MAX_DIMS];
 } row_walk;
 
-static void walk_init(row_walk *w, const int64_t *shape, int nd, int64_t r) {
-    w->nd = nd;
-    w->shape = shape;
-    for (int i = nd - 1; i >= 0; i--) {
-        w->idx[i] = r % shape[i];
-        r /= shape[i];
+static void walk_init(row_walk *w, const hr_tensor *t, int nd, bool by_stride, int64_t r) {
+    w->nd = 0;
+    for (int i = 0; i < nd; i++) {
+        if (t->shape[i] == 1) continue;
+        int j = w->nd++;
+        int64_t si = llabs(t->strides[i]);
+        for (; by_stride && j > 0 && llabs(t->strides[w->dim[j - 1]]) < si; j--) w->dim[j] = w->dim[j - 1];
+        w->dim[j] = i;
+    }
+    for (int i = 0; i < w->nd; i++) w->shape[i] = t->shape[w->dim[i]];
+    for (int i = w->nd - 1; i >= 0; i--) {
+        w->idx[i] = r % w->shape[i];
+        r /= w->shape[i];
     }
 }
 
@@ -86,7 +99,7 @@ static void walk_next(row_walk *w) {
 /* Address of the current row's first element in t. */
 static char *walk_ptr(const row_walk *w, const hr_tensor *t) {
     int64_t off = 0;
-    for (int i = 0; i < w->nd; i++) off += w->idx[i] * t->strides[i];
+    for (int i = 0; i < w->nd; i++) off += w->idx[i] * t->strides[w->dim[i]];
     return (char *)hr_tensor_ptr(t) + off * (int64_t)hr_dtype_size(t->dtype);
 }
 
@@ -107,7 +120,7 @@ static void walk_skip(row_walk *w, int64_t k) {
 
 /* Bytes between consecutive rows of a run in t. */
 static int64_t walk_stride(const row_walk *w, const hr_tensor *t) {
-    return w->nd ? t->strides[w->nd - 1] * (int64_t)hr_dtype_size(t->dtype) : 0;
+    return w->nd ? t->strides[w->dim[w->nd - 1]] * (int64_t)hr_dtype_size(t->dtype) : 0;
 }
 
 /* The AVX2 rows of k_nn_simd.c take f32, bf16 and f16 operands with
@@ -232,7 +245,7 @@ static void norm_body(void *arg, int ith, int nth) {
     hr_split_range(c->rows, ith, nth, &b, &e);
     if (b >= e) return;
     row_walk w;
-    walk_init(&w, c->x->shape, c->x->ndim - 1, b);
+    walk_init(&w, c->x, c->x->ndim - 1, false, b);
 #if HR_NN_SIMD
     if (c->fast) {
         for (int64_t r = b, k; r < e; r += k, walk_skip(&w, k)) {
@@ -381,7 +394,7 @@ static void add_norm_body(void *arg, int ith, int nth) {
     hr_split_range(c->rows, ith, nth, &b, &e);
     if (b >= e) return;
     row_walk w;
-    walk_init(&w, c->x->shape, c->x->ndim - 1, b);
+    walk_init(&w, c->x, c->x->ndim - 1, false, b);
     for (int64_t i = b; i < e; i++, walk_next(&w)) {
         const char *px = walk_ptr(&w, c->x), *pr = walk_ptr(&w, c->r);
         char *ps = walk_ptr(&w, c->s);
@@ -456,7 +469,7 @@ static void cos_sin_body(void *arg, int ith, int nth) {
     hr_split_range(c->npos, ith, nth, &b, &e);
     if (b >= e) return;
     row_walk w;
-    walk_init(&w, pos->shape, pos->ndim, b);
+    walk_init(&w, pos, pos->ndim, false, b);
     for (int64_t r = b; r < e; r++, walk_next(&w)) {
         int64_t p;
         hr_load_i64(&p, walk_ptr(&w, pos), pos->dtype, 1, 1);
@@ -567,7 +580,7 @@ static void rope_body(void *arg, int ith, int nth) {
     hr_split_range(c->rows, ith, nth, &b, &e);
     if (b >= e) return;
     row_walk w;
-    walk_init(&w, x->shape, x->ndim - 1, b);
+    walk_init(&w, x, x->ndim - 1, true, b);
 #if HR_NN_SIMD
     if (c->fast) {
         for (int64_t r = b, k; r < e; r += k, walk_skip(&w, k)) {
