@@ -3,12 +3,19 @@
  * HUBRT_CPU_ISA=avx2 (the portable f32 path), samples of the two
  * alternating so both see the same machine load.
  *
+ * The "model" cases make the call a model's eager decode step makes: K/V
+ * narrowed views of a static cache [b, hkv, cap, d] holding t keys, and,
+ * "cold", one such cache per layer with a layer's linear weights streamed
+ * between two calls, so that K/V come from memory as they do in a step
+ * (repeating one call keeps them in cache). A cold sample is the mean
+ * call over the layers.
+ *
  * FLOPs count 2 (d + dv) per (query, key) pair; causal with s = t counts
  * half. Reports the best and the median of --samples, and the best as a
  * share of --peak GFLOP/s (default 466: vdpbf16ps on 2 threads here).
  *
  * Built by `make` (CMake target bench_attention in the build folder).
- * Run: B/bench_attention [--threads T] [--samples S] [--peak G] */
+ * Run: B/bench_attention [--threads T] [--samples S] [--peak G] [--case SUBSTRING] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,13 +28,21 @@ typedef struct attn_case {
     const char *name;
     int64_t b, hq, hkv, s, t, d;
     bool causal;
+    int64_t cap;    /* cache capacity K/V are narrowed from; 0: t */
+    int64_t layers; /* cold: caches cycled with weights streamed between calls; 0: one call repeated */
 } attn_case;
 
+/* Qwen3-0.6B: 28 layers of 31.5 MB of linear weights each */
+#define QWEN3_LAYERS 28
+#define QWEN3_LAYER_BYTES ((size_t)31457280)
+
 static const attn_case CASES[] = {
-    {"qwen3 prefill 512", 1, 16, 8, 512, 512, 128, true},
-    {"llama-1b prefill 512", 1, 32, 8, 512, 512, 64, true},
-    {"qwen3 decode b=64 t=48", 64, 16, 8, 1, 48, 128, false},
-    {"qwen3 decode b=1 t=640", 1, 16, 8, 1, 640, 128, false},
+    {"qwen3 prefill 512", 1, 16, 8, 512, 512, 128, true, 0, 0},
+    {"llama-1b prefill 512", 1, 32, 8, 512, 512, 64, true, 0, 0},
+    {"qwen3 decode b=64 t=48", 64, 16, 8, 1, 48, 128, false, 0, 0},
+    {"qwen3 decode b=1 t=640", 1, 16, 8, 1, 640, 128, false, 0, 0},
+    {"model b=64 t=48/52", 64, 16, 8, 1, 48, 128, false, 52, 0},
+    {"model b=64 t=48/52 cold", 64, 16, 8, 1, 48, 128, false, 52, QWEN3_LAYERS},
 };
 
 static void check(hr_status s, const char *what) { bench_check("bench_attention", s, what); }
@@ -50,6 +65,33 @@ static hr_tensor *random_bf16(int64_t n0, int64_t n1, int64_t n2, int64_t n3, ui
     return t;
 }
 
+/* Reads n bytes (a layer's weights between two attention calls). */
+static void stream(const char *buf, size_t n) {
+    static volatile uint64_t sink;
+    uint64_t acc = 0;
+    for (size_t i = 0; i + 8 <= n; i += 64) {
+        uint64_t x;
+        memcpy(&x, buf + i, 8);
+        acc += x;
+    }
+    sink += acc;
+}
+
+/* Mean seconds of one sdpa call at isa over the layers' inputs in[l],
+ * each call after streaming the next layer-sized piece of w (nw bytes). */
+static double time_cold(hr_op op, const hr_attrs_sdpa *a, const hr_tensor *const (*in)[3], int64_t layers,
+                        hr_tensor *o, hr_cpu_isa isa, const char *w, size_t nw) {
+    check(hr_cpu_isa_set(isa), "isa");
+    double sum = 0;
+    for (int64_t l = 0; l < layers; l++) {
+        stream(w + (size_t)l * QWEN3_LAYER_BYTES % nw, QWEN3_LAYER_BYTES);
+        double t0 = bench_now_s();
+        check(hr_op_run(op, a, in[l], 3, &o, 1), "sdpa");
+        sum += bench_now_s() - t0;
+    }
+    return sum / (double)layers;
+}
+
 /* Seconds of one sdpa call at isa; enough calls to last ~20 ms. */
 static double time_call(hr_op op, const hr_attrs_sdpa *a, const hr_tensor *const *in, hr_tensor *o, hr_cpu_isa isa) {
     check(hr_cpu_isa_set(isa), "isa");
@@ -69,6 +111,7 @@ static double time_call(hr_op op, const hr_attrs_sdpa *a, const hr_tensor *const
 int main(int argc, char **argv) {
     int nth = 2, samples = 7;
     double peak = 466.0;
+    const char *only = NULL; /* run the cases whose name contains it */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads"))
             nth = atoi(argv[i + 1]);
@@ -76,8 +119,10 @@ int main(int argc, char **argv) {
             samples = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--peak"))
             peak = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--case"))
+            only = argv[i + 1];
         else {
-            fprintf(stderr, "usage: %s [--threads T] [--samples S] [--peak GFLOPS]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--threads T] [--samples S] [--peak GFLOPS] [--case SUBSTRING]\n", argv[0]);
             return 2;
         }
     }
@@ -87,36 +132,58 @@ int main(int argc, char **argv) {
     printf("best isa %s vs avx2, %d threads, best and median of %d samples\n", hr_cpu_isa_name(best), nth, samples);
     hr_op op;
     check(hr_op_find("sdpa", &op), "op");
+    /* the weights the cold cases stream: as many bytes as a whole model step */
+    size_t nw = QWEN3_LAYERS * QWEN3_LAYER_BYTES;
+    char *w = malloc(nw);
+    if (!w) check(HR_ERR_OOM, "weights");
+    memset(w, 1, nw);
     for (size_t ci = 0; ci < sizeof CASES / sizeof CASES[0]; ci++) {
         const attn_case *c = &CASES[ci];
+        if (only && !strstr(c->name, only)) continue;
         uint32_t seed = 12345u + (uint32_t)ci;
+        int64_t cap = c->cap ? c->cap : c->t, nl = c->layers ? c->layers : 1;
         hr_tensor *q = random_bf16(c->b, c->hq, c->s, c->d, &seed);
-        hr_tensor *k = random_bf16(c->b, c->hkv, c->t, c->d, &seed);
-        hr_tensor *v = random_bf16(c->b, c->hkv, c->t, c->d, &seed);
+        hr_tensor *kc[QWEN3_LAYERS], *vc[QWEN3_LAYERS], *k[QWEN3_LAYERS], *v[QWEN3_LAYERS];
+        const hr_tensor *in[QWEN3_LAYERS][3];
+        for (int64_t l = 0; l < nl; l++) {
+            kc[l] = random_bf16(c->b, c->hkv, cap, c->d, &seed);
+            vc[l] = random_bf16(c->b, c->hkv, cap, c->d, &seed);
+            check(hr_tensor_narrow(kc[l], 2, 0, c->t, &k[l]), "narrow k");
+            check(hr_tensor_narrow(vc[l], 2, 0, c->t, &v[l]), "narrow v");
+            in[l][0] = q, in[l][1] = k[l], in[l][2] = v[l];
+        }
         int64_t oshape[4] = {c->b, c->hq, c->s, c->d};
         hr_tensor *o;
         check(hr_tensor_empty(hr_device_cpu(), HR_BF16, 4, oshape, &o), "out");
-        const hr_tensor *in[3] = {q, k, v};
         hr_attrs_sdpa a = {.is_causal = c->causal};
         double flop = 2.0 * (double)(c->b * c->hq * c->s * c->t) * (double)(2 * c->d);
         if (c->causal && c->s == c->t) flop *= 0.5;
         double tn[1000], to[1000];
         for (int i = 0; i < samples; i++) {
-            tn[i] = time_call(op, &a, in, o, best);
-            to[i] = time_call(op, &a, in, o, HR_ISA_AVX2);
+            tn[i] = c->layers ? time_cold(op, &a, in, nl, o, best, w, nw) : time_call(op, &a, in[0], o, best);
+            to[i] = c->layers ? time_cold(op, &a, in, nl, o, HR_ISA_AVX2, w, nw)
+                              : time_call(op, &a, in[0], o, HR_ISA_AVX2);
         }
         qsort(tn, (size_t)samples, sizeof(double), bench_cmp_double);
         qsort(to, (size_t)samples, sizeof(double), bench_cmp_double);
-        printf("%-24s %-6s best %8.1f us %6.1f GFLOP/s (%4.1f%% of peak), median %8.1f us\n", c->name,
-               hr_cpu_isa_name(best), tn[0] * 1e6, flop / tn[0] / 1e9, 100 * flop / tn[0] / 1e9 / peak,
-               tn[samples / 2] * 1e6);
-        printf("%-24s %-6s best %8.1f us %6.1f GFLOP/s (%4.1f%% of peak), median %8.1f us\n", "", "avx2",
-               to[0] * 1e6, flop / to[0] / 1e9, 100 * flop / to[0] / 1e9 / peak, to[samples / 2] * 1e6);
+        /* K and V bytes read once, as a share of 24 GB/s (LIMITS.md) */
+        double kv = 2.0 * (double)(c->b * c->hkv * c->t * c->d) * 2;
+        printf("%-24s %-6s best %8.1f us %6.1f GFLOP/s (%4.1f%% of peak) %5.1f GB/s K/V, median %8.1f us\n",
+               c->name, hr_cpu_isa_name(best), tn[0] * 1e6, flop / tn[0] / 1e9, 100 * flop / tn[0] / 1e9 / peak,
+               kv / tn[0] / 1e9, tn[samples / 2] * 1e6);
+        printf("%-24s %-6s best %8.1f us %6.1f GFLOP/s (%4.1f%% of peak) %5.1f GB/s K/V, median %8.1f us\n", "",
+               "avx2", to[0] * 1e6, flop / to[0] / 1e9, 100 * flop / to[0] / 1e9 / peak, kv / to[0] / 1e9,
+               to[samples / 2] * 1e6);
         hr_tensor_free(q);
-        hr_tensor_free(k);
-        hr_tensor_free(v);
+        for (int64_t l = 0; l < nl; l++) {
+            hr_tensor_free(k[l]);
+            hr_tensor_free(v[l]);
+            hr_tensor_free(kc[l]);
+            hr_tensor_free(vc[l]);
+        }
         hr_tensor_free(o);
     }
+    free(w);
     check(hr_cpu_isa_set(best), "isa");
     return 0;
 }

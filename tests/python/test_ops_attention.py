@@ -300,3 +300,36 @@ def test_sdpa_bf16_decode_batch(isa, t, hq):
     several."""
     q, k, v = qkv(64, hq, 8, 1, t, 128, dtype="bf16")
     check_bf16(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True), q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t,kv_layout", [(37, "cache"), (300, "cache"), (37, "bshd"), (300, "bshd")])
+def test_sdpa_decode_model_exact(isa, dtype, t, kv_layout):
+    """A batch-64 decode step as the model makes it: q [b, s, hq, d]
+    transposed, the output into a transposed view, K/V narrowed out of a
+    cache of larger capacity ("cache": rows adjacent, heads capacity apart)
+    or read from [b, t, hkv, d] transposed ("bshd": rows hkv * d apart), a
+    bool mask [b, 1, 1, t] with left padding of varied lengths. The decode
+    units are claimed one ahead and the next one's K/V prefetched, so every
+    unit of a large batch and both key layouts of the prefetch go through."""
+    b, hq, hkv, d, cap = 64, 16, 8, 128, t + 15
+    q_bshd = rand(b, 1, hq, d, dtype=dtype, seed=1)
+    if kv_layout == "cache":
+        cache_k, cache_v = rand(b, hkv, cap, d, dtype=dtype, seed=2), rand(b, hkv, cap, d, dtype=dtype, seed=3)
+        k, v = cache_k[:, :, :t], cache_v[:, :, :t]
+        hk, hv = to_hr(cache_k).narrow(2, 0, t), to_hr(cache_v).narrow(2, 0, t)
+    else:
+        k_bshd, v_bshd = rand(b, t, hkv, d, dtype=dtype, seed=2), rand(b, t, hkv, d, dtype=dtype, seed=3)
+        k, v = k_bshd.transpose(1, 2), v_bshd.transpose(1, 2)
+        hk, hv = to_hr(k_bshd).transpose(1, 2), to_hr(v_bshd).transpose(1, 2)
+    keep = torch.ones(b, 1, 1, t, dtype=torch.bool)
+    for r in range(0, b, 3):
+        keep[r, ..., : (r * 7) % (t - 1)] = False  # left padding; the last key stays
+    out_bshd = to_hr(torch.zeros(b, 1, hq, d, dtype=TORCH_DTYPE[dtype]))
+    hubrt.ops.call("sdpa", to_hr(q_bshd).transpose(1, 2), hk, hv, to_hr(keep), out=out_bshd.transpose(1, 2))
+    q = q_bshd.transpose(1, 2)
+    if dtype == "bf16":
+        check_bf16(out_bshd.transpose(1, 2), q, k, v, mask=keep)
+    else:
+        want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=keep, enable_gqa=True)
+        assert_close(out_bshd.transpose(1, 2), want)

@@ -266,10 +266,13 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     }
     int64_t lo, hi;
     hr_attn_decode_start(c, s, sp, o, &lo, &hi);
+    attn_pf pf;
+    hr_attn_pf_init(c, s, &pf);
     for (int64_t j0 = lo; j0 < hi; j0 += BK) {
         int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
         if (c->mask && hr_attn_block_masked(c, bi, kvh, 0, rows, j0, nk)) continue;
         for (int j = 0; j < nk; j++) {
+            hr_attn_pf_step(&pf, 1);
             load_row(c, kr, c->k, bi, kvh, j0 + j, d);
             for (int64_t r = 0; r < rows; r++) s->st[r * BK + j] = dot_f32(q + r * d, kr, d, c->avx2);
         }
@@ -301,6 +304,23 @@ void hr_attn_decode_start(const attn_ctx *c, attn_scratch *s, int64_t sp, float 
     *lo = sp * DEC_SPLIT;
     *hi = (sp + 1) * DEC_SPLIT < c->t ? (sp + 1) * DEC_SPLIT : c->t;
     if (c->window > 0 && c->t - c->s - c->window + 1 > *lo) *lo = c->t - c->s - c->window + 1;
+}
+
+void hr_attn_pf_init(const attn_ctx *c, const attn_scratch *s, attn_pf *pf) {
+    pf->left = 0;
+    if (s->next < 0) return;
+    int64_t sp = s->next % c->nsplit, kvh = (s->next / c->nsplit) % c->hkv, bi = s->next / (c->nsplit * c->hkv);
+    int64_t lo = sp * DEC_SPLIT, hi = (sp + 1) * DEC_SPLIT < c->t ? (sp + 1) * DEC_SPLIT : c->t;
+    if (c->window > 0 && c->t - c->s - c->window + 1 > lo) lo = c->t - c->s - c->window + 1;
+    if (hi <= lo) return;
+    int64_t ek = (int64_t)hr_dtype_size(c->k->dtype), ev = (int64_t)hr_dtype_size(c->v->dtype);
+    pf->k = hr_attn_at(c->k, bi, kvh, lo);
+    pf->v = hr_attn_at(c->v, bi, kvh, lo);
+    pf->ldk = c->k->strides[2] * ek;
+    pf->ldv = c->v->strides[2] * ev;
+    pf->kbytes = ((c->d - 1) * c->k->strides[3] + 1) * ek;
+    pf->vbytes = ((c->dv - 1) * c->v->strides[3] + 1) * ev;
+    pf->left = hi - lo;
 }
 
 void hr_attn_decode_finish(const attn_ctx *c, const attn_scratch *s, int64_t u, float *o) {
@@ -377,9 +397,18 @@ static void attn_worker(void *arg, int ith, int nth) {
     s.st = s.pp + (c->decode ? 0 : BQ * BK);
     s.ot = s.st + nq * BK;
     s.row = s.ot + nq * c->dvpad;
-    void (*unit)(const attn_ctx *, attn_scratch *, int64_t) =
-        !c->decode ? attn_unit : c->bf16 ? hr_attn_bf16_decode_unit : attn_decode_unit;
-    for (; u < c->units; u = atomic_fetch_add(&c->next, 1)) unit(c, &s, u);
+    if (!c->decode) {
+        for (; u < c->units; u = atomic_fetch_add(&c->next, 1)) attn_unit(c, &s, u);
+    } else {
+        /* Each decode unit is claimed one ahead, so that its K/V can be
+         * prefetched while the one before runs. */
+        while (u < c->units) {
+            int64_t nxt = atomic_fetch_add(&c->next, 1);
+            s.next = nxt < c->units ? nxt : -1;
+            (c->bf16 ? hr_attn_bf16_decode_unit : attn_decode_unit)(c, &s, u);
+            u = nxt;
+        }
+    }
     free(mem);
 }
 

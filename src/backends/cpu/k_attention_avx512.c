@@ -362,12 +362,17 @@ INLINE_ __m512 reduce16(__m512 a[16]) {
 
 /* st[0..16) = scale * q . k[x] for sixteen key rows [d], ldk apart. The
  * rows are reached by stepping one pointer: sixteen row pointers would not
- * stay in registers. */
-INLINE_ void dec_qk16(const uint16_t *q, const uint16_t *k, int64_t ldk, int64_t d, float scale, float *st) {
+ * stay in registers. pf_keys of the next unit's keys are prefetched, a few
+ * with each step over d, not in a burst whose misses would hold up these
+ * loads. */
+INLINE_ void dec_qk16(const uint16_t *q, const uint16_t *k, int64_t ldk, int64_t d, float scale, float *st,
+                      attn_pf *pf, int64_t pf_keys) {
     __m512 acc[16];
+    int64_t pf_per = (pf_keys + d / 32 - 1) / (d / 32);
 #pragma GCC unroll 16
     for (int x = 0; x < 16; x++) acc[x] = _mm512_setzero_ps();
     for (int64_t e = 0; e < d; e += 32) {
+        hr_attn_pf_step(pf, pf_per);
         __m512bh qv = (__m512bh)_mm512_loadu_si512(q + e);
         const uint16_t *kx = k + e;
 #pragma GCC unroll 16
@@ -439,6 +444,9 @@ TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_
         q[r] = (const uint16_t *)hr_attn_at(c->q, bi, kvh * c->rep + r % c->rep, r / c->rep);
     int64_t lo, hi;
     hr_attn_decode_start(c, s, sp, o, &lo, &hi);
+    attn_pf pf;
+    hr_attn_pf_init(c, s, &pf);
+    int64_t pf_keys = (16 + rows - 1) / rows; /* per Q.K call: sixteen keys over the rows' calls */
     for (int64_t j0 = lo; j0 < hi; j0 += BK) {
         int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
         if (c->mask && hr_attn_block_masked(c, bi, kvh, 0, rows, j0, nk)) continue;
@@ -454,9 +462,9 @@ TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_
         for (int64_t r = 0; r < rows; r++)
             for (int g = 0; g < nk; g += 16)
                 if (g < nfull)
-                    dec_qk16(q[r], k0 + g * ldk, ldk, d, c->scale, s->st + r * BK + g);
+                    dec_qk16(q[r], k0 + g * ldk, ldk, d, c->scale, s->st + r * BK + g, &pf, pf_keys);
                 else
-                    dec_qk16(q[r], ktail, d, d, c->scale, s->st + r * BK + g);
+                    dec_qk16(q[r], ktail, d, d, c->scale, s->st + r * BK + g, &pf, pf_keys);
         for (int64_t r = 0; r < rows; r++) {
             float *p = s->st + r * BK;
             int64_t qi = r / c->rep;
