@@ -72,12 +72,9 @@ static inline HR_T512 __m512 hr_bf16x16_load(const void *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* Lanes of v that are subnormal (zero exponent, nonzero fraction). */
-static inline HR_T512 __mmask16 hr_subnormal16(__m512 v) {
-    __m512i u = _mm512_castps_si512(v);
-    __mmask16 z = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
-    return _mm512_mask_test_epi32_mask(z, u, _mm512_set1_epi32(0x007fffff));
-}
+/* Lanes of v that are subnormal (vfpclassps category 0x20: zero exponent,
+ * nonzero fraction). */
+static inline HR_T512 __mmask16 hr_subnormal16(__m512 v) { return _mm512_fpclass_ps_mask(v, 0x20); }
 
 /* v as 16 bf16 (v free of subnormals). */
 static inline HR_T512 __m256i hr_bf16x16_pack(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
