@@ -56,15 +56,32 @@ SKINNY_SHAPES = [(5, 17, 32), (6, 5, 33), (7, 3, 4097), (8, 1, 32), (9, 17, 33),
                  (12, 1, 4097), (13, 17, 8192), (14, 5, 32), (15, 3, 33), (16, 17, 4097), (17, 1, 33),
                  (63, 17, 33), (65, 5, 4097), (97, 3, 8192), (513, 17, 33), (65, 67, 4097), (200, 37, 8192),
                  (513, 70, 1024)]
+# The panel route (256 rows or more of bf16 x in place): rows around its
+# tiles of 6 and the threshold, weight rows around its panels of 64 (1, 63,
+# 64, 65, 129), K odd (a lone last element) and across 16-pair transposes.
+PANEL_SHAPES = [(256, 1, 1), (257, 63, 17), (262, 64, 33), (263, 65, 31), (300, 129, 256), (512, 70, 1023),
+                (1030, 17, 2049)]
 
 
-@pytest.mark.parametrize("m,n,k", SKINNY_SHAPES)
-def test_linear_skinny(isa, m, n, k):
+@pytest.mark.parametrize("m,n,k", SKINNY_SHAPES + PANEL_SHAPES)
+def test_linear_bf16_routes(isa, m, n, k):
     x, w, b = rand(m, k, dtype="bf16"), rand(n, k, dtype="bf16", seed=1), rand(n, dtype="bf16", seed=2)
     check(hubrt.ops.linear(to_hr(x), to_hr(w), to_hr(b)), F.linear(x, w, b), k)
-    # the weight a slice of a wider one: rows further apart than K
+    # the weight a slice of a wider one (rows further apart than K), and x
+    # rows a slice of wider rows whose next element is inf: an odd K's lone
+    # last element must not pull it in (inf * 0 would be nan)
     wide = to_hr(torch.cat([w, rand(n, 5, dtype="bf16", seed=3)], dim=1)).narrow(1, 0, k)
-    check(hubrt.ops.linear(to_hr(x), wide), F.linear(x, w), k)
+    xinf = torch.cat([x, torch.full((m, 1), float("inf"), dtype=torch.bfloat16)], dim=1)
+    got = hubrt.ops.linear(to_hr(xinf).narrow(1, 0, k), wide)
+    assert torch.isfinite(to_torch(got)).all()
+    check(got, F.linear(x, w), k)
+    # batched rows, and the output into every other column of a larger buffer
+    xb = x.reshape(2, m // 2, k) if m % 2 == 0 else x.reshape(1, m, k)
+    base = to_hr(torch.zeros(*xb.shape[:2], 2 * n, dtype=torch.bfloat16))
+    hubrt.ops.call("linear", to_hr(xb), to_hr(w), to_hr(b), out=base.slice(2, 0, None, 2))
+    out = to_torch(base)
+    assert torch.all(out[..., 1::2] == 0)
+    check(to_hr(out[..., 0::2]), F.linear(xb, w, b), k)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -6,7 +6,8 @@
  * in L1 while every row of x passes over it, and is loaded from memory once
  * per pass of up to SK_MB x rows; the blocks a task reads next are
  * prefetched while it computes. Horizontal reductions happen once per
- * (row, weight row, K block). */
+ * (row, weight row, K block). From HR_GEMM_PANEL_MIN_ROWS rows, with the
+ * rows of x in place, the panel route (gemm_panel.c) takes over. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -292,6 +293,8 @@ hr_status hr_gemm_skinny_run(const hr_gemm *g, int64_t rows) {
     ctx.mb = (int)(((rows + passes - 1) / passes + SK_R - 1) / SK_R * SK_R);
     if (ctx.mb > mb_max) ctx.mb = (int)mb_max;
     if (rows_evenly_spaced(g, rows, &ctx.ldx)) {
+        if (rows >= HR_GEMM_PANEL_MIN_ROWS)
+            return hr_gemm_panel_run(g, rows, (const uint16_t *)g->a.base, ctx.ldx);
         ctx.x = (const uint16_t *)g->a.base;
     } else {
         /* the caller's scratch: its pool threads only read x */
