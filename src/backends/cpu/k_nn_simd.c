@@ -261,9 +261,43 @@ static T512 void rms_scale_bf16_avx512(int64_t h, const char *x, char *y, const 
     rms_span(K_BF16, whole, h, x, y, w, r8, round_first);
 }
 
+/* The reduced vector sum of one row's chunk plus its tail, in rms_sum_sq's
+ * order. */
+INLINE512 float chunk_sum(__m512 a, const char *p, int64_t i, int64_t n) {
+    float sum = hsum_pairs(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
+    for (; i < n; i++) {
+        float t = ld1(K_BF16, p + i * 2);
+        sum += t * t;
+    }
+    return sum;
+}
+
+/* rms_sum_sq_bf16_avx512 of two rows of one chunk (h <= chunk) in one loop:
+ * the short rows of per-head norms (128 values) are bound by the latency
+ * of their one accumulator, which two independent rows hide. */
+static T512 void rms_sum_sq2_bf16_avx512(const char *x0, const char *x1, int64_t h, float *s0, float *s1) {
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= h; i += 16) {
+        __m512 u = hr_bf16x16_load(x0 + i * 2), v = hr_bf16x16_load(x1 + i * 2);
+        a = _mm512_add_ps(a, _mm512_mul_ps(u, u));
+        b = _mm512_add_ps(b, _mm512_mul_ps(v, v));
+    }
+    /* 0 + sum: rms_sum_sq's acc over one chunk */
+    *s0 = 0.0f + chunk_sum(a, x0, i, h);
+    *s1 = 0.0f + chunk_sum(b, x1, i, h);
+}
+
 static T512 void rms_rows_bf16_avx512(int64_t rows, int64_t h, int64_t chunk, const char *x, int64_t xs, char *y,
                                       int64_t ys, const float *w, bool round_first, float eps) {
-    for (int64_t r = 0; r < rows; r++, x += xs, y += ys)
+    int64_t r = 0;
+    for (; h <= chunk && r + 2 <= rows; r += 2, x += 2 * xs, y += 2 * ys) {
+        float s0, s1;
+        rms_sum_sq2_bf16_avx512(x, x + xs, h, &s0, &s1);
+        rms_scale_bf16_avx512(h, x, y, w, round_first, 1.0f / sqrtf(s0 / (float)h + eps));
+        rms_scale_bf16_avx512(h, x + xs, y + ys, w, round_first, 1.0f / sqrtf(s1 / (float)h + eps));
+    }
+    for (; r < rows; r++, x += xs, y += ys)
         rms_scale_bf16_avx512(h, x, y, w, round_first,
                               1.0f / sqrtf(rms_sum_sq_bf16_avx512(x, h, chunk) / (float)h + eps));
 }
