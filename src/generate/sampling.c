@@ -2,6 +2,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "core/error.h"
 #include "generate/sampling.h"
@@ -68,11 +71,35 @@ void hr_sampler_free(hr_sampler *s) {
     s->prob = NULL;
 }
 
+/* The first index of the largest logit: what a scan that moves only on a
+ * strictly greater value gives, NaNs never chosen unless x[0] is one (then
+ * 0). Two vector passes, the max then its first index: a batch-64 decode
+ * step picks over 64 rows of a 152k vocabulary, where the scalar scan took
+ * about 1% of the step. */
 static int64_t argmax(const float *x, int64_t n) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+    if (n <= 0 || isnan(x[0])) return 0;
+    float m = x[0];
+    int64_t i = 1;
+#if defined(__AVX2__)
+    /* max_ps(a, b) returns b when a is NaN: NaNs are skipped */
+    __m256 vm = _mm256_set1_ps(m);
+    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(_mm256_loadu_ps(x + i), vm);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, vm);
+    for (int j = 0; j < 8; j++)
+        if (lanes[j] > m) m = lanes[j];
+#endif
+    for (; i < n; i++)
+        if (x[i] > m) m = x[i];
+    i = 0;
+#if defined(__AVX2__)
+    for (__m256 want = _mm256_set1_ps(m); i + 8 <= n; i += 8) {
+        int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), want, _CMP_EQ_OQ));
+        if (hit) return i + __builtin_ctz((unsigned)hit);
+    }
+#endif
+    while (x[i] != m) i++; /* m is one of x's values */
+    return i;
 }
 
 /* transformers' RepetitionPenaltyLogitsProcessor: each token seen before is

@@ -70,6 +70,45 @@ static void test_greedy_is_first_argmax(void **state) {
     hr_sampler_free(&s);
 }
 
+/* The scan greedy picking is defined by: the first strictly greater value. */
+static int64_t scan_argmax(const float *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Greedy over long rows (the vector passes and their tails): random values
+ * with ties, NaNs, infinities and signed zeros planted, against the scan. */
+static void test_greedy_long_rows(void **state) {
+    enum { N = 1003 };
+    static float row[N];
+    hr_rng rng;
+    hr_rng_seed(&rng, 11);
+    hr_generate_config cfg;
+    hr_generate_config_init(&cfg);
+    cfg.do_sample = false;
+    for (int trial = 0; trial < 400; trial++) {
+        int64_t n = 1 + (int64_t)(hr_rng_uniform(&rng) * N);
+        for (int64_t i = 0; i < n; i++) row[i] = (float)(int)(hr_rng_uniform(&rng) * 50) - 25.0f;
+        int kind = trial % 6;
+        int64_t at = (int64_t)(hr_rng_uniform(&rng) * n);
+        if (kind == 1) /* NaNs in every lane of the vector passes, the last vector too */
+            for (int64_t i = at % 7 + 1; i < n; i += 7) row[i] = NAN;
+        if (kind == 2) row[0] = NAN;
+        if (kind == 3) row[at] = INFINITY;
+        if (kind == 4)
+            for (int64_t i = 0; i < n; i++) row[i] = i % 2 ? 0.0f : -0.0f;
+        if (kind == 5)
+            for (int64_t i = 0; i < n; i++) row[i] = -INFINITY;
+        int64_t want = scan_argmax(row, n);
+        hr_sampler s;
+        assert_int_equal(hr_sampler_init(&s, &cfg, n), HR_OK);
+        assert_int_equal(hr_sampler_pick(&s, row, NULL, 0), want);
+        hr_sampler_free(&s);
+    }
+}
+
 /* transformers: positive logits divided by the penalty, negative ones
  * multiplied, each seen token once. */
 static void test_repetition_penalty(void **state) {
@@ -165,6 +204,7 @@ static void test_bad_parameters_refused(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rng_reproducible),   cmocka_unit_test(test_greedy_is_first_argmax),
+        cmocka_unit_test(test_greedy_long_rows),
         cmocka_unit_test(test_repetition_penalty), cmocka_unit_test(test_top_k_keeps_k_best),
         cmocka_unit_test(test_top_k_keeps_ties),   cmocka_unit_test(test_top_p),
         cmocka_unit_test(test_min_p),              cmocka_unit_test(test_temperature),
