@@ -4,7 +4,9 @@
  * alternating so both see the same machine load.
  *
  * The "model" cases make the call a model's eager decode step makes: K/V
- * narrowed views of a static cache [b, hkv, cap, d] holding t keys, and,
+ * narrowed views of a static cache [b, hkv, cap, d] holding t keys (or,
+ * "compiled", the whole cache under a bool mask [b, 1, 1, cap] that shows
+ * the t filled slots, as a compiled step attends), and,
  * "cold", one such cache per layer with a layer's linear weights streamed
  * between two calls, so that K/V come from memory as they do in a step
  * (repeating one call keeps them in cache). A cold sample is the mean
@@ -30,6 +32,7 @@ typedef struct attn_case {
     bool causal;
     int64_t cap;    /* cache capacity K/V are narrowed from; 0: t */
     int64_t layers; /* cold: caches cycled with weights streamed between calls; 0: one call repeated */
+    bool masked;    /* the whole cache under a mask instead of a narrowed view */
 } attn_case;
 
 /* Qwen3-0.6B: 28 layers of 31.5 MB of linear weights each */
@@ -37,12 +40,13 @@ typedef struct attn_case {
 #define QWEN3_LAYER_BYTES ((size_t)31457280)
 
 static const attn_case CASES[] = {
-    {"qwen3 prefill 512", 1, 16, 8, 512, 512, 128, true, 0, 0},
-    {"llama-1b prefill 512", 1, 32, 8, 512, 512, 64, true, 0, 0},
-    {"qwen3 decode b=64 t=48", 64, 16, 8, 1, 48, 128, false, 0, 0},
-    {"qwen3 decode b=1 t=640", 1, 16, 8, 1, 640, 128, false, 0, 0},
-    {"model b=64 t=48/52", 64, 16, 8, 1, 48, 128, false, 52, 0},
-    {"model b=64 t=48/52 cold", 64, 16, 8, 1, 48, 128, false, 52, QWEN3_LAYERS},
+    {"qwen3 prefill 512", 1, 16, 8, 512, 512, 128, true, 0, 0, false},
+    {"llama-1b prefill 512", 1, 32, 8, 512, 512, 64, true, 0, 0, false},
+    {"qwen3 decode b=64 t=48", 64, 16, 8, 1, 48, 128, false, 0, 0, false},
+    {"qwen3 decode b=1 t=640", 1, 16, 8, 1, 640, 128, false, 0, 0, false},
+    {"model b=64 t=48/52", 64, 16, 8, 1, 48, 128, false, 52, 0, false},
+    {"model b=64 t=48/52 cold", 64, 16, 8, 1, 48, 128, false, 52, QWEN3_LAYERS, false},
+    {"model b=64 t=48/128 compiled cold", 64, 16, 8, 1, 48, 128, false, 128, 8, true},
 };
 
 static void check(hr_status s, const char *what) { bench_check("bench_attention", s, what); }
@@ -79,27 +83,28 @@ static void stream(const char *buf, size_t n) {
 
 /* Mean seconds of one sdpa call at isa over the layers' inputs in[l],
  * each call after streaming the next layer-sized piece of w (nw bytes). */
-static double time_cold(hr_op op, const hr_attrs_sdpa *a, const hr_tensor *const (*in)[3], int64_t layers,
+static double time_cold(hr_op op, const hr_attrs_sdpa *a, const hr_tensor *const (*in)[4], int n_in, int64_t layers,
                         hr_tensor *o, hr_cpu_isa isa, const char *w, size_t nw) {
     check(hr_cpu_isa_set(isa), "isa");
     double sum = 0;
     for (int64_t l = 0; l < layers; l++) {
         stream(w + (size_t)l * QWEN3_LAYER_BYTES % nw, QWEN3_LAYER_BYTES);
         double t0 = bench_now_s();
-        check(hr_op_run(op, a, in[l], 3, &o, 1), "sdpa");
+        check(hr_op_run(op, a, in[l], n_in, &o, 1), "sdpa");
         sum += bench_now_s() - t0;
     }
     return sum / (double)layers;
 }
 
 /* Seconds of one sdpa call at isa; enough calls to last ~20 ms. */
-static double time_call(hr_op op, const hr_attrs_sdpa *a, const hr_tensor *const *in, hr_tensor *o, hr_cpu_isa isa) {
+static double time_call(hr_op op, const hr_attrs_sdpa *a, const hr_tensor *const *in, int n_in, hr_tensor *o,
+                        hr_cpu_isa isa) {
     check(hr_cpu_isa_set(isa), "isa");
-    check(hr_op_run(op, a, in, 3, &o, 1), "sdpa");
+    check(hr_op_run(op, a, in, n_in, &o, 1), "sdpa");
     int reps = 1;
     double t0 = bench_now_s(), dt;
     for (;;) {
-        for (int i = 0; i < reps; i++) check(hr_op_run(op, a, in, 3, &o, 1), "sdpa");
+        for (int i = 0; i < reps; i++) check(hr_op_run(op, a, in, n_in, &o, 1), "sdpa");
         dt = bench_now_s() - t0;
         if (dt > 0.02) break;
         reps *= 2;
@@ -144,14 +149,25 @@ int main(int argc, char **argv) {
         int64_t cap = c->cap ? c->cap : c->t, nl = c->layers ? c->layers : 1;
         hr_tensor *q = random_bf16(c->b, c->hq, c->s, c->d, &seed);
         hr_tensor *kc[QWEN3_LAYERS], *vc[QWEN3_LAYERS], *k[QWEN3_LAYERS], *v[QWEN3_LAYERS];
-        const hr_tensor *in[QWEN3_LAYERS][3];
+        const hr_tensor *in[QWEN3_LAYERS][4];
+        hr_tensor *mask = NULL;
+        if (c->masked) {
+            int64_t mshape[4] = {c->b, 1, 1, cap};
+            uint8_t *keep = malloc((size_t)(c->b * cap));
+            if (!keep) check(HR_ERR_OOM, "mask");
+            for (int64_t i = 0; i < c->b * cap; i++) keep[i] = i % cap < c->t;
+            check(hr_tensor_from_host(hr_device_cpu(), HR_BOOL, 4, mshape, keep, (size_t)(c->b * cap), &mask), "mask");
+            free(keep);
+        }
         for (int64_t l = 0; l < nl; l++) {
             kc[l] = random_bf16(c->b, c->hkv, cap, c->d, &seed);
             vc[l] = random_bf16(c->b, c->hkv, cap, c->d, &seed);
-            check(hr_tensor_narrow(kc[l], 2, 0, c->t, &k[l]), "narrow k");
-            check(hr_tensor_narrow(vc[l], 2, 0, c->t, &v[l]), "narrow v");
-            in[l][0] = q, in[l][1] = k[l], in[l][2] = v[l];
+            int64_t nt = c->masked ? cap : c->t;
+            check(hr_tensor_narrow(kc[l], 2, 0, nt, &k[l]), "narrow k");
+            check(hr_tensor_narrow(vc[l], 2, 0, nt, &v[l]), "narrow v");
+            in[l][0] = q, in[l][1] = k[l], in[l][2] = v[l], in[l][3] = mask;
         }
+        int n_in = c->masked ? 4 : 3;
         int64_t oshape[4] = {c->b, c->hq, c->s, c->d};
         hr_tensor *o;
         check(hr_tensor_empty(hr_device_cpu(), HR_BF16, 4, oshape, &o), "out");
@@ -160,9 +176,9 @@ int main(int argc, char **argv) {
         if (c->causal && c->s == c->t) flop *= 0.5;
         double tn[1000], to[1000];
         for (int i = 0; i < samples; i++) {
-            tn[i] = c->layers ? time_cold(op, &a, in, nl, o, best, w, nw) : time_call(op, &a, in[0], o, best);
-            to[i] = c->layers ? time_cold(op, &a, in, nl, o, HR_ISA_AVX2, w, nw)
-                              : time_call(op, &a, in[0], o, HR_ISA_AVX2);
+            tn[i] = c->layers ? time_cold(op, &a, in, n_in, nl, o, best, w, nw) : time_call(op, &a, in[0], n_in, o, best);
+            to[i] = c->layers ? time_cold(op, &a, in, n_in, nl, o, HR_ISA_AVX2, w, nw)
+                              : time_call(op, &a, in[0], n_in, o, HR_ISA_AVX2);
         }
         qsort(tn, (size_t)samples, sizeof(double), bench_cmp_double);
         qsort(to, (size_t)samples, sizeof(double), bench_cmp_double);
@@ -182,6 +198,7 @@ int main(int argc, char **argv) {
             hr_tensor_free(vc[l]);
         }
         hr_tensor_free(o);
+        hr_tensor_free(mask);
     }
     free(w);
     check(hr_cpu_isa_set(best), "isa");

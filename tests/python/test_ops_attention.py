@@ -303,28 +303,35 @@ def test_sdpa_bf16_decode_batch(isa, t, hq):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("t,kv_layout", [(37, "cache"), (300, "cache"), (37, "bshd"), (300, "bshd")])
+@pytest.mark.parametrize("t,kv_layout", [(37, "cache"), (300, "cache"), (37, "bshd"), (300, "bshd"),
+                                         (37, "compiled"), (300, "compiled")])
 def test_sdpa_decode_model_exact(isa, dtype, t, kv_layout):
     """A batch-64 decode step as the model makes it: q [b, s, hq, d]
-    transposed, the output into a transposed view, K/V narrowed out of a
-    cache of larger capacity ("cache": rows adjacent, heads capacity apart)
-    or read from [b, t, hkv, d] transposed ("bshd": rows hkv * d apart), a
-    bool mask [b, 1, 1, t] with left padding of varied lengths. The decode
-    units are claimed one ahead and the next one's K/V prefetched, so every
-    unit of a large batch and both key layouts of the prefetch go through."""
-    b, hq, hkv, d, cap = 64, 16, 8, 128, t + 15
+    transposed, the output into a transposed view, a bool mask [b, 1, 1, t]
+    with left padding of varied lengths, and K/V narrowed out of a cache of
+    larger capacity ("cache": rows adjacent, heads capacity apart), read
+    from [b, t, hkv, d] transposed ("bshd": rows hkv * d apart), or, as a
+    compiled step attends, the whole cache with the mask hiding the slots
+    past t ("compiled": whole key blocks and block tails hidden). The
+    decode units are claimed one ahead and the next one's K/V prefetched,
+    skipping hidden keys, so every unit of a large batch and each key
+    layout of the prefetch goes through."""
+    b, hq, hkv, d = 64, 16, 8, 128
+    cap = t + 70 if kv_layout == "compiled" else t + 15
     q_bshd = rand(b, 1, hq, d, dtype=dtype, seed=1)
-    if kv_layout == "cache":
-        cache_k, cache_v = rand(b, hkv, cap, d, dtype=dtype, seed=2), rand(b, hkv, cap, d, dtype=dtype, seed=3)
-        k, v = cache_k[:, :, :t], cache_v[:, :, :t]
-        hk, hv = to_hr(cache_k).narrow(2, 0, t), to_hr(cache_v).narrow(2, 0, t)
-    else:
+    if kv_layout == "bshd":
         k_bshd, v_bshd = rand(b, t, hkv, d, dtype=dtype, seed=2), rand(b, t, hkv, d, dtype=dtype, seed=3)
         k, v = k_bshd.transpose(1, 2), v_bshd.transpose(1, 2)
         hk, hv = to_hr(k_bshd).transpose(1, 2), to_hr(v_bshd).transpose(1, 2)
-    keep = torch.ones(b, 1, 1, t, dtype=torch.bool)
+    else:
+        cache_k, cache_v = rand(b, hkv, cap, d, dtype=dtype, seed=2), rand(b, hkv, cap, d, dtype=dtype, seed=3)
+        n = cap if kv_layout == "compiled" else t
+        k, v = cache_k[:, :, :n], cache_v[:, :, :n]
+        hk, hv = to_hr(cache_k).narrow(2, 0, n), to_hr(cache_v).narrow(2, 0, n)
+    keep = torch.ones(b, 1, 1, k.shape[2], dtype=torch.bool)
+    keep[..., t:] = False
     for r in range(0, b, 3):
-        keep[r, ..., : (r * 7) % (t - 1)] = False  # left padding; the last key stays
+        keep[r, ..., : (r * 7) % (t - 1)] = False  # left padding; key t - 1 stays
     out_bshd = to_hr(torch.zeros(b, 1, hq, d, dtype=TORCH_DTYPE[dtype]))
     hubrt.ops.call("sdpa", to_hr(q_bshd).transpose(1, 2), hk, hv, to_hr(keep), out=out_bshd.transpose(1, 2))
     q = q_bshd.transpose(1, 2)

@@ -115,28 +115,36 @@ static void pack_kv(const attn_ctx *c, const hr_tensor *t, int64_t bi, int64_t h
             for (int64_t e = width; e < (width + NR - 1) / NR * NR; e++) dst[(e / NR) * BK * NR + jr * NR + e % NR] = 0;
 }
 
-/* True when the mask hides keys [j0, j0+nk) from every row of the block:
- * reading nq * nk mask entries costs far less than packing K/V and the two
- * products, and a static-shape forward attends over a whole cache of
- * which only the filled slots are visible. */
-bool hr_attn_block_masked(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t r0, int64_t nq, int64_t j0, int nk) {
+/* How many keys of [j0, j0+nk) the block's rows need: up to the last one
+ * the mask shows any row (0: the block is skipped). Reading nq * nk mask
+ * entries costs far less than packing K/V and the two products, and a
+ * static-shape forward attends over a whole cache of which only the filled
+ * slots (a prefix) are visible. */
+int hr_attn_block_keys(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t r0, int64_t nq, int64_t j0, int nk) {
     size_t esz = hr_dtype_size(c->mask->dtype);
-    for (int64_t i = 0; i < nq; i++) {
+    int n = 0;
+    for (int64_t i = 0; i < nq && n < nk; i++) {
         int64_t r = r0 + i;
         const char *mp = (const char *)hr_tensor_ptr(c->mask) +
                          (bi * c->mstr[0] + (kvh * c->rep + r % c->rep) * c->mstr[1] + (r / c->rep) * c->mstr[2] +
                           j0 * c->mstr[3]) * (int64_t)esz;
         if (c->mask->dtype == HR_BOOL) {
-            for (int j = 0; j < nk; j++)
-                if (((const uint8_t *)mp)[j * c->mstr[3]]) return false;
+            for (int j = nk - 1; j >= n; j--)
+                if (((const uint8_t *)mp)[j * c->mstr[3]]) {
+                    n = j + 1;
+                    break;
+                }
         } else {
             float row[BK];
             hr_load_f32(row, mp, c->mask->dtype, nk, c->mstr[3]);
-            for (int j = 0; j < nk; j++)
-                if (row[j] != -INFINITY) return false;
+            for (int j = nk - 1; j >= n; j--)
+                if (row[j] != -INFINITY) {
+                    n = j + 1;
+                    break;
+                }
         }
     }
-    return true;
+    return n;
 }
 
 /* One row of the online softmax: scores p[0..nk) become probabilities
@@ -186,8 +194,9 @@ static void attn_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     if (c->causal && pos_last + 1 < hi) hi = pos_last + 1;
     if (c->window > 0 && pos_first - c->window + 1 > lo) lo = pos_first - c->window + 1;
     for (int64_t j0 = lo; j0 < hi; j0 += BK) {
-        int nk = (int)(hi - j0 < BK ? hi - j0 : BK), nkpad = (nk + NR - 1) / NR * NR;
-        if (c->mask && hr_attn_block_masked(c, bi, kvh, r0, nq, j0, nk)) continue;
+        int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
+        if (c->mask && !(nk = hr_attn_block_keys(c, bi, kvh, r0, nq, j0, nk))) continue;
+        int nkpad = (nk + NR - 1) / NR * NR;
         pack_kv(c, c->k, bi, kvh, j0, nk, d, true, s->kp, s->row);
         pack_kv(c, c->v, bi, kvh, j0, nk, c->dv, false, s->vp, s->row);
         for (int64_t ib = 0; ib < nqpad; ib += MR)
@@ -270,7 +279,7 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     hr_attn_pf_init(c, s, &pf);
     for (int64_t j0 = lo; j0 < hi; j0 += BK) {
         int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
-        if (c->mask && hr_attn_block_masked(c, bi, kvh, 0, rows, j0, nk)) continue;
+        if (c->mask && !(nk = hr_attn_block_keys(c, bi, kvh, 0, rows, j0, nk))) continue;
         for (int j = 0; j < nk; j++) {
             hr_attn_pf_step(&pf, 1);
             load_row(c, kr, c->k, bi, kvh, j0 + j, d);
@@ -293,6 +302,13 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     hr_attn_decode_finish(c, s, u, o);
 }
 
+/* The keys [lo, hi) of split sp; rows span positions t - s .. t - 1. */
+static void decode_range(const attn_ctx *c, int64_t sp, int64_t *lo, int64_t *hi) {
+    *lo = sp * DEC_SPLIT;
+    *hi = (sp + 1) * DEC_SPLIT < c->t ? (sp + 1) * DEC_SPLIT : c->t;
+    if (c->window > 0 && c->t - c->s - c->window + 1 > *lo) *lo = c->t - c->s - c->window + 1;
+}
+
 void hr_attn_decode_start(const attn_ctx *c, attn_scratch *s, int64_t sp, float *o, int64_t *lo, int64_t *hi) {
     int64_t rows = c->rep * c->s;
     for (int64_t r = 0; r < rows; r++) {
@@ -300,27 +316,25 @@ void hr_attn_decode_start(const attn_ctx *c, attn_scratch *s, int64_t sp, float 
         s->l[r] = 0.0f;
     }
     memset(o, 0, sizeof(float) * (size_t)(rows * c->dv));
-    /* rows span positions t - s .. t - 1 */
-    *lo = sp * DEC_SPLIT;
-    *hi = (sp + 1) * DEC_SPLIT < c->t ? (sp + 1) * DEC_SPLIT : c->t;
-    if (c->window > 0 && c->t - c->s - c->window + 1 > *lo) *lo = c->t - c->s - c->window + 1;
+    decode_range(c, sp, lo, hi);
 }
 
 void hr_attn_pf_init(const attn_ctx *c, const attn_scratch *s, attn_pf *pf) {
-    pf->left = 0;
+    pf->j = pf->hi = 0;
     if (s->next < 0) return;
-    int64_t sp = s->next % c->nsplit, kvh = (s->next / c->nsplit) % c->hkv, bi = s->next / (c->nsplit * c->hkv);
-    int64_t lo = sp * DEC_SPLIT, hi = (sp + 1) * DEC_SPLIT < c->t ? (sp + 1) * DEC_SPLIT : c->t;
-    if (c->window > 0 && c->t - c->s - c->window + 1 > lo) lo = c->t - c->s - c->window + 1;
-    if (hi <= lo) return;
+    pf->c = c;
+    pf->kvh = (s->next / c->nsplit) % c->hkv;
+    pf->bi = s->next / (c->nsplit * c->hkv);
+    decode_range(c, s->next % c->nsplit, &pf->lo, &pf->hi);
+    pf->j = pf->next_blk = pf->lo;
+    if (pf->hi <= pf->lo) return;
     int64_t ek = (int64_t)hr_dtype_size(c->k->dtype), ev = (int64_t)hr_dtype_size(c->v->dtype);
-    pf->k = hr_attn_at(c->k, bi, kvh, lo);
-    pf->v = hr_attn_at(c->v, bi, kvh, lo);
+    pf->k = hr_attn_at(c->k, pf->bi, pf->kvh, pf->lo);
+    pf->v = hr_attn_at(c->v, pf->bi, pf->kvh, pf->lo);
     pf->ldk = c->k->strides[2] * ek;
     pf->ldv = c->v->strides[2] * ev;
     pf->kbytes = ((c->d - 1) * c->k->strides[3] + 1) * ek;
     pf->vbytes = ((c->dv - 1) * c->v->strides[3] + 1) * ev;
-    pf->left = hi - lo;
 }
 
 void hr_attn_decode_finish(const attn_ctx *c, const attn_scratch *s, int64_t u, float *o) {

@@ -60,21 +60,43 @@ static inline char *hr_attn_at(const hr_tensor *t, int64_t i0, int64_t i1, int64
 
 /* The next decode unit's K and V rows, key by key, for prefetching. */
 typedef struct attn_pf {
-    const char *k, *v;    /* the next key's rows */
-    int64_t ldk, ldv;     /* bytes from one key's row to the next */
+    const attn_ctx *c;
+    int64_t bi, kvh;        /* the unit's (batch, kv head) */
+    int64_t j, lo, hi;      /* the next key; the unit's key range */
+    int64_t shown, next_blk; /* end of the keys of j's block the unit reads; start of the next block */
+    const char *k, *v;      /* key j's rows */
+    int64_t ldk, ldv;       /* bytes from one key's row to the next */
     int64_t kbytes, vbytes;
-    int64_t left;         /* keys not prefetched yet */
 } attn_pf;
+
+/* How many keys of [j0, j0+nk) rows [r0, r0+nq) need: up to the last one
+ * the mask shows any of them (0: none). */
+int hr_attn_block_keys(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t r0, int64_t nq, int64_t j0, int nk);
 
 /* The next unit's K/V rows are fetched into L2 while this one computes, a
  * few keys per step: in a model step K/V come from memory (the layer's
  * weights streamed through the cache since the last step), and one unit's
  * misses at a time left the bandwidth mostly idle (batch-64 decode,
- * 17 -> 24 GB/s of K/V). */
+ * 17 -> 24 GB/s of K/V). Keys the unit will skip as masked (the empty
+ * slots of a static cache) are skipped here too. */
 static inline __attribute__((always_inline)) void hr_attn_pf_step(attn_pf *pf, int64_t keys) {
-    for (; keys > 0 && pf->left > 0; keys--, pf->left--, pf->k += pf->ldk, pf->v += pf->ldv) {
+    while (keys > 0 && pf->j < pf->hi) {
+        if (pf->j == pf->next_blk) { /* a block starts: the keys of it the unit reads */
+            int nk = (int)(pf->hi - pf->j < HR_ATTN_BK ? pf->hi - pf->j : HR_ATTN_BK);
+            pf->next_blk = pf->j + nk;
+            pf->shown = pf->j + (pf->c->mask ? hr_attn_block_keys(pf->c, pf->bi, pf->kvh, 0, pf->c->rep * pf->c->s,
+                                                                  pf->j, nk)
+                                             : nk);
+        }
+        if (pf->j >= pf->shown) { /* to the next block */
+            pf->k += (pf->next_blk - pf->j) * pf->ldk;
+            pf->v += (pf->next_blk - pf->j) * pf->ldv;
+            pf->j = pf->next_blk;
+            continue;
+        }
         for (int64_t e = 0; e < pf->kbytes; e += 64) _mm_prefetch(pf->k + e, _MM_HINT_T1);
         for (int64_t e = 0; e < pf->vbytes; e += 64) _mm_prefetch(pf->v + e, _MM_HINT_T1);
+        pf->j++, pf->k += pf->ldk, pf->v += pf->ldv, keys--;
     }
 }
 
@@ -82,8 +104,6 @@ static inline __attribute__((always_inline)) void hr_attn_pf_step(attn_pf *pf, i
  * j0..: softcap, user mask, causal, window. tmp holds nk floats. */
 void hr_attn_mask_row(const attn_ctx *c, float *tmp, float *p, int64_t bi, int64_t h, int64_t qi, int64_t pos,
                       int64_t j0, int nk);
-/* True when the mask hides keys [j0, j0+nk) from rows [r0, r0+nq). */
-bool hr_attn_block_masked(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t r0, int64_t nq, int64_t j0, int nk);
 /* Online softmax step of row i: scores become probabilities; returns the
  * factor for the row's earlier numerators. */
 float hr_attn_softmax_step(const attn_ctx *c, attn_scratch *s, float *p, int nk, int64_t i);

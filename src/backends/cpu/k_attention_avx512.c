@@ -254,7 +254,7 @@ TARGET_ static void bf16_block(const attn_ctx *c, bf16_scratch *s, int64_t bi, i
      * query block may see more of it than this one does. */
     for (int64_t j0 = lo / BK * BK; j0 < hi; j0 += BK) {
         int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
-        if (c->mask && hr_attn_block_masked(c, bi, kvh, r0, nq, j0, nk)) continue;
+        if (c->mask && !(nk = hr_attn_block_keys(c, bi, kvh, r0, nq, j0, nk))) continue;
         int64_t jb = j0 / BK;
         uint32_t *kp = s->kp + jb * d2 * BK;
         uint16_t *vp = s->vp + jb * BK * dv;
@@ -449,7 +449,7 @@ TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_
     int64_t pf_keys = (16 + rows - 1) / rows; /* per Q.K call: sixteen keys over the rows' calls */
     for (int64_t j0 = lo; j0 < hi; j0 += BK) {
         int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
-        if (c->mask && hr_attn_block_masked(c, bi, kvh, 0, rows, j0, nk)) continue;
+        if (c->mask && !(nk = hr_attn_block_keys(c, bi, kvh, 0, rows, j0, nk))) continue;
         const uint16_t *k0 = (const uint16_t *)hr_attn_at(c->k, bi, kvh, j0);
         const uint16_t *v0 = (const uint16_t *)hr_attn_at(c->v, bi, kvh, j0);
         int nfull = nk / 16 * 16;
