@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/store_avx512.h"
 #include "core/half.h"
 #include "hubrt.h"
 
@@ -125,7 +126,7 @@ static void read_f32(const hr_tensor *t, float *dst, int64_t n) {
  * one M tile, N past one N tile) under every ISA the CPU has; exact. */
 static void test_linear_exact_all_isas(void **state) {
     static const int64_t shapes[][3] = {{5, 7, 300}, {97, 33, 5}, {2, 300, 17}, {130, 260, 1}, {1, 5, 4097},
-                                        {20, 40, 777}, {200, 41, 777}};
+                                        {20, 40, 777}, {200, 41, 777}, {64, 100, 8191}, {300, 70, 4097}};
     hr_cpu_isa saved = hr_cpu_isa_get();
     for (int isa = HR_ISA_SCALAR; isa <= (int)saved && isa <= HR_ISA_AVX512; isa++) {
         assert_int_equal(hr_cpu_isa_set((hr_cpu_isa)isa), HR_OK);
@@ -159,6 +160,41 @@ static void test_linear_exact_all_isas(void **state) {
         }
     }
     assert_int_equal(hr_cpu_isa_set(saved), HR_OK);
+}
+
+/* The GEMM epilogues' inline bf16 store against hr_f32_to_bf16: ties to
+ * even, NaNs (quiet and signalling), infinities, subnormals, random bits,
+ * with and without a bias, every length up to 40 (the masked tail). */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void store_rows_check(void) {
+    enum { N = 40 };
+    float src[N], bias[N];
+    uint16_t got[N + 1];
+    static const uint32_t special[] = {0x7fc00000u, 0x7f800001u, 0xffbfffffu, 0x7f800000u, 0xff800000u,
+                                       0x00000001u, 0x807fffffu, 0x3f808000u, 0x3f818000u, 0x3f80ffffu,
+                                       0x7f7fffffu, 0x00000000u, 0x80000000u};
+    uint32_t seed = 7;
+    for (int trial = 0; trial < 50; trial++) {
+        for (int i = 0; i < N; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            uint32_t u = trial % 2 ? special[(seed >> 8) % (sizeof special / sizeof *special)] : seed;
+            memcpy(&src[i], &u, 4);
+            bias[i] = (float)((int)(seed >> 28) - 8) * 0.25f;
+        }
+        for (int n = 1; n <= N; n++)
+            for (int with_bias = 0; with_bias < 2; with_bias++) {
+                got[n] = 0xabcd;
+                hr_store_bf16_row_avx512(got, src, with_bias ? bias : NULL, n);
+                for (int i = 0; i < n; i++) /* no bias: no "+ 0", which would turn -0 into +0 */
+                    assert_int_equal(got[i], hr_f32_to_bf16(with_bias ? src[i] + bias[i] : src[i]));
+                assert_int_equal(got[n], 0xabcd); /* nothing past n written */
+            }
+    }
+}
+
+static void test_store_bf16_rows(void **state) {
+    const hr_cpu_features *f = hr_cpu_features_get();
+    if (!f->avx512f || !f->avx512bw || !f->avx512vl) skip();
+    store_rows_check();
 }
 
 static void test_linear_zero_k_gives_bias(void **state) {
@@ -221,6 +257,7 @@ int main(void) {
         cmocka_unit_test(test_ukr_bf16_pairs),
         cmocka_unit_test(test_gemv_paths),
         cmocka_unit_test(test_linear_exact_all_isas),
+        cmocka_unit_test(test_store_bf16_rows),
         cmocka_unit_test(test_linear_zero_k_gives_bias),
         cmocka_unit_test(test_sdpa_uniform_weights),
         cmocka_unit_test(test_errors_name_op_and_input),

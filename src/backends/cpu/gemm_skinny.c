@@ -13,6 +13,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/k_eltwise.h"
+#include "backends/cpu/store_avx512.h"
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
@@ -207,7 +208,7 @@ static pf_stream block_stream(const hr_gemm *g, const block_seq *s, int64_t i, i
 }
 
 /* Rows [r0, r0 + mb) of C over this task's weight rows [j_begin, j_end). */
-static void skinny_rows(const skinny_ctx *ctx, int64_t r0, int mb, int64_t j_begin, int64_t j_end) {
+static TARGET_ void skinny_rows(const skinny_ctx *ctx, int64_t r0, int mb, int64_t j_begin, int64_t j_end) {
     const hr_gemm *g = ctx->g;
     float y[SK_MB][SK_CHUNK], bias[SK_CHUNK];
     int64_t row_off_c[SK_MB]; /* element offset of each C row */
@@ -220,7 +221,7 @@ static void skinny_rows(const skinny_ctx *ctx, int64_t r0, int mb, int64_t j_beg
     int64_t ldw = g->b.cs, groups = (mb + SK_R - 1) / SK_R;
     block_seq seq = {j_begin, j_end, g->k, ctx->kb, (g->k + ctx->kb - 1) / ctx->kb};
     size_t csz = hr_dtype_size(g->c.dt);
-    bool simd = hr_k_simd();
+    bool simd = hr_k_simd(), bf16_rows = g->c.dt == HR_BF16 && g->c.cs == 1;
     int64_t i = 0; /* index of the block in the sequence */
     for (int64_t j0 = j_begin; j0 < j_end; j0 += SK_CHUNK) {
         int64_t jend = j0 + SK_CHUNK < j_end ? j0 + SK_CHUNK : j_end;
@@ -241,10 +242,14 @@ static void skinny_rows(const skinny_ctx *ctx, int64_t r0, int mb, int64_t j_beg
         if (g->bias) hr_load_f32(bias, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt),
                                  g->bias_dt, nc, g->bias_s);
         for (int r = 0; r < mb; r++) {
+            char *dst = g->c.base + (row_off_c[r] + j0 * g->c.cs) * (int64_t)csz;
+            if (bf16_rows) {
+                hr_store_bf16_row_avx512((uint16_t *)dst, y[r], g->bias ? bias : NULL, nc);
+                continue;
+            }
             if (g->bias)
                 for (int64_t c = 0; c < nc; c++) y[r][c] += bias[c];
-            hr_k_store_f32(g->c.base + (row_off_c[r] + j0 * g->c.cs) * (int64_t)csz, g->c.dt, y[r], nc, g->c.cs,
-                           simd);
+            hr_k_store_f32(dst, g->c.dt, y[r], nc, g->c.cs, simd);
         }
     }
 }
