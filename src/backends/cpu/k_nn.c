@@ -201,6 +201,17 @@ static void load_vec(bool simd, float *dst, const hr_tensor *t, int64_t k0, int6
                   t->dtype, n, t->strides[0], simd);
 }
 
+/* The weight [h] plus offset in f32, once per call for the rows of
+ * k_nn_simd.c (affine() adds them the same way); the caller frees *out. */
+static hr_status weight_f32(bool simd, const hr_tensor *w, float offset, int64_t h, float **out) {
+    float *wf = malloc(sizeof(float) * (size_t)h);
+    if (!wf) return hr_error(HR_ERR_OOM, "out of memory for a weight of %lld", (long long)h);
+    load_vec(simd, wf, w, 0, h);
+    for (int64_t i = 0; i < h; i++) wf[i] += offset;
+    *out = wf;
+    return HR_OK;
+}
+
 /* One row of h values: x at px, y at py (strides of their last dims). */
 static void norm_row(const norm_ctx *c, const char *px, char *py) {
     const hr_tensor *x = c->x;
@@ -250,8 +261,8 @@ static void norm_body(void *arg, int ith, int nth) {
     if (c->fast) {
         for (int64_t r = b, k; r < e; r += k, walk_skip(&w, k)) {
             k = walk_run(&w, r, e);
-            hr_nn_rms_rows(c->x->dtype, c->avx512, k, c->h, CHUNK, walk_ptr(&w, c->x), walk_stride(&w, c->x), walk_ptr(&w, c->y),
-                           walk_stride(&w, c->y), c->wf, c->wf && c->offset == 0, c->eps);
+            hr_nn_rms_rows(c->x->dtype, c->avx512, k, c->h, CHUNK, walk_ptr(&w, c->x), walk_stride(&w, c->x),
+                           walk_ptr(&w, c->y), walk_stride(&w, c->y), c->wf, c->wf && c->offset == 0, c->eps);
         }
         return;
     }
@@ -270,13 +281,7 @@ static hr_status k_norm(hr_op op, const void *attrs, const hr_tensor *const *in,
     if (c.rows == 0) return HR_OK;
     c.fast = op == HR_OP_rms_norm && simd_rows(c.simd, c.x->dtype, (const hr_tensor *[]){c.x, out}, 2);
     c.avx512 = c.fast && hr_nn_avx512();
-    if (c.fast && c.w) {
-        /* the weight in f32 once, not once per row; w + offset as affine() */
-        c.wf = malloc(sizeof(float) * (size_t)c.h);
-        if (!c.wf) return hr_error(HR_ERR_OOM, "out of memory for a weight of %lld", (long long)c.h);
-        load_vec(c.simd, c.wf, c.w, 0, c.h);
-        for (int64_t i = 0; i < c.h; i++) c.wf[i] += c.offset;
-    }
+    if (c.fast && c.w) HR_TRY(weight_f32(c.simd, c.w, c.offset, c.h, &c.wf));
     hr_parallel_run(norm_body, &c, hr_parallel_threads_for(c.rows * c.h, HR_GRAIN_ROWS));
     free(c.wf);
     return HR_OK;
@@ -440,12 +445,7 @@ static hr_status k_add_rms_norm(const void *attrs, const hr_tensor *const *in, i
     if (c.rows == 0) return HR_OK;
     c.fast = simd_rows(c.simd, c.x->dtype, (const hr_tensor *[]){c.x, c.r, c.s, c.y}, 4);
     c.fast512 = c.fast && hr_nn_avx512();
-    if (c.fast && c.w) {
-        c.wf = malloc(sizeof(float) * (size_t)c.h);
-        if (!c.wf) return hr_error(HR_ERR_OOM, "out of memory for a weight of %lld", (long long)c.h);
-        load_vec(c.simd, c.wf, c.w, 0, c.h);
-        for (int64_t i = 0; i < c.h; i++) c.wf[i] += c.offset;
-    }
+    if (c.fast && c.w) HR_TRY(weight_f32(c.simd, c.w, c.offset, c.h, &c.wf));
     hr_parallel_run(add_norm_body, &c, hr_parallel_threads_for(c.rows * c.h, HR_GRAIN_ROWS));
     free(c.wf);
     return HR_OK;
@@ -588,8 +588,8 @@ static void rope_body(void *arg, int ith, int nth) {
             const char *px = walk_ptr(&w, x);
             char *py = walk_ptr(&w, y);
             int64_t xs = walk_stride(&w, x), ys = walk_stride(&w, y);
-            hr_nn_rope_rows(x->dtype, c->avx512, k, c->half, px, xs, walk_ptr(&w, &c->cs[0]), walk_stride(&w, &c->cs[0]),
-                            walk_ptr(&w, &c->cs[1]), walk_stride(&w, &c->cs[1]), py, ys);
+            hr_nn_rope_rows(x->dtype, c->avx512, k, c->half, px, xs, walk_ptr(&w, &c->cs[0]),
+                            walk_stride(&w, &c->cs[0]), walk_ptr(&w, &c->cs[1]), walk_stride(&w, &c->cs[1]), py, ys);
             for (int64_t j = 0; j < k && 2 * c->half < c->d; j++)
                 pass_through(c, px + j * xs, py + j * ys);
         }

@@ -1,10 +1,11 @@
-/* AVX2 row kernels of rope and rms_norm (k_nn_simd.h): each vector of 8
- * values is loaded from its dtype, computed and rounded in registers and
- * stored, in place of k_nn.c's round trips through f32 chunk buffers and
- * per-chunk conversion calls, which cost more than the arithmetic on the
- * model's rows of 128 (heads) or 1024 (hidden) values. A partial last
- * vector goes through a padded copy: the code works lane by lane, so the
- * padding changes no lane. */
+/* Row kernels of rope, rms_norm and add_rms_norm (k_nn_simd.h): each
+ * vector of 8 values (16 on the AVX-512 bf16 rows) is loaded from its
+ * dtype, computed and rounded in registers and stored, in place of
+ * k_nn.c's round trips through f32 chunk buffers and per-chunk conversion
+ * calls, which cost more than the arithmetic on the model's rows of 128
+ * (heads) or 1024 (hidden) values. A partial last vector goes through a
+ * padded copy: the code works lane by lane, so the padding changes no
+ * lane. */
 #include "backends/cpu/k_nn_simd.h"
 
 #include <math.h>

@@ -1,8 +1,9 @@
-/* AVX2 row kernels of the nn ops for rows whose last dims are contiguous
- * and share one float dtype (k_nn_simd.c): the conversions, roundings and
- * arithmetic stay in registers, where the portable path of k_nn.c goes
- * through f32 buffers. Bit for bit that path: the same f32 operations in
- * the same order, rounded at the same points. */
+/* AVX2 (and AVX-512 bf16) row kernels of rope, rms_norm and add_rms_norm
+ * for rows whose last dims are contiguous and share one float dtype
+ * (k_nn_simd.c): the conversions, roundings and arithmetic stay in
+ * registers, where the portable path of k_nn.c goes through f32 buffers.
+ * Bit for bit that path: the same f32 operations in the same order,
+ * rounded at the same points. */
 #ifndef HR_BACKENDS_CPU_K_NN_SIMD_H
 #define HR_BACKENDS_CPU_K_NN_SIMD_H
 
@@ -31,9 +32,9 @@ void hr_nn_rope_rows(hr_dtype dt, bool avx512, int64_t rows, int64_t half, const
 /* rms_norm of `rows` rows of h values, x and y in dtype dt (strides in
  * bytes between rows): y = x * rstd, rounded to dt first when round_first,
  * times w[i] when w (f32 [h], the weight plus its offset). The sum of
- * squares runs in k_nn.c's order (chunks of `chunk` values). */
-/* avx512 (hr_nn_avx512()): bf16 rows take 16 lanes at a time, bit for
- * bit the 8-lane code. */
+ * squares runs in k_nn.c's order (chunks of `chunk` values). With avx512
+ * (hr_nn_avx512()), bf16 rows take 16 lanes at a time, bit for bit the
+ * 8-lane code; so in rope and hr_nn_rms_scale_row. */
 void hr_nn_rms_rows(hr_dtype dt, bool avx512, int64_t rows, int64_t h, int64_t chunk, const char *x, int64_t xs,
                     char *y, int64_t ys, const float *w, bool round_first, float eps);
 
