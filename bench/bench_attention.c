@@ -139,14 +139,17 @@ int main(int argc, char **argv) {
     check(hr_op_find("sdpa", &op), "op");
     /* the weights the cold cases stream: as many bytes as a whole model step */
     size_t nw = QWEN3_LAYERS * QWEN3_LAYER_BYTES;
-    char *w = malloc(nw);
-    if (!w) check(HR_ERR_OOM, "weights");
-    memset(w, 1, nw);
+    char *w = NULL;
     for (size_t ci = 0; ci < sizeof CASES / sizeof CASES[0]; ci++) {
         const attn_case *c = &CASES[ci];
         if (only && !strstr(c->name, only)) continue;
         uint32_t seed = 12345u + (uint32_t)ci;
         int64_t cap = c->cap ? c->cap : c->t, nl = c->layers ? c->layers : 1;
+        if (c->layers && !w) {
+            w = malloc(nw);
+            if (!w) check(HR_ERR_OOM, "weights");
+            memset(w, 1, nw);
+        }
         hr_tensor *q = random_bf16(c->b, c->hq, c->s, c->d, &seed);
         hr_tensor *kc[QWEN3_LAYERS], *vc[QWEN3_LAYERS], *k[QWEN3_LAYERS], *v[QWEN3_LAYERS];
         const hr_tensor *in[QWEN3_LAYERS][4];

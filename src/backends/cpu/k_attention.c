@@ -167,9 +167,11 @@ float hr_attn_softmax_step(const attn_ctx *c, attn_scratch *s, float *p, int nk,
 
 /* Row r of a (batch, kv head) pair is query r / rep of q head
  * kvh * rep + r % rep: positions grow with r, so a block's key range
- * follows from its first and last rows. */
+ * follows from its first and last rows. Units run the last row blocks of
+ * every pair first: the largest (causal) are claimed first, and the
+ * smallest even out the threads at the end. */
 static void attn_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
-    int64_t rb = u % c->rblocks, kvh = (u / c->rblocks) % c->hkv, bi = u / (c->rblocks * c->hkv);
+    int64_t pairs = c->b * c->hkv, rb = c->rblocks - 1 - u / pairs, kvh = (u % pairs) % c->hkv, bi = u % pairs / c->hkv;
     int64_t rows = c->rep * c->s;
     int64_t r0 = rb * BQ, nq = rows - r0 < BQ ? rows - r0 : BQ, nqpad = (nq + MR - 1) / MR * MR;
     int64_t d = c->d, ldo = c->dvpad;
