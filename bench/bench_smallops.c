@@ -1,7 +1,7 @@
 /* Small-op micro-benchmark: bytes/s of the memory- or cache-bound ops of
- * prefill and batched decode (rope, rms_norm, add_rms_norm, silu_mul) at
- * the Qwen3-0.6B shapes and strides the model runs them with, next to a
- * plain memcpy of the same bytes measured moments apart.
+ * prefill and batched decode (rope, rms_norm, add_rms_norm, silu_mul, the
+ * logits' cast) at the Qwen3-0.6B shapes and strides the model runs them
+ * with, next to a plain memcpy of the same bytes measured moments apart.
  *
  * Bytes are each operand's bytes read or written once (cos/sin count once,
  * though every head reads them). A sample times --reps calls; samples of
@@ -38,6 +38,7 @@ typedef struct bench_case {
     char name[64];
     hr_op op;
     hr_attrs_norm norm;
+    hr_attrs_cast cast;
     const void *attrs;
     const hr_tensor *in[3];
     hr_tensor *out[2];
@@ -148,6 +149,18 @@ static void case_silu_mul(bench_case *c, hr_dtype dt, int64_t rows, int64_t h) {
     c->out[0] = empty_tensor(c, dt, 2, (int64_t[]){rows, h});
     c->n_in = 2, c->n_out = 1;
     c->bytes = 3.0 * (double)hr_tensor_nbytes(c->in[0]);
+}
+
+/* The logits' cast to f32 (model.c) at a batch-64 decode step: [rows, vocab]. */
+static void case_cast(bench_case *c, hr_dtype dt, int64_t rows, int64_t vocab) {
+    snprintf(c->name, sizeof c->name, "cast->f32 %lldx%lld", (long long)rows, (long long)vocab);
+    set_op(c, "cast");
+    c->cast = (hr_attrs_cast){.dtype = HR_F32};
+    c->attrs = &c->cast;
+    c->in[0] = rand_tensor(c, dt, 2, (int64_t[]){rows, vocab});
+    c->out[0] = empty_tensor(c, HR_F32, 2, (int64_t[]){rows, vocab});
+    c->n_in = 1, c->n_out = 1;
+    c->bytes = (double)hr_tensor_nbytes(c->in[0]) + (double)hr_tensor_nbytes(c->out[0]);
 }
 
 static void run_case(const bench_case *c) {
@@ -268,7 +281,7 @@ int main(int argc, char **argv) {
                dt == HR_F32 ? "f32" : dt == HR_F16 ? "f16" : "bf16", samples, reps);
     /* Qwen3-0.6B: hidden 1024, 16 q heads, 8 kv heads, head_dim 128,
      * intermediate 3072; prefill of 512 tokens and a batch-64 decode step. */
-    enum { N_CASES = 15 };
+    enum { N_CASES = 16 };
     for (int k = 0; k < N_CASES; k++) {
         bench_case c = {0};
         switch (k) {
@@ -287,6 +300,7 @@ int main(int argc, char **argv) {
         case 12: case_rms_norm(&c, dt, 7, 3, 4097); break;
         case 13: case_silu_mul(&c, dt, 17, 4097); break;
         case 14: case_rope(&c, dt, 2, 17, 3, 34, 20); break; /* odd sizes: a partial vector */
+        case 15: case_cast(&c, dt, 64, 151936); break;
         }
         if (!only || strstr(c.name, only)) {
             if (dir) dump(&c, dir);
