@@ -277,8 +277,7 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     }
     int64_t lo, hi;
     hr_attn_decode_start(c, s, sp, o, &lo, &hi);
-    attn_pf pf;
-    hr_attn_pf_init(c, s, &pf);
+    attn_pf pf = hr_attn_pf_init(c, s);
     for (int64_t j0 = lo; j0 < hi; j0 += BK) {
         int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
         if (c->mask && !(nk = hr_attn_block_keys(c, bi, kvh, 0, rows, j0, nk))) continue;
@@ -321,22 +320,22 @@ void hr_attn_decode_start(const attn_ctx *c, attn_scratch *s, int64_t sp, float 
     decode_range(c, sp, lo, hi);
 }
 
-void hr_attn_pf_init(const attn_ctx *c, const attn_scratch *s, attn_pf *pf) {
-    pf->j = pf->hi = 0;
-    if (s->next < 0) return;
-    pf->c = c;
-    pf->kvh = (s->next / c->nsplit) % c->hkv;
-    pf->bi = s->next / (c->nsplit * c->hkv);
-    decode_range(c, s->next % c->nsplit, &pf->lo, &pf->hi);
-    pf->j = pf->next_blk = pf->lo;
-    if (pf->hi <= pf->lo) return;
+attn_pf hr_attn_pf_init(const attn_ctx *c, const attn_scratch *s) {
+    attn_pf pf = {.c = c};
+    if (s->next < 0) return pf;
+    pf.kvh = (s->next / c->nsplit) % c->hkv;
+    pf.bi = s->next / (c->nsplit * c->hkv);
+    decode_range(c, s->next % c->nsplit, &pf.lo, &pf.hi);
+    pf.j = pf.next_blk = pf.lo;
+    if (pf.hi <= pf.lo) return pf;
     int64_t ek = (int64_t)hr_dtype_size(c->k->dtype), ev = (int64_t)hr_dtype_size(c->v->dtype);
-    pf->k = hr_attn_at(c->k, pf->bi, pf->kvh, pf->lo);
-    pf->v = hr_attn_at(c->v, pf->bi, pf->kvh, pf->lo);
-    pf->ldk = c->k->strides[2] * ek;
-    pf->ldv = c->v->strides[2] * ev;
-    pf->kbytes = ((c->d - 1) * c->k->strides[3] + 1) * ek;
-    pf->vbytes = ((c->dv - 1) * c->v->strides[3] + 1) * ev;
+    pf.k = hr_attn_at(c->k, pf.bi, pf.kvh, pf.lo);
+    pf.v = hr_attn_at(c->v, pf.bi, pf.kvh, pf.lo);
+    pf.ldk = c->k->strides[2] * ek;
+    pf.ldv = c->v->strides[2] * ev;
+    pf.kbytes = ((c->d - 1) * c->k->strides[3] + 1) * ek;
+    pf.vbytes = ((c->dv - 1) * c->v->strides[3] + 1) * ev;
+    return pf;
 }
 
 void hr_attn_decode_finish(const attn_ctx *c, const attn_scratch *s, int64_t u, float *o) {

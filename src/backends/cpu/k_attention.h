@@ -73,12 +73,25 @@ typedef struct attn_pf {
  * the mask shows any of them (0: none). */
 int hr_attn_block_keys(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t r0, int64_t nq, int64_t j0, int nk);
 
+/* Prefetches n rows of len bytes, ld apart: adjacent rows (the cache's
+ * layout) as one range, one compare per line rather than a loop per row. */
+static inline __attribute__((always_inline)) void hr_attn_pf_rows(const char *p, int64_t len, int64_t ld, int64_t n) {
+    if (ld == len) {
+        for (const char *end = p + n * len; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T1);
+        return;
+    }
+    for (; n > 0; n--, p += ld)
+        for (int64_t e = 0; e < len; e += 64) _mm_prefetch(p + e, _MM_HINT_T1);
+}
+
 /* The next unit's K/V rows are fetched into L2 while this one computes, a
  * few keys per step: in a model step K/V come from memory (the layer's
  * weights streamed through the cache since the last step), and one unit's
  * misses at a time left the bandwidth mostly idle (batch-64 decode,
- * 17 -> 24 GB/s of K/V). Keys the unit will skip as masked (the empty
- * slots of a static cache) are skipped here too. */
+ * 17 -> 24 GB/s of K/V). The prefetches cost a third more time when K/V
+ * are in cache already (one call repeated, which no model step does).
+ * Keys the unit will skip as masked (the empty slots of a static cache)
+ * are skipped here too. */
 static inline __attribute__((always_inline)) void hr_attn_pf_step(attn_pf *pf, int64_t keys) {
     while (keys > 0 && pf->j < pf->hi) {
         if (pf->j == pf->next_blk) { /* a block starts: the keys of it the unit reads */
@@ -94,9 +107,10 @@ static inline __attribute__((always_inline)) void hr_attn_pf_step(attn_pf *pf, i
             pf->j = pf->next_blk;
             continue;
         }
-        for (int64_t e = 0; e < pf->kbytes; e += 64) _mm_prefetch(pf->k + e, _MM_HINT_T1);
-        for (int64_t e = 0; e < pf->vbytes; e += 64) _mm_prefetch(pf->v + e, _MM_HINT_T1);
-        pf->j++, pf->k += pf->ldk, pf->v += pf->ldv, keys--;
+        int64_t n = pf->shown - pf->j < keys ? pf->shown - pf->j : keys;
+        hr_attn_pf_rows(pf->k, pf->kbytes, pf->ldk, n);
+        hr_attn_pf_rows(pf->v, pf->vbytes, pf->ldv, n);
+        pf->j += n, pf->k += n * pf->ldk, pf->v += n * pf->ldv, keys -= n;
     }
 }
 
@@ -110,8 +124,9 @@ float hr_attn_softmax_step(const attn_ctx *c, attn_scratch *s, float *p, int nk,
 /* Starts a decode unit of split sp: running max and denominator reset,
  * numerators o [rows][dv] zeroed, and its key range [lo, hi). */
 void hr_attn_decode_start(const attn_ctx *c, attn_scratch *s, int64_t sp, float *o, int64_t *lo, int64_t *hi);
-/* The K/V rows of decode unit s->next (none when it is -1). */
-void hr_attn_pf_init(const attn_ctx *c, const attn_scratch *s, attn_pf *pf);
+/* The K/V rows of decode unit s->next (none when it is -1); by value, so
+ * that the cursor can live in registers. */
+attn_pf hr_attn_pf_init(const attn_ctx *c, const attn_scratch *s);
 /* Ends decode unit u: its rows' numerators o [rows][dv] go to c->parts,
  * or, with one split, normalized straight to the output. */
 void hr_attn_decode_finish(const attn_ctx *c, const attn_scratch *s, int64_t u, float *o);

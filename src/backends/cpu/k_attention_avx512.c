@@ -447,8 +447,7 @@ TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_
         q[r] = (const uint16_t *)hr_attn_at(c->q, bi, kvh * c->rep + r % c->rep, r / c->rep);
     int64_t lo, hi;
     hr_attn_decode_start(c, s, sp, o, &lo, &hi);
-    attn_pf pf;
-    hr_attn_pf_init(c, s, &pf);
+    attn_pf pf = hr_attn_pf_init(c, s);
     int64_t pf_keys = (16 + rows - 1) / rows; /* per Q.K call: sixteen keys over the rows' calls */
     for (int64_t j0 = lo; j0 < hi; j0 += BK) {
         int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
