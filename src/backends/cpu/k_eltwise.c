@@ -12,7 +12,9 @@
  * (a few f32 ulps; gelu-erf within 2e-7 + 4e-7 relative). With simd every
  * element, a row's tail included, takes the vector code, so results do not
  * depend on the thread split; the f32 arithmetic (hr_k_eltwise_f32) is
- * shared with fused chains (k_fused_chain.c), which reproduce the bytes. */
+ * shared with fused chains (k_fused_chain.c), which reproduce the bytes.
+ * silu_mul on contiguous bf16 rows takes 16 lanes with AVX-512 (avx512_bf16),
+ * the AVX2 code's operations lane for lane, so the same bytes. */
 #include <math.h>
 #include <string.h>
 
