@@ -253,15 +253,13 @@ static void silu_mul_span_bf16(uint16_t *o, const uint16_t *a, const uint16_t *b
     memcpy(o + i, po, sizeof(uint16_t) * (size_t)(n - i));
 }
 
-/* exp8 on 16 lanes: the same operations lane for lane, but for 2^n, one
+/* exp8's core on 16 lanes, for x already clamped: the same operations lane
+ * for lane, but for 2^n, one
  * vscalefps where exp8 multiplies by 2^(n/2) twice: n is an integer in
  * [-126, 128] and p in [0.7, 1.5], so the first multiply is exact and the
  * second rounds once (to inf or a subnormal at the ends), as vscalefps
  * does. Checked over every bf16 input by test_ops_eltwise.py. */
-static inline HR_T512 __m512 exp16(__m512 x) {
-    const __m512 hi = _mm512_set1_ps(88.72283935546875f), lo = _mm512_set1_ps(-87.33654022216797f);
-    __mmask16 over = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+static inline HR_T512 __attribute__((always_inline)) __m512 exp16_in(__m512 xc) {
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
@@ -273,7 +271,17 @@ static inline HR_T512 __m512 exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512 y = _mm512_scalef_ps(p, n);
+    return _mm512_scalef_ps(p, n);
+}
+
+/* The clamps and fix-ups of exp8 around exp16_in, skipped when every lane
+ * is inside the clamp bounds (no NaN), where they change nothing. */
+static inline HR_T512 __attribute__((always_inline)) __m512 exp16(__m512 x) {
+    const __m512 hi = _mm512_set1_ps(88.72283935546875f), lo = _mm512_set1_ps(-87.33654022216797f);
+    __mmask16 in = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(x, hi, _CMP_LE_OQ);
+    if (in == 0xffff) return exp16_in(x);
+    __mmask16 over = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    __m512 y = exp16_in(_mm512_min_ps(_mm512_max_ps(x, lo), hi));
     y = _mm512_mask_mov_ps(y, over, _mm512_set1_ps(INFINITY));
     y = _mm512_maskz_mov_ps((__mmask16)~under, y);
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
