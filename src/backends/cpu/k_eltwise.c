@@ -254,11 +254,11 @@ static void silu_mul_span_bf16(uint16_t *o, const uint16_t *a, const uint16_t *b
 }
 
 /* exp8's core on 16 lanes, for x already clamped: the same operations lane
- * for lane, but for 2^n, one
- * vscalefps where exp8 multiplies by 2^(n/2) twice: n is an integer in
- * [-126, 128] and p in [0.7, 1.5], so the first multiply is exact and the
- * second rounds once (to inf or a subnormal at the ends), as vscalefps
- * does. Checked over every bf16 input by test_ops_eltwise.py. */
+ * for lane, but for 2^n, one vscalefps where exp8 multiplies by 2^(n/2)
+ * twice: n is an integer in [-126, 128] and p in [0.7, 1.5], so the first
+ * multiply is exact and the second rounds once (to inf or a subnormal at
+ * the ends), as vscalefps does. Checked over every bf16 input by
+ * test_ops_eltwise.py. */
 static inline HR_T512 __attribute__((always_inline)) __m512 exp16_in(__m512 xc) {
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
