@@ -61,10 +61,7 @@ static inline float gelu_tanh1(float x) {
 /* exp(x) for f32: Cody-Waite range reduction by ln 2 and a degree-6
  * polynomial; about 2 ulp on [-87, 88], overflow saturates to +inf and
  * underflow to 0. */
-static inline __m256 exp8(__m256 x) {
-    const __m256 hi = _mm256_set1_ps(88.72283935546875f), lo = _mm256_set1_ps(-87.33654022216797f);
-    __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ), under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+static inline __attribute__((always_inline)) __m256 exp8_in(__m256 xc) {
     __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
@@ -82,7 +79,17 @@ static inline __m256 exp8(__m256 x) {
     __m256i h1 = _mm256_srai_epi32(ni, 1), h2 = _mm256_sub_epi32(ni, h1);
     __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h1, _mm256_set1_epi32(127)), 23));
     __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h2, _mm256_set1_epi32(127)), 23));
-    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+/* The clamps and fix-ups around exp8_in are skipped when every lane is
+ * inside the clamp bounds (no NaN), where they change nothing. */
+static inline __m256 exp8(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.72283935546875f), lo = _mm256_set1_ps(-87.33654022216797f);
+    __m256 in = _mm256_and_ps(_mm256_cmp_ps(x, lo, _CMP_GE_OQ), _mm256_cmp_ps(x, hi, _CMP_LE_OQ));
+    if (_mm256_movemask_ps(in) == 0xff) return exp8_in(x);
+    __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ), under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    __m256 y = exp8_in(_mm256_min_ps(_mm256_max_ps(x, lo), hi));
     y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), over);
     y = _mm256_andnot_ps(under, y);
     /* NaN in, NaN out (the clamp above would have hidden it). */
