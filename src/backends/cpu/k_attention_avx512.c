@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "backends/cpu/k_attention.h"
+#include "backends/cpu/transpose_avx512.h"
 #include "core/iter.h"
 
 #define TARGET_ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
@@ -51,32 +52,6 @@ INLINE_ __mmask16 lanes_left(int n) { return n >= 16 ? (__mmask16)0xffff : n > 0
 
 /* ---- prefill: packing ---- */
 
-/* In-register transpose of 16 rows of 16 u32. */
-INLINE_ void transpose16(__m512i r[16]) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    /* u[4i + c], 128-bit lane L: rows 4i..4i+3 of column 4L + c */
-    for (int i = 0; i < 4; i++) {
-        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int cc = 0; cc < 4; cc++) {
-        __m512i v02 = _mm512_shuffle_i32x4(u[cc], u[4 + cc], 0x88);
-        __m512i w02 = _mm512_shuffle_i32x4(u[8 + cc], u[12 + cc], 0x88);
-        __m512i v13 = _mm512_shuffle_i32x4(u[cc], u[4 + cc], 0xdd);
-        __m512i w13 = _mm512_shuffle_i32x4(u[8 + cc], u[12 + cc], 0xdd);
-        r[cc] = _mm512_shuffle_i32x4(v02, w02, 0x88);
-        r[8 + cc] = _mm512_shuffle_i32x4(v02, w02, 0xdd);
-        r[4 + cc] = _mm512_shuffle_i32x4(v13, w13, 0x88);
-        r[12 + cc] = _mm512_shuffle_i32x4(v13, w13, 0xdd);
-    }
-}
-
 /* Keys [j0, j0+nk) of head (bi, kvh) into dst [d/2][BK] feature pairs
  * (K^T), zeros up to the next multiple of 16 (no reader goes further). */
 TARGET_ static void pack_k(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t j0, int nk, uint32_t *dst) {
@@ -88,7 +63,7 @@ TARGET_ static void pack_k(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t j
         for (int64_t h = 0; h < d2; h += 16) {
             __m512i r[16];
             for (int x = 0; x < 16; x++) r[x] = rowp[x] ? _mm512_loadu_si512(rowp[x] + 2 * h) : _mm512_setzero_si512();
-            transpose16(r);
+            hr_transpose16_u32(r);
             for (int x = 0; x < 16; x++) _mm512_storeu_si512(dst + (h + x) * BK + g, r[x]);
         }
     }
