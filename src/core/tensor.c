@@ -126,7 +126,7 @@ hr_status hr_tensor_zeros(hr_device *dev, hr_dtype dt, int ndim, const int64_t *
     HR_TRY(hr_tensor_empty(dev, dt, ndim, shape, out));
     hr_device *d = (*out)->buf->device;
     if (d->host_visible && !hr_capture_active()) {
-        memset((*out)->buf->data, 0, (*out)->buf->nbytes);
+        if (!(*out)->buf->zeroed) memset((*out)->buf->data, 0, (*out)->buf->nbytes);
         return HR_OK;
     }
     hr_tensor *z = *out;

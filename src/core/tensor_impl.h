@@ -16,6 +16,9 @@ struct hr_buffer {
      * (mmap views) set their own. */
     void (*release)(hr_buffer *buf);
     void *release_ctx;
+    /* Handed out zero-filled by the allocator (fresh anonymous memory):
+     * hr_tensor_zeros skips its fill. */
+    bool zeroed;
     /* Unique creation number: identifies the buffer in a captured graph and
      * tells whether it existed before a capture started. */
     uint64_t seq;

@@ -1,8 +1,10 @@
-/* The cpu device: host buffers (64-byte aligned; large ones on huge page
- * boundaries) and eager kernels from the per-group tables. */
+/* The cpu device: host buffers (64-byte aligned; large ones their own
+ * mappings on huge page boundaries) and eager kernels from the per-group
+ * tables. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/error.h"
 #include "device/device_impl.h"
@@ -25,17 +27,34 @@ const hr_cpu_kernel_fn *hr_cpu_kernel_table(void) {
     return g_kernels;
 }
 
+static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* Large buffers are their own anonymous mappings, on huge page boundaries
+ * (weights cast at load collapse into huge pages there): new mappings read
+ * as zeros, so a zero-filled one (a KV cache) needs no memset, and pages
+ * never written (the cache's unused capacity) are never faulted in. */
+static void *map_large(size_t len) {
+    char *raw = mmap(NULL, len + HUGE_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    char *p = (char *)round_up((size_t)raw, HUGE_ALIGN);
+    if (p > raw) munmap(raw, (size_t)(p - raw));
+    munmap(p + len, (size_t)(raw + HUGE_ALIGN - p));
+    return p;
+}
+
 static void cpu_buffer_free(hr_buffer *buf) {
-    free(buf->data);
+    if (buf->nbytes >= HUGE_THRESHOLD)
+        munmap(buf->data, round_up(buf->nbytes, HUGE_ALIGN));
+    else
+        free(buf->data);
     free(buf);
 }
 
 static hr_status cpu_buffer_alloc(hr_device *dev, size_t nbytes, hr_buffer **out) {
     hr_buffer *buf = calloc(1, sizeof *buf);
     if (!buf) return hr_error(HR_ERR_OOM, "cpu: out of memory allocating a buffer header");
-    size_t align = nbytes >= HUGE_THRESHOLD ? HUGE_ALIGN : 64;
-    size_t size = (nbytes + align - 1) / align * align;
-    void *p = aligned_alloc(align, size ? size : align);
+    bool large = nbytes >= HUGE_THRESHOLD;
+    void *p = large ? map_large(round_up(nbytes, HUGE_ALIGN)) : aligned_alloc(64, nbytes ? round_up(nbytes, 64) : 64);
     if (!p) {
         free(buf);
         return hr_error(HR_ERR_OOM, "cpu: out of memory allocating %zu bytes", nbytes);
@@ -47,12 +66,12 @@ static hr_status cpu_buffer_alloc(hr_device *dev, size_t nbytes, hr_buffer **out
      * with THP, 34 ms without; a prefill of 512 tokens on the Qwen3 shape
      * went from ~340 to ~365 tok/s without them); Qwen3-shaped decode
      * at batch 64 reads its KV cache as fast either way. Weights that
-     * stream every token get huge pages at load (models/weights_anon.c),
-     * which the boundary alignment above lets them collapse into. */
+     * stream every token get huge pages at load (models/weights_anon.c). */
     atomic_init(&buf->refcount, 1);
     buf->device = dev;
     buf->data = p;
     buf->nbytes = nbytes;
+    buf->zeroed = large;
     *out = buf;
     return HR_OK;
 }
