@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
-#include "backends/cpu/store_avx512.h"
+#include "backends/cpu/simd_math.h"
 #include "core/half.h"
 #include "hubrt.h"
 
@@ -183,7 +183,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void store_rows_chec
         for (int n = 1; n <= N; n++)
             for (int with_bias = 0; with_bias < 2; with_bias++) {
                 got[n] = 0xabcd;
-                hr_store_bf16_row_avx512(got, src, with_bias ? bias : NULL, n);
+                hr_bf16_row_store_avx512(got, src, with_bias ? bias : NULL, n);
                 for (int i = 0; i < n; i++) /* no bias: no "+ 0", which would turn -0 into +0 */
                     assert_int_equal(got[i], hr_f32_to_bf16(with_bias ? src[i] + bias[i] : src[i]));
                 assert_int_equal(got[n], 0xabcd); /* nothing past n written */

@@ -18,7 +18,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/k_eltwise.h"
-#include "backends/cpu/store_avx512.h"
+#include "backends/cpu/simd_math.h"
 #include "backends/cpu/transpose_avx512.h"
 #include "core/error.h"
 #include "core/iter.h"
@@ -138,7 +138,7 @@ static TARGET_ void store_rows(const hr_gemm *g, int64_t r, int rows, int64_t j0
         float *yr = y + i * PN;
         char *dst = g->c.base + (oc + ((r + i) % g->m) * g->c.rs + j0 * g->c.cs) * (int64_t)csz;
         if (g->c.dt == HR_BF16 && g->c.cs == 1) {
-            hr_store_bf16_row_avx512((uint16_t *)dst, yr, bias, nj);
+            hr_bf16_row_store_avx512((uint16_t *)dst, yr, bias, nj);
             continue;
         }
         if (bias)

@@ -13,7 +13,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/k_eltwise.h"
-#include "backends/cpu/store_avx512.h"
+#include "backends/cpu/simd_math.h"
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
@@ -244,7 +244,7 @@ static TARGET_ void skinny_rows(const skinny_ctx *ctx, int64_t r0, int mb, int64
         for (int r = 0; r < mb; r++) {
             char *dst = g->c.base + (row_off_c[r] + j0 * g->c.cs) * (int64_t)csz;
             if (bf16_rows) {
-                hr_store_bf16_row_avx512((uint16_t *)dst, y[r], g->bias ? bias : NULL, nc);
+                hr_bf16_row_store_avx512((uint16_t *)dst, y[r], g->bias ? bias : NULL, nc);
                 continue;
             }
             if (g->bias)

@@ -11,6 +11,8 @@
 
 #if defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
+
+#include "backends/cpu/simd_math.h"
 #define K_HAVE_AVX2 1
 #else
 #define K_HAVE_AVX2 0
@@ -23,30 +25,14 @@ bool hr_k_simd(void) { return K_HAVE_AVX2 && hr_cpu_isa_get() >= HR_ISA_AVX2; }
 #if K_HAVE_AVX2
 static void load_bf16_avx2(float *dst, const uint16_t *src, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
-        __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
-        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(w));
-    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, hr_bf16x8_load(src + i));
     for (; i < n; i++) dst[i] = hr_bf16_to_f32(src[i]);
 }
 
 /* Round to nearest even with NaN kept quiet, bit for bit hr_f32_to_bf16. */
 static void store_bf16_avx2(uint16_t *dst, const float *src, int64_t n) {
-    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
-    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-    const __m256i quiet = _mm256_set1_epi32(0x40);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
-        __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
-        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), 16);
-        __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
-        __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
-        r = _mm256_blendv_epi8(r, q, is_nan);
-        __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-        _mm_storeu_si128((__m128i *)(dst + i), packed);
-    }
+    for (; i + 8 <= n; i += 8) hr_bf16x8_store(dst + i, _mm256_loadu_ps(src + i));
     for (; i < n; i++) dst[i] = hr_f32_to_bf16(src[i]);
 }
 
