@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/anon_map.h"
 #include "core/error.h"
 #include "io/st_internal.h"
 #include "models/weights_anon.h"
@@ -43,11 +44,8 @@ static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 /* len bytes (a multiple of ANON_HUGE_PAGE) of anonymous memory starting on
  * a huge page boundary, so that every page of it can be a huge one. */
 static void *map_huge_aligned(size_t len) {
-    char *raw = mmap(NULL, len + ANON_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return NULL;
-    char *addr = (char *)align_up((size_t)raw, ANON_HUGE_PAGE);
-    if (addr > raw) munmap(raw, (size_t)(addr - raw));
-    munmap(addr + len, (size_t)(raw + ANON_HUGE_PAGE - addr));
+    void *addr = hr_anon_map_aligned(len, ANON_HUGE_PAGE);
+    if (!addr) return NULL;
     /* Without THP the copy still works; it just reads no faster. */
     madvise(addr, len, MADV_HUGEPAGE);
     return addr;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/anon_map.h"
 #include "core/error.h"
 #include "device/device_impl.h"
 #include "ops/op_impl.h"
@@ -29,19 +30,6 @@ const hr_cpu_kernel_fn *hr_cpu_kernel_table(void) {
 
 static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-/* Large buffers are their own anonymous mappings, on huge page boundaries
- * (weights cast at load collapse into huge pages there): new mappings read
- * as zeros, so a zero-filled one (a KV cache) needs no memset, and pages
- * never written (the cache's unused capacity) are never faulted in. */
-static void *map_large(size_t len) {
-    char *raw = mmap(NULL, len + HUGE_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return NULL;
-    char *p = (char *)round_up((size_t)raw, HUGE_ALIGN);
-    if (p > raw) munmap(raw, (size_t)(p - raw));
-    munmap(p + len, (size_t)(raw + HUGE_ALIGN - p));
-    return p;
-}
-
 static void cpu_buffer_free(hr_buffer *buf) {
     if (buf->nbytes >= HUGE_THRESHOLD)
         munmap(buf->data, round_up(buf->nbytes, HUGE_ALIGN));
@@ -53,8 +41,14 @@ static void cpu_buffer_free(hr_buffer *buf) {
 static hr_status cpu_buffer_alloc(hr_device *dev, size_t nbytes, hr_buffer **out) {
     hr_buffer *buf = calloc(1, sizeof *buf);
     if (!buf) return hr_error(HR_ERR_OOM, "cpu: out of memory allocating a buffer header");
+    /* Large buffers are their own anonymous mappings, on huge page
+     * boundaries (weights cast at load collapse into huge pages there):
+     * new mappings read as zeros, so a zero-filled one (a KV cache) needs
+     * no memset, and pages never written (the cache's unused capacity) are
+     * never faulted in. */
     bool large = nbytes >= HUGE_THRESHOLD;
-    void *p = large ? map_large(round_up(nbytes, HUGE_ALIGN)) : aligned_alloc(64, nbytes ? round_up(nbytes, 64) : 64);
+    void *p = large ? hr_anon_map_aligned(round_up(nbytes, HUGE_ALIGN), HUGE_ALIGN)
+                    : aligned_alloc(64, nbytes ? round_up(nbytes, 64) : 64);
     if (!p) {
         free(buf);
         return hr_error(HR_ERR_OOM, "cpu: out of memory allocating %zu bytes", nbytes);
