@@ -18,6 +18,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backends/cpu/exp_poly.h"
 #include "backends/cpu/k_eltwise.h"
 #include "core/error.h"
 #include "core/threadpool.h"
@@ -62,16 +63,16 @@ static inline float gelu_tanh1(float x) {
  * polynomial; about 2 ulp on [-87, 88], overflow saturates to +inf and
  * underflow to 0. */
 static inline __attribute__((always_inline)) __m256 exp8_in(__m256 xc) {
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(HR_EXP_LOG2E)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(HR_EXP_LN2_HI), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(HR_EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(HR_EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(HR_EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(HR_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(HR_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(HR_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(HR_EXP_P5));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     /* 2^n in two halves so n = 128 (x near the top) does not overflow the
      * exponent field before the multiply. */
@@ -267,16 +268,16 @@ static void silu_mul_span_bf16(uint16_t *o, const uint16_t *a, const uint16_t *b
  * the ends), as vscalefps does. Checked over every bf16 input by
  * test_ops_eltwise.py. */
 static inline HR_T512 __attribute__((always_inline)) __m512 exp16_in(__m512 xc) {
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(HR_EXP_LOG2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(HR_EXP_LN2_HI), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(HR_EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(HR_EXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(HR_EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(HR_EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(HR_EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(HR_EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(HR_EXP_P5));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_scalef_ps(p, n);
 }

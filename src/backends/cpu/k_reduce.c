@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/exp_poly.h"
 #include "backends/cpu/k_eltwise.h"
 #include "backends/cpu/k_reduce.h"
 #include "core/error.h"
@@ -55,16 +56,16 @@ static inline float v8_hsum(v8f v) {
 /* exp for x <= 0 (softmax arguments), Cephes' expf polynomial: ~1 ulp.
  * Underflows to 0 below -87.3; NaN stays NaN. */
 static inline v8f v8_exp_neg(v8f x) {
-    v8f n = x * 1.44269504088896341f;
+    v8f n = x * HR_EXP_LOG2E;
     n = (n + 12582912.0f) - 12582912.0f; /* round to nearest (1.5 * 2^23) */
-    v8f r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    v8f p = v8_set1(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
+    v8f r = x - n * HR_EXP_LN2_HI;
+    r = r - n * HR_EXP_LN2_LO;
+    v8f p = v8_set1(HR_EXP_P0);
+    p = p * r + HR_EXP_P1;
+    p = p * r + HR_EXP_P2;
+    p = p * r + HR_EXP_P3;
+    p = p * r + HR_EXP_P4;
+    p = p * r + HR_EXP_P5;
     v8f y = p * r * r + r + 1.0f;
     v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
     y = v8_sel(x < -87.33654f, v8_set1(0.0f), y * (v8f)e);
