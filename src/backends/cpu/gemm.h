@@ -8,6 +8,8 @@
 
 #include <stdbool.h>
 
+#include "backends/cpu/k_eltwise.h"
+#include "backends/cpu/simd_math.h"
 #include "core/tensor_impl.h"
 
 /* A 2-d operand: element (i, j) sits at base + (i * rs + j * cs) elements. */
@@ -62,6 +64,21 @@ hr_status hr_gemm_skinny_run(const hr_gemm *g, int64_t rows);
  * faster at 256 rows, 4-6% from 384, even at 192, 2% slower at 128. */
 #define HR_GEMM_PANEL_MIN_ROWS 256
 hr_status hr_gemm_panel_run(const hr_gemm *g, int64_t rows, const uint16_t *x, int64_t ldx);
+
+/* n sums of one row of C (+ bias when not NULL) stored at dst in C's dtype
+ * and column stride: the skinny and panel routes' epilogue, inline since
+ * it runs once per row piece; contiguous bf16 rows take the AVX-512 store
+ * (the callers run on AVX-512 BF16 only). y may be modified. */
+static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl"))) void
+hr_gemm_store_row(const hr_gemm *g, char *dst, float *y, const float *bias, int64_t n, bool simd) {
+    if (g->c.dt == HR_BF16 && g->c.cs == 1) {
+        hr_bf16_row_store_avx512((uint16_t *)dst, y, bias, n);
+        return;
+    }
+    if (bias)
+        for (int64_t c = 0; c < n; c++) y[c] += bias[c];
+    hr_k_store_f32(dst, g->c.dt, y, n, g->c.cs, simd);
+}
 
 /* ---- micro-kernels (gemm_kernels.c, gemm_avx512.c) ---- */
 

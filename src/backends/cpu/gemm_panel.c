@@ -17,8 +17,6 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
-#include "backends/cpu/k_eltwise.h"
-#include "backends/cpu/simd_math.h"
 #include "backends/cpu/transpose_avx512.h"
 #include "core/error.h"
 #include "core/iter.h"
@@ -129,21 +127,14 @@ static TARGET_ void pack_panel(const uint16_t *w, int64_t ldw, int nj, int64_t k
 }
 
 /* C's rows at `r`.. (rows of them) and columns [j0, j0 + nj): y + bias. */
-static TARGET_ void store_rows(const hr_gemm *g, int64_t r, int rows, int64_t j0, int nj, float *y, const float *bias,
-                       bool simd) {
+static TARGET_ void store_rows(const hr_gemm *g, int64_t r, int rows, int64_t j0, int nj, float *y,
+                               const float *bias, bool simd) {
     size_t csz = hr_dtype_size(g->c.dt);
     for (int i = 0; i < rows; i++) {
         int64_t oa, ob, oc;
         hr_gemm_batch_offsets(g, (r + i) / g->m, &oa, &ob, &oc);
-        float *yr = y + i * PN;
         char *dst = g->c.base + (oc + ((r + i) % g->m) * g->c.rs + j0 * g->c.cs) * (int64_t)csz;
-        if (g->c.dt == HR_BF16 && g->c.cs == 1) {
-            hr_bf16_row_store_avx512((uint16_t *)dst, yr, bias, nj);
-            continue;
-        }
-        if (bias)
-            for (int c = 0; c < nj; c++) yr[c] += bias[c];
-        hr_k_store_f32(dst, g->c.dt, yr, nj, g->c.cs, simd);
+        hr_gemm_store_row(g, dst, y + i * PN, bias, nj, simd);
     }
 }
 

@@ -12,8 +12,6 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
-#include "backends/cpu/k_eltwise.h"
-#include "backends/cpu/simd_math.h"
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
@@ -221,7 +219,7 @@ static TARGET_ void skinny_rows(const skinny_ctx *ctx, int64_t r0, int mb, int64
     int64_t ldw = g->b.cs, groups = (mb + SK_R - 1) / SK_R;
     block_seq seq = {j_begin, j_end, g->k, ctx->kb, (g->k + ctx->kb - 1) / ctx->kb};
     size_t csz = hr_dtype_size(g->c.dt);
-    bool simd = hr_k_simd(), bf16_rows = g->c.dt == HR_BF16 && g->c.cs == 1;
+    bool simd = hr_k_simd();
     int64_t i = 0; /* index of the block in the sequence */
     for (int64_t j0 = j_begin; j0 < j_end; j0 += SK_CHUNK) {
         int64_t jend = j0 + SK_CHUNK < j_end ? j0 + SK_CHUNK : j_end;
@@ -241,16 +239,9 @@ static TARGET_ void skinny_rows(const skinny_ctx *ctx, int64_t r0, int mb, int64
         int64_t nc = jend - j0;
         if (g->bias) hr_load_f32(bias, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt),
                                  g->bias_dt, nc, g->bias_s);
-        for (int r = 0; r < mb; r++) {
-            char *dst = g->c.base + (row_off_c[r] + j0 * g->c.cs) * (int64_t)csz;
-            if (bf16_rows) {
-                hr_bf16_row_store_avx512((uint16_t *)dst, y[r], g->bias ? bias : NULL, nc);
-                continue;
-            }
-            if (g->bias)
-                for (int64_t c = 0; c < nc; c++) y[r][c] += bias[c];
-            hr_k_store_f32(dst, g->c.dt, y[r], nc, g->c.cs, simd);
-        }
+        for (int r = 0; r < mb; r++)
+            hr_gemm_store_row(g, g->c.base + (row_off_c[r] + j0 * g->c.cs) * (int64_t)csz, y[r],
+                              g->bias ? bias : NULL, nc, simd);
     }
 }
 
