@@ -340,3 +340,34 @@ def test_sdpa_decode_model_exact(isa, dtype, t, kv_layout):
     else:
         want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=keep, enable_gqa=True)
         assert_close(out_bshd.transpose(1, 2), want)
+
+
+# ---- long prompts: the bf16 prefill runs chunks of up to HR_ATTN_CHUNK (16)
+# query blocks of 48 rows key block by key block, its scratch one packed key
+# block and the chunk's state; these span many key blocks (4097 keys: a tail
+# of 1) and more than one chunk per (batch, kv head) with odd row counts.
+
+@pytest.mark.parametrize("kind", ["causal", "bool"])
+def test_sdpa_bf16_long_keys(isa, kind):
+    """401 queries (802 GQA rows: 17 query blocks, the last partial, in
+    several chunks) at the end of 4097 keys, bottom-right causal, alone or under a
+    random bool mask [b, 1, s, t] that hides whole key blocks of some
+    rows."""
+    b, hq, hkv, s, t, d = 1, 4, 2, 401, 4097, 64
+    q, k, v = qkv(b, hq, hkv, s, t, d, dtype="bf16")
+    if kind == "causal":
+        check_bf16(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True), q, k, v, causal=True)
+        return
+    keep = torch.rand(b, 1, s, t, generator=torch.Generator().manual_seed(7)) > 0.5
+    keep[..., 64:1000] = False  # whole key blocks hidden from every row
+    keep[:, :, : s // 2, 1000:3000] = False  # and from the first half of the rows only
+    keep[..., t - s:] |= torch.eye(s, dtype=torch.bool)  # each row sees its own key
+    got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(keep), is_causal=True)
+    check_bf16(got, q, k, v, mask=keep, causal=True)
+
+
+def test_sdpa_bf16_long_prefill_chunks(isa):
+    """s = t = 1109 with 7 heads per kv head: 7763 rows, 162 query blocks
+    in chunks of up to 16, the causal diagonal crossing every key block."""
+    q, k, v = qkv(1, 7, 1, 1109, 1109, 128, dtype="bf16")
+    check_bf16(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True), q, k, v, causal=True)

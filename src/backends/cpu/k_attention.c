@@ -387,31 +387,45 @@ static void attn_decode_combine(const attn_ctx *c) {
 /* Units are claimed one at a time rather than split in fixed shares: a
  * worker the OS deschedules (the cores are shared) or one holding the
  * long causal rows leaves its units to the others. */
+/* Lays the portable and decode paths' scratch out at mem (NULL: only
+ * counts) and returns its size in floats. Decode holds DEC_ROWS query rows
+ * and one key row (sixteen bf16 ones): a small scratch, which malloc
+ * serves without mapping fresh pages at every call. */
+static size_t attn_layout(const attn_ctx *c, float *mem, attn_scratch *s) {
+    int64_t nrow = c->d > c->dv ? c->d : c->dv;
+    nrow = 8 * (nrow > BK ? nrow : BK);
+    int64_t nq = c->decode ? DEC_ROWS : BQ, nkr = c->decode ? 8 : BK, nvr = c->decode ? 1 : BK;
+    s->qp = mem;
+    s->kp = s->qp + nq * c->d;
+    s->vp = s->kp + nkr * c->d;
+    s->pp = s->vp + c->dvpad * nvr;
+    s->st = s->pp + (c->decode ? 0 : BQ * BK);
+    s->ot = s->st + nq * BK;
+    s->row = s->ot + nq * c->dvpad;
+    return (size_t)(s->row + nrow - s->qp);
+}
+
+size_t hr_attn_scratch_bytes(const attn_ctx *c) {
+    if (c->bf16 && !c->decode) return hr_attn_bf16_scratch_bytes(c);
+    attn_scratch s;
+    return sizeof(float) * attn_layout(c, NULL, &s);
+}
+
+/* Units are claimed one at a time rather than split in fixed shares: a
+ * worker the OS deschedules (the cores are shared) or one holding the
+ * long causal rows leaves its units to the others. */
 static void attn_worker(void *arg, int ith, int nth) {
     (void)ith, (void)nth;
     attn_ctx *c = arg;
     int64_t u = atomic_fetch_add(&c->next, 1);
     if (u >= c->units) return; /* all taken before this worker started */
-    int64_t nrow = c->d > c->dv ? c->d : c->dv;
-    nrow = 8 * (nrow > BK ? nrow : BK);
-    /* Decode holds DEC_ROWS query rows and one key row (sixteen bf16 ones):
-     * a small scratch, which malloc serves without mapping fresh pages at
-     * every call. */
-    int64_t nq = c->decode ? DEC_ROWS : BQ, nkr = c->decode ? 8 : BK, nvr = c->decode ? 1 : BK;
-    size_t n = (size_t)(nq * c->d + nkr * c->d + c->dvpad * nvr + (c->decode ? 0 : BQ * BK) + nq * BK +
-                        nq * c->dvpad + nrow);
-    float *mem = malloc(n * sizeof(float));
+    attn_scratch s = {0};
+    float *mem = malloc(sizeof(float) * attn_layout(c, NULL, &s));
     if (!mem) {
         atomic_store(&c->failed, 1);
         return;
     }
-    attn_scratch s = {.qp = mem};
-    s.kp = s.qp + nq * c->d;
-    s.vp = s.kp + nkr * c->d;
-    s.pp = s.vp + c->dvpad * nvr;
-    s.st = s.pp + (c->decode ? 0 : BQ * BK);
-    s.ot = s.st + nq * BK;
-    s.row = s.ot + nq * c->dvpad;
+    attn_layout(c, mem, &s);
     if (!c->decode) {
         for (; u < c->units; u = atomic_fetch_add(&c->next, 1)) attn_unit(c, &s, u);
     } else {
@@ -427,59 +441,66 @@ static void attn_worker(void *arg, int ith, int nth) {
     free(mem);
 }
 
+void hr_attn_plan(attn_ctx *c, const hr_attrs_sdpa *a, const hr_tensor *const *in, int n_in, hr_tensor *o) {
+    *c = (attn_ctx){.q = in[0], .k = in[1], .v = in[2], .mask = n_in > 3 ? in[3] : NULL, .o = o};
+    c->b = c->q->shape[0];
+    c->hq = c->q->shape[1];
+    c->s = c->q->shape[2];
+    c->d = c->q->shape[3];
+    c->hkv = c->k->shape[1];
+    c->t = c->k->shape[2];
+    c->dv = c->v->shape[3];
+    c->scale = a->scale != 0 ? (float)a->scale : 1.0f / sqrtf((float)(c->d ? c->d : 1));
+    c->softcap = (float)a->softcap;
+    c->window = a->window;
+    c->causal = a->is_causal;
+    c->dvpad = (c->dv + NR - 1) / NR * NR;
+    c->avx2 = hr_cpu_isa_get() >= HR_ISA_AVX2;
+    c->ukr = c->avx2 ? hr_gemm_ukr_f32_avx2 : hr_gemm_ukr_f32_scalar;
+    if (c->mask)
+        for (int i = 0; i < 4; i++) {
+            int mi = c->mask->ndim - 4 + i;
+            c->mstr[i] = mi >= 0 && c->mask->shape[mi] != 1 ? c->mask->strides[mi] : 0;
+        }
+    c->rep = c->hq / c->hkv;
+    c->rblocks = (c->rep * c->s + BQ - 1) / BQ;
+    c->units = c->b * c->hkv * c->rblocks;
+    c->decode = c->rep * c->s <= DEC_ROWS && c->t > 0;
+    /* vdpbf16ps on rows read in place: whole 32-element chunks of features */
+    c->bf16 = c->q->dtype == HR_BF16 && c->k->dtype == HR_BF16 && c->v->dtype == HR_BF16 && c->d % 32 == 0 &&
+              c->dv % 32 == 0 && c->q->strides[3] == 1 && c->k->strides[3] == 1 && c->v->strides[3] == 1 &&
+              hr_gemm_use_avx512_bf16();
+    c->nth = hr_parallel_threads_for(c->b * c->hq * c->s * (c->t + 1) * (c->d + c->dv + 1), HR_GRAIN_MATMUL);
+    if (c->decode) {
+        c->nsplit = (c->t + DEC_SPLIT - 1) / DEC_SPLIT;
+        c->units = c->b * c->hkv * c->nsplit;
+    } else if (c->bf16) {
+        /* Chunks of row blocks share one packing of each K/V block; enough
+         * of them per thread that claiming them as they come evens out the
+         * causal imbalance between early and late rows, and at most
+         * HR_ATTN_CHUNK blocks each, which bounds the scratch. */
+        int64_t pairs = c->b * c->hkv, want = (8 * (int64_t)c->nth + pairs - 1) / pairs;
+        int64_t least = (c->rblocks + HR_ATTN_CHUNK - 1) / HR_ATTN_CHUNK;
+        c->chunks = want > least ? want : least;
+        if (c->chunks > c->rblocks) c->chunks = c->rblocks;
+        c->units = pairs * c->chunks;
+    }
+    if (c->nth > c->units) c->nth = (int)c->units;
+}
+
 /* q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv], mask -> o [b, hq, s, dv] */
 static hr_status k_sdpa(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
                         int n_out) {
     static const hr_attrs_sdpa defaults = {0};
-    const hr_attrs_sdpa *a = attrs ? attrs : &defaults;
-    attn_ctx c = {.q = in[0], .k = in[1], .v = in[2], .mask = n_in > 3 ? in[3] : NULL, .o = out[0]};
-    c.b = c.q->shape[0];
-    c.hq = c.q->shape[1];
-    c.s = c.q->shape[2];
-    c.d = c.q->shape[3];
-    c.hkv = c.k->shape[1];
-    c.t = c.k->shape[2];
-    c.dv = c.v->shape[3];
-    c.scale = a->scale != 0 ? (float)a->scale : 1.0f / sqrtf((float)(c.d ? c.d : 1));
-    c.softcap = (float)a->softcap;
-    c.window = a->window;
-    c.causal = a->is_causal;
-    c.dvpad = (c.dv + NR - 1) / NR * NR;
-    c.avx2 = hr_cpu_isa_get() >= HR_ISA_AVX2;
-    c.ukr = c.avx2 ? hr_gemm_ukr_f32_avx2 : hr_gemm_ukr_f32_scalar;
-    if (c.mask)
-        for (int i = 0; i < 4; i++) {
-            int mi = c.mask->ndim - 4 + i;
-            c.mstr[i] = mi >= 0 && c.mask->shape[mi] != 1 ? c.mask->strides[mi] : 0;
-        }
-    c.rep = c.hq / c.hkv;
-    c.rblocks = (c.rep * c.s + BQ - 1) / BQ;
-    c.units = c.b * c.hkv * c.rblocks;
-    c.decode = c.rep * c.s <= DEC_ROWS && c.t > 0;
-    /* vdpbf16ps on rows read in place: whole 32-element chunks of features */
-    c.bf16 = c.q->dtype == HR_BF16 && c.k->dtype == HR_BF16 && c.v->dtype == HR_BF16 && c.d % 32 == 0 &&
-             c.dv % 32 == 0 && c.q->strides[3] == 1 && c.k->strides[3] == 1 && c.v->strides[3] == 1 &&
-             hr_gemm_use_avx512_bf16();
-    int nth = hr_parallel_threads_for(c.b * c.hq * c.s * (c.t + 1) * (c.d + c.dv + 1), HR_GRAIN_MATMUL);
-    if (c.decode) {
-        c.nsplit = (c.t + DEC_SPLIT - 1) / DEC_SPLIT;
-        c.units = c.b * c.hkv * c.nsplit;
-        if (c.nsplit > 1) {
-            c.parts = malloc(sizeof(float) * (size_t)(c.units * c.rep * c.s * (2 + c.dv)));
-            if (!c.parts) return hr_error(HR_ERR_OOM, "sdpa: out of memory for %lld key splits", (long long)c.units);
-        }
-    } else if (c.bf16) {
-        /* Chunks of row blocks share one packing of their K/V; enough of
-         * them per thread that claiming them as they come evens out the
-         * causal imbalance between early and late rows. */
-        int64_t pairs = c.b * c.hkv, want = (8 * (int64_t)nth + pairs - 1) / pairs;
-        c.chunks = want < c.rblocks ? want : c.rblocks;
-        c.units = pairs * c.chunks;
+    attn_ctx c;
+    hr_attn_plan(&c, attrs ? attrs : &defaults, in, n_in, out[0]);
+    if (c.decode && c.nsplit > 1) {
+        c.parts = malloc(sizeof(float) * (size_t)(c.units * c.rep * c.s * (2 + c.dv)));
+        if (!c.parts) return hr_error(HR_ERR_OOM, "sdpa: out of memory for %lld key splits", (long long)c.units);
     }
     atomic_init(&c.failed, 0);
     atomic_init(&c.next, 0);
-    if (nth > c.units) nth = (int)c.units;
-    hr_parallel_run(c.bf16 && !c.decode ? hr_attn_bf16_worker : attn_worker, &c, nth);
+    hr_parallel_run(c.bf16 && !c.decode ? hr_attn_bf16_worker : attn_worker, &c, c.nth);
     if (c.parts && !atomic_load(&c.failed)) attn_decode_combine(&c);
     free(c.parts);
     if (atomic_load(&c.failed)) return hr_error(HR_ERR_OOM, "sdpa: out of memory for attention scratch");

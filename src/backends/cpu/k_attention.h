@@ -8,15 +8,18 @@
 #include <immintrin.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backends/cpu/gemm.h"
 #include "core/tensor_impl.h"
+#include "hubrt/ops.h"
 
 #define HR_ATTN_BQ 48 /* query rows per block, a multiple of HR_GEMM_F32_MR and of 6 */
 #define HR_ATTN_BK 64 /* keys per block, a multiple of HR_GEMM_F32_NR and of 16 */
 #define HR_ATTN_DEC_ROWS 8    /* rep * s up to this takes the direct (decode) path */
 #define HR_ATTN_DEC_SPLIT 256 /* keys per decode split, a multiple of BK, counted from key 0 */
+#define HR_ATTN_CHUNK 16 /* bf16 prefill: most row blocks per unit, whose running state the scratch holds */
 
 typedef struct attn_ctx {
     const hr_tensor *q, *k, *v, *mask;
@@ -31,10 +34,11 @@ typedef struct attn_ctx {
     hr_gemm_ukr_fn ukr;
     int64_t mstr[4]; /* mask strides against [b, hq, s, t]; 0 where it broadcasts */
     int64_t rblocks, units; /* row blocks of HR_ATTN_BQ over rep * s rows */
-    int64_t chunks;  /* bf16 prefill: row-block chunks per (batch, kv head) */
+    int64_t chunks;  /* bf16 prefill: chunks of up to HR_ATTN_CHUNK row blocks per (batch, kv head) */
     bool decode;     /* few rows: the direct path, keys split HR_ATTN_DEC_SPLIT at a time */
     int64_t nsplit;  /* key splits per (batch, kv head) in the direct path */
     float *parts;    /* [units][rep * s][2 + dv]: max, denominator, numerators; NULL when nsplit is 1 */
+    int nth;         /* threads the call runs on */
     atomic_llong next; /* next unit to claim */
     atomic_int failed;
 } attn_ctx;
@@ -68,6 +72,14 @@ typedef struct attn_pf {
     int64_t ldk, ldv;       /* bytes from one key's row to the next */
     int64_t kbytes, vbytes;
 } attn_pf;
+
+/* Fills c for the call (q, k, v[, mask] -> o): shapes, attributes, the
+ * path, its units and threads; allocates nothing. */
+void hr_attn_plan(attn_ctx *c, const hr_attrs_sdpa *a, const hr_tensor *const *in, int n_in, hr_tensor *o);
+/* Bytes of scratch each worker of the planned call allocates (the decode
+ * key splits' partial results, c->parts, aside). */
+size_t hr_attn_scratch_bytes(const attn_ctx *c);
+size_t hr_attn_bf16_scratch_bytes(const attn_ctx *c);
 
 /* How many keys of [j0, j0+nk) rows [r0, r0+nq) need: up to the last one
  * the mask shows any of them (0: none). */

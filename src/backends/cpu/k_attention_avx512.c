@@ -6,9 +6,11 @@
  * against a K block packed as [d/2][BK keys] pairs (K^T); the scale goes on
  * the f32 scores. The online softmax runs in f32 and rounds P to bf16 for
  * O += P V, as PyTorch's CPU flash attention does for reduced types, with
- * V packed as [BK/2][dv] key pairs. A unit is a chunk of query blocks of one
- * (batch, kv head): each K/V block is packed once, when a block of the
- * chunk first reads it, for every row of the chunk.
+ * V packed as [BK/2][dv] key pairs. A unit is a chunk of up to
+ * HR_ATTN_CHUNK query blocks of one (batch, kv head), run key block by key
+ * block: each K/V block is packed once for every block of the chunk, and
+ * the scratch is the chunk's running state and one packed block, bounded
+ * whatever the number of keys.
  *
  * Decode: a few rows per (batch, kv head), so no packing: Q.K with
  * vdpbf16ps on rows read in place, sixteen keys' dot products reduced into
@@ -19,6 +21,7 @@
 #include <string.h>
 
 #include "backends/cpu/k_attention.h"
+#include "backends/cpu/simd_math.h"
 #include "backends/cpu/transpose_avx512.h"
 #include "core/iter.h"
 
@@ -49,6 +52,22 @@ INLINE_ __m512 exp16(__m512 x) {
 
 /* The first n lanes of a 16-lane chunk (none for n <= 0, all for n >= 16). */
 INLINE_ __mmask16 lanes_left(int n) { return n >= 16 ? (__mmask16)0xffff : n > 0 ? (__mmask16)((1u << n) - 1) : 0; }
+
+/* The sums (or, with max, the maxima) of a[0..16) as the lanes of one
+ * vector. */
+INLINE_ __m512 reduce16(__m512 a[16], bool max) {
+#define OP_(x, y) (max ? _mm512_max_ps(x, y) : _mm512_add_ps(x, y))
+    __m512 x[8], y[4];
+    for (int i = 0; i < 8; i++)
+        x[i] = OP_(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    /* y[k], 128-bit lane L: lane L's partial results of a[4k..4k+3] */
+    for (int k = 0; k < 4; k++)
+        y[k] = OP_(_mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0x44), _mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0xee));
+    __m512 z01 = OP_(_mm512_shuffle_f32x4(y[0], y[1], 0x88), _mm512_shuffle_f32x4(y[0], y[1], 0xdd));
+    __m512 z23 = OP_(_mm512_shuffle_f32x4(y[2], y[3], 0x88), _mm512_shuffle_f32x4(y[2], y[3], 0xdd));
+    return OP_(_mm512_shuffle_f32x4(z01, z23, 0x88), _mm512_shuffle_f32x4(z01, z23, 0xdd));
+#undef OP_
+}
 
 /* ---- prefill: packing ---- */
 
@@ -129,14 +148,18 @@ TARGET_ static void tile_qk_keys(int nk, int64_t d2, const uint32_t *q, const ui
     }
 }
 
-/* o [TR][16 nz] (row stride dv) += p vp over np key pairs: p [TR][BK/2]
- * bf16 pairs, vp [np][dv][2] from the tile's first feature. */
-INLINE_ void tile_pv(int np, int nz, const uint32_t *p, const uint16_t *vp, int64_t dv, float *o) {
+/* o [TR][16 nz] (row stride dv) = corr o + p vp over np key pairs:
+ * p [TR][BK/2] bf16 pairs, vp [np][dv][2] from the tile's first feature,
+ * corr [TR] the online softmax's factors for the earlier numerators (no
+ * separate pass over o, and no branch on whether the max moved). */
+INLINE_ void tile_pv(int np, int nz, const uint32_t *p, const uint16_t *vp, int64_t dv, float *o, const float *corr) {
     __m512 acc[TR][4];
 #pragma GCC unroll 6
-    for (int i = 0; i < TR; i++)
+    for (int i = 0; i < TR; i++) {
+        __m512 f = _mm512_set1_ps(corr[i]);
 #pragma GCC unroll 4
-        for (int z = 0; z < nz; z++) acc[i][z] = _mm512_loadu_ps(o + i * dv + 16 * z);
+        for (int z = 0; z < nz; z++) acc[i][z] = _mm512_mul_ps(_mm512_loadu_ps(o + i * dv + 16 * z), f);
+    }
     for (int jp = 0; jp < np; jp++, vp += 2 * dv) {
         __m512bh v[4];
 #pragma GCC unroll 4
@@ -154,37 +177,48 @@ INLINE_ void tile_pv(int np, int nz, const uint32_t *p, const uint16_t *vp, int6
         for (int z = 0; z < nz; z++) _mm512_storeu_ps(o + i * dv + 16 * z, acc[i][z]);
 }
 
-/* One row of the online softmax: scores st[0..nk) against the running max
- * *m become probabilities in bf16 p[0..16 ceil(nk / 16)) (zeros past nk);
- * returns the factor for the row's earlier numerators. The denominator
- * sums the f32 probabilities, kept as 16 lane sums l until the end. */
-INLINE_ float softmax_row(const float *st, uint16_t *p, int nk, float *m, float *l) {
-    int nz = (nk + 15) / 16;
-    __m512 v[BK / 16], mx = _mm512_set1_ps(-INFINITY);
-    for (int z = 0; z < nz; z++) {
-        v[z] = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), lanes_left(nk - 16 * z), st + 16 * z);
-        mx = _mm512_max_ps(mx, v[z]);
+/* The online softmax of a block's rows: scores st [BQ][BK] of the keys
+ * nkt[i / TR] each row's tile reads become probabilities in bf16
+ * p [BQ][BK] (zeros from the keys row i sees, vis[i], to the 16 multiple
+ * past its tile's keys), against running maxima m updated 16 rows at a
+ * time; l [BQ][16] (lane sums) and corr [BQ] get the factors for the
+ * earlier numerators. Rows whose tile skips the block are left alone. The
+ * rows' maxima come from one transposing reduction per 16 rows and their
+ * factors from one exp, with no branch on the data: per row, a reduction,
+ * an exp and a branch on whether the max moved cost a fifth of a causal
+ * prefill. */
+INLINE_ void block_softmax(int64_t nq, const int *nkt, const int *vis, const float *st, uint16_t *p, float *m,
+                           float (*l)[16], float *corr) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int64_t g = 0; g < nq; g += 16) {
+        int n = nq - g < 16 ? (int)(nq - g) : 16;
+        __m512 pm[16];
+        for (int k = 0; k < 16; k++) {
+            pm[k] = ninf;
+            if (k >= n) continue;
+            int64_t i = g + k;
+            for (int z = 0; z < (nkt[i / TR] + 15) / 16; z++)
+                pm[k] = _mm512_max_ps(pm[k], _mm512_mask_loadu_ps(ninf, lanes_left(vis[i] - 16 * z), st + i * BK + 16 * z));
+        }
+        __m512 mo = _mm512_loadu_ps(m + g), mn = _mm512_max_ps(mo, reduce16(pm, true));
+        /* exp(-inf - -inf) is NaN, which exp16 zeroes: 1 for rows that saw nothing yet */
+        __mmask16 none = _mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ);
+        __m512 f = _mm512_mask_blend_ps(none, exp16(_mm512_sub_ps(mo, mn)), _mm512_set1_ps(1.0f));
+        _mm512_mask_storeu_ps(m + g, lanes_left(n), mn);
+        _mm512_storeu_ps(corr + g, f);
     }
-    float bm = _mm512_reduce_max_ps(mx);
-    if (bm == -INFINITY) { /* nothing to attend in this block */
-        memset(p, 0, sizeof(uint16_t) * 16 * (size_t)nz);
-        return 1.0f;
+    for (int64_t i = 0; i < nq; i++) {
+        int nz = (nkt[i / TR] + 15) / 16;
+        if (!nz) continue;
+        __m512 mv = _mm512_set1_ps(m[i]), sum = _mm512_setzero_ps();
+        for (int z = 0; z < nz; z++) {
+            __m512 v = _mm512_mask_loadu_ps(ninf, lanes_left(vis[i] - 16 * z), st + i * BK + 16 * z);
+            __m512 e = exp16(_mm512_sub_ps(v, mv)); /* 0 for masked keys, and for all when mv is -inf */
+            sum = _mm512_add_ps(sum, e);
+            _mm256_storeu_si256((__m256i *)(p + i * BK + 16 * z), (__m256i)_mm512_cvtneps_pbh(e));
+        }
+        _mm512_storeu_ps(l[i], _mm512_fmadd_ps(_mm512_loadu_ps(l[i]), _mm512_set1_ps(corr[i]), sum));
     }
-    /* the running max seldom moves once a few blocks are in: no exp then */
-    float mn = *m, corr = 1.0f;
-    if (bm > mn) {
-        corr = _mm512_cvtss_f32(exp16(_mm512_set1_ps(mn - bm)));
-        mn = bm;
-    }
-    __m512 mv = _mm512_set1_ps(mn), sum = _mm512_setzero_ps();
-    for (int z = 0; z < nz; z++) {
-        __m512 e = exp16(_mm512_sub_ps(v[z], mv));
-        sum = _mm512_add_ps(sum, e);
-        _mm256_storeu_si256((__m256i *)(p + 16 * z), (__m256i)_mm512_cvtneps_pbh(e));
-    }
-    _mm512_storeu_ps(l, _mm512_fmadd_ps(_mm512_loadu_ps(l), _mm512_set1_ps(corr), sum));
-    *m = mn;
-    return corr;
 }
 
 INLINE_ void scale_row(float *o, int64_t n, float f) {
@@ -193,103 +227,168 @@ INLINE_ void scale_row(float *o, int64_t n, float f) {
 }
 
 typedef struct bf16_scratch {
-    uint16_t *q;     /* [BQ][d] query rows of a block, zeros past the last */
-    uint32_t *kp;    /* [nblk][d/2][BK] key blocks (K^T pairs) */
-    uint16_t *vp;    /* [nblk][BK/2][dv][2] value blocks */
-    uint8_t *packed; /* [nblk] key block packed in this unit yet */
-    float *st;       /* [BQ][BK] scores */
-    uint16_t *p;     /* [BQ][BK] probabilities */
-    float *o;        /* [BQ][dv] running numerators */
-    float *tmp;      /* [BK] a mask row */
-    float m[BQ], l[BQ][16]; /* running max; running denominator as lane sums */
+    uint16_t *q;  /* [CHUNK * BQ][d] the chunk's query rows, zeros past a block's last to its tile multiple */
+    float *o;     /* [CHUNK * BQ][dv] running numerators */
+    float *m;     /* [CHUNK * BQ] running max */
+    float *l;     /* [CHUNK * BQ][16] running denominator as lane sums */
+    uint32_t *kp; /* [d/2][BK] the key block (K^T pairs) */
+    uint16_t *vp; /* [BK/2][dv][2] its values */
+    float *st;    /* [BQ][BK] scores */
+    uint16_t *p;  /* [BQ][BK] probabilities */
+    float *tmp;   /* [BK] a mask row */
 } bf16_scratch;
 
-/* Query block rb of (bi, kvh): rows r0.. of the pair, row r being query
- * r / rep of q head kvh * rep + r % rep, as in the portable path. */
-TARGET_ static void bf16_block(const attn_ctx *c, bf16_scratch *s, int64_t bi, int64_t kvh, int64_t rb) {
-    int64_t rows = c->rep * c->s, d2 = c->d / 2, dv = c->dv;
-    int64_t r0 = rb * BQ, nq = rows - r0 < BQ ? rows - r0 : BQ, ntile = (nq + TR - 1) / TR;
-    for (int64_t i = 0; i < ntile * TR; i++) {
-        int64_t r = r0 + i;
-        if (i < nq)
-            memcpy(s->q + i * c->d, hr_attn_at(c->q, bi, kvh * c->rep + r % c->rep, r / c->rep),
-                   sizeof(uint16_t) * (size_t)c->d);
+#define CHUNK HR_ATTN_CHUNK
+#define NPART 9
+
+/* The scratch parts' byte sizes, in bf16_scratch's order; returns the
+ * total, each part rounded up to a cache line. None grows with s or t. */
+static size_t bf16_layout(const attn_ctx *c, size_t bytes[NPART]) {
+    size_t rows = (size_t)CHUNK * BQ, d = (size_t)c->d, dv = (size_t)c->dv;
+    size_t b[NPART] = {sizeof(uint16_t) * rows * d, sizeof(float) * rows * dv, sizeof(float) * rows,
+                       sizeof(float) * rows * 16,   sizeof(uint16_t) * BK * d,  sizeof(uint16_t) * BK * dv,
+                       sizeof(float) * BQ * BK,     sizeof(uint16_t) * BQ * BK, sizeof(float) * BK};
+    size_t total = 0;
+    for (int i = 0; i < NPART; i++) total += bytes[i] = (b[i] + 63) / 64 * 64;
+    return total;
+}
+
+size_t hr_attn_bf16_scratch_bytes(const attn_ctx *c) {
+    size_t bytes[NPART];
+    return bf16_layout(c, bytes);
+}
+
+/* A query block's place in its unit: rows r0.. of the pair (row r is
+ * query r / rep of q head kvh * rep + r % rep, as in the portable path),
+ * its state at slot b of the scratch, and the keys [lo, hi) it reads. */
+typedef struct bf16_block {
+    int64_t r0, nq, ntile, lo, hi;
+    uint16_t *q;
+    float *o, *m, (*l)[16];
+} bf16_block;
+
+/* Loads block rb's query rows into slot b and resets its running state. */
+static void bf16_block_start(const attn_ctx *c, bf16_scratch *s, int64_t bi, int64_t kvh, int64_t rb, int b,
+                             bf16_block *blk) {
+    int64_t rows = c->rep * c->s, d = c->d, dv = c->dv;
+    blk->r0 = rb * BQ;
+    blk->nq = rows - blk->r0 < BQ ? rows - blk->r0 : BQ;
+    blk->ntile = (blk->nq + TR - 1) / TR;
+    blk->q = s->q + (int64_t)b * BQ * d;
+    blk->o = s->o + (int64_t)b * BQ * dv;
+    blk->m = s->m + b * BQ;
+    blk->l = (float(*)[16])(s->l + b * BQ * 16);
+    for (int64_t i = 0; i < blk->ntile * TR; i++) {
+        int64_t r = blk->r0 + i;
+        if (i < blk->nq)
+            memcpy(blk->q + i * d, hr_attn_at(c->q, bi, kvh * c->rep + r % c->rep, r / c->rep),
+                   sizeof(uint16_t) * (size_t)d);
         else
-            memset(s->q + i * c->d, 0, sizeof(uint16_t) * (size_t)c->d);
-        s->m[i] = -INFINITY;
-        memset(s->l[i], 0, sizeof s->l[i]);
+            memset(blk->q + i * d, 0, sizeof(uint16_t) * (size_t)d);
+        blk->m[i] = -INFINITY;
+        memset(blk->l[i], 0, sizeof blk->l[i]);
     }
-    memset(s->o, 0, sizeof(float) * (size_t)(ntile * TR * dv));
-    int64_t pos_first = c->t - c->s + r0 / c->rep, pos_last = c->t - c->s + (r0 + nq - 1) / c->rep;
-    int64_t lo = 0, hi = c->t;
-    if (c->causal && pos_last + 1 < hi) hi = pos_last + 1;
-    if (c->window > 0 && pos_first - c->window + 1 > lo) lo = pos_first - c->window + 1;
-    /* Blocks start at multiples of BK, so that the chunk's blocks can share
-     * packings; a block is packed over all its keys up to t, since a later
-     * query block may see more of it than this one does. */
-    for (int64_t j0 = lo / BK * BK; j0 < hi; j0 += BK) {
-        int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
-        if (c->mask && !(nk = hr_attn_block_keys(c, bi, kvh, r0, nq, j0, nk))) continue;
-        int64_t jb = j0 / BK;
-        uint32_t *kp = s->kp + jb * d2 * BK;
-        uint16_t *vp = s->vp + jb * BK * dv;
-        if (!s->packed[jb]) {
-            int nkb = (int)(c->t - j0 < BK ? c->t - j0 : BK);
-            pack_k(c, bi, kvh, j0, nkb, kp);
-            pack_v(c, bi, kvh, j0, nkb, vp);
-            s->packed[jb] = 1;
-        }
-        /* Causal: keys of the block visible to each tile's last row; none
-         * for tiles wholly above the diagonal, which skip the block. */
-        int nkt[BQ / TR];
-        for (int64_t ti = 0; ti < ntile; ti++) {
-            int64_t last = r0 + (ti * TR + TR < nq ? ti * TR + TR : nq) - 1, pos = c->t - c->s + last / c->rep;
-            nkt[ti] = c->causal && pos - j0 + 1 < nk ? (int)(pos - j0 + 1 > 0 ? pos - j0 + 1 : 0) : nk;
-            if (nkt[ti] > 0)
-                tile_qk_keys(nkt[ti], d2, (const uint32_t *)s->q + ti * TR * d2, kp, s->st + ti * TR * BK, c->scale);
-        }
-        for (int64_t i = 0; i < nq; i++) {
-            int nkr = nkt[i / TR]; /* the keys past it are hidden from the whole tile */
-            if (!nkr) continue;
-            int64_t r = r0 + i, qi = r / c->rep, pos = c->t - c->s + qi;
-            float *st = s->st + i * BK;
-            if (c->softcap > 0 || c->mask || (c->causal && j0 + nkr - 1 > pos) ||
-                (c->window > 0 && pos - j0 >= c->window))
-                hr_attn_mask_row(c, s->tmp, st, bi, kvh * c->rep + r % c->rep, qi, pos, j0, nkr);
-            float corr = softmax_row(st, s->p + i * BK, nkr, &s->m[i], s->l[i]);
-            if (corr != 1.0f) scale_row(s->o + i * dv, dv, corr);
-        }
-        for (int64_t i = nq; i < ntile * TR; i++) memset(s->p + i * BK, 0, sizeof(uint16_t) * BK);
-        for (int64_t ti = 0; ti < ntile; ti++) {
-            if (!nkt[ti]) continue;
-            const uint32_t *p = (const uint32_t *)s->p + ti * TR * (BK / 2);
-            float *o = s->o + ti * TR * dv;
-            int np = (nkt[ti] + 1) / 2;
-            int64_t f = 0;
-            for (; f + 64 <= dv; f += 64) tile_pv(np, 4, p, vp + 2 * f, dv, o + f);
-            if (f < dv) tile_pv(np, 2, p, vp + 2 * f, dv, o + f);
-        }
+    memset(blk->o, 0, sizeof(float) * (size_t)(blk->ntile * TR * dv));
+    /* Keys past the last row's position (causal) or before the first row's
+     * window are never read. */
+    int64_t pos_first = c->t - c->s + blk->r0 / c->rep, pos_last = c->t - c->s + (blk->r0 + blk->nq - 1) / c->rep;
+    blk->lo = 0, blk->hi = c->t;
+    if (c->causal && pos_last + 1 < blk->hi) blk->hi = pos_last + 1;
+    if (c->window > 0 && pos_first - c->window + 1 > blk->lo) blk->lo = pos_first - c->window + 1;
+}
+
+/* The block's rows against the packed keys [j0, j0+nk): scores, masks,
+ * the online softmax, and the numerators' update. */
+TARGET_ static void bf16_block_step(const attn_ctx *c, bf16_scratch *s, int64_t bi, int64_t kvh,
+                                    const bf16_block *blk, int64_t j0, int nk) {
+    int64_t d2 = c->d / 2, dv = c->dv, ntile = blk->ntile;
+    /* Causal: keys of the block visible to each tile's last row; none for
+     * tiles wholly above the diagonal, which skip the block. */
+    int nkt[BQ / TR];
+    for (int64_t ti = 0; ti < ntile; ti++) {
+        int64_t last = blk->r0 + (ti * TR + TR < blk->nq ? ti * TR + TR : blk->nq) - 1, pos = c->t - c->s + last / c->rep;
+        nkt[ti] = c->causal && pos - j0 + 1 < nk ? (int)(pos - j0 + 1 > 0 ? pos - j0 + 1 : 0) : nk;
+        if (nkt[ti] > 0)
+            tile_qk_keys(nkt[ti], d2, (const uint32_t *)blk->q + ti * TR * d2, s->kp, s->st + ti * TR * BK, c->scale);
     }
-    for (int64_t i = 0; i < nq; i++) {
-        int64_t r = r0 + i;
-        float *oi = s->o + i * dv;
-        float l = _mm512_reduce_add_ps(_mm512_loadu_ps(s->l[i]));
-        scale_row(oi, dv, l > 0 ? 1.0f / l : 0.0f);
-        hr_store_f32(hr_attn_at(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep), c->o->dtype, oi, dv,
-                     c->o->strides[3]);
+    /* Keys each row sees: masks other than causal go through the generic
+     * row masking; causal alone, on diagonal blocks, is a lane limit. */
+    int vis[BQ];
+    for (int64_t i = 0; i < blk->nq; i++) {
+        int nkr = vis[i] = nkt[i / TR];
+        if (!nkr) continue;
+        int64_t r = blk->r0 + i, qi = r / c->rep, pos = c->t - c->s + qi;
+        if (c->softcap > 0 || c->mask || (c->window > 0 && pos - j0 >= c->window))
+            hr_attn_mask_row(c, s->tmp, s->st + i * BK, bi, kvh * c->rep + r % c->rep, qi, pos, j0, nkr);
+        else if (c->causal && j0 + nkr - 1 > pos)
+            vis[i] = (int)(pos - j0 + 1 > 0 ? pos - j0 + 1 : 0);
+    }
+    float corr[BQ];
+    block_softmax(blk->nq, nkt, vis, s->st, s->p, blk->m, blk->l, corr);
+    for (int64_t i = blk->nq; i < ntile * TR; i++) {
+        memset(s->p + i * BK, 0, sizeof(uint16_t) * BK);
+        corr[i] = 1.0f;
+    }
+    for (int64_t ti = 0; ti < ntile; ti++) {
+        if (!nkt[ti]) continue;
+        const uint32_t *p = (const uint32_t *)s->p + ti * TR * (BK / 2);
+        float *o = blk->o + ti * TR * dv;
+        int np = (nkt[ti] + 1) / 2;
+        int64_t f = 0;
+        for (; f + 64 <= dv; f += 64) tile_pv(np, 4, p, s->vp + 2 * f, dv, o + f, corr + ti * TR);
+        if (f < dv) tile_pv(np, 2, p, s->vp + 2 * f, dv, o + f, corr + ti * TR);
     }
 }
 
-/* Unit u: a chunk of the row blocks of one (batch, kv head) pair, the last
- * chunks of every pair first: causal rows grow in work with their
+TARGET_ static void bf16_block_finish(const attn_ctx *c, int64_t bi, int64_t kvh, const bf16_block *blk) {
+    for (int64_t i = 0; i < blk->nq; i++) {
+        int64_t r = blk->r0 + i;
+        float *oi = blk->o + i * c->dv;
+        float l = _mm512_reduce_add_ps(_mm512_loadu_ps(blk->l[i]));
+        scale_row(oi, c->dv, l > 0 ? 1.0f / l : 0.0f);
+        char *dst = hr_attn_at(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep);
+        if (c->o->dtype == HR_BF16 && c->o->strides[3] == 1)
+            hr_bf16_row_store_avx512((uint16_t *)dst, oi, NULL, c->dv);
+        else
+            hr_store_f32(dst, c->o->dtype, oi, c->dv, c->o->strides[3]);
+    }
+}
+
+/* Unit u: a chunk of up to CHUNK row blocks of one (batch, kv head) pair,
+ * the last chunks of every pair first: causal rows grow in work with their
  * position, and claiming the largest units first leaves the smallest ones
- * to even out the threads at the end. */
-static void bf16_unit(const attn_ctx *c, bf16_scratch *s, int64_t u, int64_t nblk) {
+ * to even out the threads at the end. Key blocks run in the outer loop,
+ * each packed once for all the chunk's blocks that read it, so the scratch
+ * holds one key block and the chunk's running state, whatever t is. */
+static void bf16_unit(const attn_ctx *c, bf16_scratch *s, int64_t u) {
     int64_t pairs = c->b * c->hkv, ch = c->chunks - 1 - u / pairs, pair = u % pairs;
+    int64_t bi = pair / c->hkv, kvh = pair % c->hkv;
     int64_t per = (c->rblocks + c->chunks - 1) / c->chunks;
     int64_t rb0 = ch * per, rb1 = rb0 + per < c->rblocks ? rb0 + per : c->rblocks;
-    memset(s->packed, 0, (size_t)nblk);
-    for (int64_t rb = rb0; rb < rb1; rb++) bf16_block(c, s, pair / c->hkv, pair % c->hkv, rb);
+    int nb = (int)(rb1 - rb0);
+    bf16_block blk[CHUNK];
+    int64_t lo = c->t, hi = 0;
+    for (int b = 0; b < nb; b++) {
+        bf16_block_start(c, s, bi, kvh, rb0 + b, b, &blk[b]);
+        if (blk[b].lo < lo) lo = blk[b].lo;
+        if (blk[b].hi > hi) hi = blk[b].hi;
+    }
+    /* Blocks start at multiples of BK, the same for every query block; the
+     * keys of a block before a query block's lo are masked by its window. */
+    for (int64_t j0 = lo / BK * BK; j0 < hi; j0 += BK) {
+        int nkb[CHUNK], nmax = 0;
+        for (int b = 0; b < nb; b++) {
+            nkb[b] = j0 < blk[b].hi && j0 + BK > blk[b].lo ? (int)(blk[b].hi - j0 < BK ? blk[b].hi - j0 : BK) : 0;
+            if (c->mask && nkb[b]) nkb[b] = hr_attn_block_keys(c, bi, kvh, blk[b].r0, blk[b].nq, j0, nkb[b]);
+            if (nkb[b] > nmax) nmax = nkb[b];
+        }
+        if (!nmax) continue;
+        pack_k(c, bi, kvh, j0, nmax, s->kp);
+        pack_v(c, bi, kvh, j0, nmax, s->vp);
+        for (int b = 0; b < nb; b++)
+            if (nkb[b]) bf16_block_step(c, s, bi, kvh, &blk[b], j0, nkb[b]);
+    }
+    for (int b = 0; b < nb; b++) bf16_block_finish(c, bi, kvh, &blk[b]);
 }
 
 void hr_attn_bf16_worker(void *arg, int ith, int nth) {
@@ -297,46 +396,25 @@ void hr_attn_bf16_worker(void *arg, int ith, int nth) {
     attn_ctx *c = arg;
     int64_t u = atomic_fetch_add(&c->next, 1);
     if (u >= c->units) return; /* all taken before this worker started */
-    int64_t nblk = (c->t + BK - 1) / BK, d = c->d, dv = c->dv;
-    size_t bytes[] = {
-        sizeof(uint16_t) * (size_t)(BQ * d), sizeof(uint16_t) * (size_t)(nblk * BK * d),
-        sizeof(uint16_t) * (size_t)(nblk * BK * dv), (size_t)nblk, sizeof(float) * BQ * BK,
-        sizeof(uint16_t) * BQ * BK, sizeof(float) * (size_t)(BQ * dv), sizeof(float) * BK,
-    };
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; i++) total += (bytes[i] + 63) / 64 * 64;
-    char *mem = aligned_alloc(64, total);
+    size_t bytes[NPART];
+    char *mem = aligned_alloc(64, bf16_layout(c, bytes));
     if (!mem) {
         atomic_store(&c->failed, 1);
         return;
     }
-    void *part[sizeof bytes / sizeof bytes[0]];
+    void *part[NPART];
     char *at = mem;
-    for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; i++) {
+    for (int i = 0; i < NPART; i++) {
         part[i] = at;
-        at += (bytes[i] + 63) / 64 * 64;
+        at += bytes[i];
     }
-    bf16_scratch s = {.q = part[0], .kp = part[1], .vp = part[2], .packed = part[3],
-                      .st = part[4], .p = part[5], .o = part[6], .tmp = part[7]};
-    for (; u < c->units; u = atomic_fetch_add(&c->next, 1)) bf16_unit(c, &s, u, nblk);
+    bf16_scratch s = {.q = part[0], .o = part[1], .m = part[2], .l = part[3], .kp = part[4],
+                      .vp = part[5], .st = part[6], .p = part[7], .tmp = part[8]};
+    for (; u < c->units; u = atomic_fetch_add(&c->next, 1)) bf16_unit(c, &s, u);
     free(mem);
 }
 
 /* ---- decode ---- */
-
-/* The sums of a[0..16) as the lanes of one vector. */
-INLINE_ __m512 reduce16(__m512 a[16]) {
-    __m512 x[8], y[4];
-    for (int i = 0; i < 8; i++)
-        x[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
-    /* y[k], 128-bit lane L: lane L's partial sums of a[4k..4k+3] */
-    for (int k = 0; k < 4; k++)
-        y[k] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0x44),
-                             _mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0xee));
-    __m512 z01 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], 0x88), _mm512_shuffle_f32x4(y[0], y[1], 0xdd));
-    __m512 z23 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], 0x88), _mm512_shuffle_f32x4(y[2], y[3], 0xdd));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(z01, z23, 0x88), _mm512_shuffle_f32x4(z01, z23, 0xdd));
-}
 
 /* st[0..16) = scale * q . k[x] for sixteen key rows [d], ldk apart. The
  * rows are reached by stepping one pointer: sixteen row pointers would not
@@ -356,7 +434,7 @@ INLINE_ void dec_qk16(const uint16_t *q, const uint16_t *k, int64_t ldk, int64_t
 #pragma GCC unroll 16
         for (int x = 0; x < 16; x++, kx += ldk) acc[x] = _mm512_dpbf16_ps(acc[x], qv, (__m512bh)_mm512_loadu_si512(kx));
     }
-    _mm512_storeu_ps(st, _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale)));
+    _mm512_storeu_ps(st, _mm512_mul_ps(reduce16(acc, false), _mm512_set1_ps(scale)));
 }
 
 INLINE_ __m512 widen16(const uint16_t *p) {

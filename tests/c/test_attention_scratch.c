@@ -1,0 +1,75 @@
+/* The CPU sdpa kernel's per-worker scratch (k_attention.h) does not grow
+ * with the number of keys or queries: each path's request, as the kernel
+ * plans it, is the same for 512 and 131072 tokens. The tensors are
+ * broadcast views (stride 0 along the tokens), since the plan reads only
+ * shapes, strides and dtypes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/k_attention.h"
+#include "hubrt.h"
+
+enum { HQ = 16, HKV = 8, D = 128 };
+
+/* A [1, heads, n, D] view of one zeroed row per head. */
+static hr_tensor *rows_view(int64_t heads, int64_t n, hr_dtype dt) {
+    int64_t one[4] = {1, heads, 1, D}, shape[4] = {1, heads, n, D};
+    hr_tensor *row = NULL, *view = NULL;
+    assert_int_equal(hr_tensor_zeros(NULL, dt, 4, one, &row), HR_OK);
+    assert_int_equal(hr_tensor_expand(row, 4, shape, &view), HR_OK);
+    hr_tensor_free(row);
+    return view;
+}
+
+/* The planned call's scratch bytes per worker for s queries over t keys;
+ * *bf16 tells whether it took the AVX-512 BF16 paths. */
+static size_t scratch_for(int64_t s, int64_t t, hr_dtype dt, bool *bf16) {
+    hr_tensor *q = rows_view(HQ, s, dt), *k = rows_view(HKV, t, dt), *v = rows_view(HKV, t, dt);
+    hr_tensor *o = rows_view(HQ, s, dt);
+    const hr_tensor *in[3] = {q, k, v};
+    hr_attrs_sdpa a = {.is_causal = true};
+    attn_ctx c;
+    hr_attn_plan(&c, &a, in, 3, o);
+    size_t n = hr_attn_scratch_bytes(&c);
+    *bf16 = c.bf16;
+    hr_tensor_free(q), hr_tensor_free(k), hr_tensor_free(v), hr_tensor_free(o);
+    return n;
+}
+
+static void check_isa(hr_cpu_isa isa, hr_dtype dt) {
+    if (hr_cpu_isa_set(isa) != HR_OK) return; /* the CPU lacks it */
+    bool bf16_short, bf16_long = false;
+    for (int decode = 0; decode < 2; decode++) { /* prefill: s = t; decode: one query per sequence */
+        size_t short_bytes = scratch_for(decode ? 1 : 512, 512, dt, &bf16_short);
+        size_t long_bytes = scratch_for(decode ? 1 : 131072, 131072, dt, &bf16_long);
+        assert_int_equal(bf16_short, bf16_long);
+        assert_int_equal(short_bytes, long_bytes);
+        /* a fixed key block and the chunk's query rows: well under what
+         * 131072 keys of one kv head take (64 MB here) */
+        assert_true(long_bytes < ((size_t)2 << 20));
+        assert_true(long_bytes > 0);
+    }
+    /* bf16 under AVX-512 takes the BF16 paths where the CPU has them */
+    assert_int_equal(bf16_long, dt == HR_BF16 && isa >= HR_ISA_AVX512 && hr_gemm_use_avx512_bf16());
+}
+
+static void test_scratch_bounded(void **state) {
+    (void)state;
+    hr_cpu_isa best = hr_cpu_isa_get();
+    for (int isa = HR_ISA_SCALAR; isa <= (int)best; isa++) {
+        check_isa((hr_cpu_isa)isa, HR_BF16);
+        check_isa((hr_cpu_isa)isa, HR_F32);
+    }
+    assert_int_equal(hr_cpu_isa_set(best), HR_OK);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scratch_bounded),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
