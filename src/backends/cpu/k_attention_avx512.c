@@ -385,8 +385,19 @@ static void bf16_unit(const attn_ctx *c, bf16_scratch *s, int64_t u) {
         if (!nmax) continue;
         pack_k(c, bi, kvh, j0, nmax, s->kp);
         pack_v(c, bi, kvh, j0, nmax, s->vp);
-        for (int b = 0; b < nb; b++)
+        /* The next block's K/V rows are fetched into L2 while this one
+         * computes, a share before each query block: packing reads sixteen
+         * rows at once across their features, which the hardware
+         * prefetcher does not follow. */
+        int64_t jn = j0 + BK, nn = hi - jn < BK ? hi - jn : BK;
+        for (int b = 0; b < nb; b++) {
+            if (nn > 0) {
+                int64_t a0 = nn * b / nb, a1 = nn * (b + 1) / nb;
+                hr_attn_pf_rows(hr_attn_at(c->k, bi, kvh, jn + a0), 2 * c->d, 2 * c->k->strides[2], a1 - a0);
+                hr_attn_pf_rows(hr_attn_at(c->v, bi, kvh, jn + a0), 2 * c->dv, 2 * c->v->strides[2], a1 - a0);
+            }
             if (nkb[b]) bf16_block_step(c, s, bi, kvh, &blk[b], j0, nkb[b]);
+        }
     }
     for (int b = 0; b < nb; b++) bf16_block_finish(c, bi, kvh, &blk[b]);
 }
