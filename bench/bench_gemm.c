@@ -11,9 +11,15 @@
  *
  * Built by `make` (CMake target bench_gemm in the build folder).
  * Run: B/bench_gemm [--model qwen3|llama|all] [--rows 16,64,512] [--threads T]
- *                   [--mib M] [--samples S] [--only NAME] [--no-huge]
+ *                   [--mib M] [--samples S] [--only NAME] [--no-huge] [--pack]
+ *                   [--cpu-time]
  * The weights get madvise(MADV_HUGEPAGE) (THP is "madvise" here), as the
- * model loader does, unless --no-huge. */
+ * model loader does, unless --no-huge. --pack compares, interleaved, cold
+ * passes over weights as they are ("warm" columns then show those) against
+ * another set packed by hr_linear_pack, as the model loader packs them.
+ * --cpu-time times with the process's CPU clock instead of the wall clock:
+ * with --threads 1 (no pool threads spinning) it is steady when other work
+ * shares the cores. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -88,10 +94,31 @@ static result summarize(double *v, int samples) {
     return (result){v[samples - 1], v[samples / 2]};
 }
 
-static void bench_shape(const bench_linear_shape *s, int64_t rows, size_t total, int samples, bool huge, double peak) {
-    size_t count, bytes;
-    char *buf;
-    hr_tensor **w = bench_weights("bench_gemm", s->n, s->k, total, huge, &count, &buf, &bytes);
+static bool g_cpu_time;
+
+static double now_s(void) {
+    if (!g_cpu_time) return bench_now_s();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void bench_shape(const bench_linear_shape *s, int64_t rows, size_t total, int samples, bool huge, double peak,
+                        bool pack) {
+    size_t count, bytes, pcount = 0, pbytes = 0;
+    char *buf, *pbuf = NULL;
+    hr_tensor **w = bench_weights("bench_gemm", s->n, s->k, total, huge, &count, &buf, &bytes), **wp = NULL;
+    if (pack) {
+        wp = bench_weights("bench_gemm", s->n, s->k, total, huge, &pcount, &pbuf, &pbytes);
+        for (size_t i = 0; i < pcount; i++) {
+            bool packed;
+            check(hr_linear_pack(wp[i], &packed), "pack");
+            if (!packed) {
+                fprintf(stderr, "bench_gemm: --pack: this CPU or ISA setting packs no weights\n");
+                exit(1);
+            }
+        }
+    }
     size_t wbytes = bytes / count;
     int64_t xshape[2] = {rows, s->k}, yshape[2] = {rows, s->n};
     uint16_t *xh = malloc((size_t)(rows * s->k) * 2);
@@ -105,23 +132,26 @@ static void bench_shape(const bench_linear_shape *s, int64_t rows, size_t total,
     double *warm = malloc((size_t)samples * sizeof *warm), *cold = malloc((size_t)samples * sizeof *cold);
     for (int it = -1; it < samples; it++) { /* it -1 warms up (page faults, pool) */
         for (int pass = 0; pass < 2; pass++) {
-            double t0 = bench_now_s();
+            double t0 = now_s();
             for (size_t i = 0; i < count; i++) {
-                const hr_tensor *in[2] = {x, w[pass == 0 ? 0 : i]};
+                const hr_tensor *in[2] = {x, pack ? (pass == 0 ? w : wp)[i] : w[pass == 0 ? 0 : i]};
                 check(hr_op_run(lin, NULL, in, 2, &y, 1), "linear");
             }
-            double g = flop * (double)count / (bench_now_s() - t0) / 1e9;
+            double g = flop * (double)count / (now_s() - t0) / 1e9;
             if (it >= 0) (pass == 0 ? warm : cold)[it] = g;
         }
     }
     result rw = summarize(warm, samples), rc = summarize(cold, samples);
-    printf("%-16s N=%6lld K=%5lld M=%4lld %3zu x %6.1f MB | warm best %6.1f med %6.1f GF/s %3.0f%% | "
-           "cold best %6.1f med %6.1f GF/s %3.0f%% | %8.1f us/call cold\n",
-           s->name, (long long)s->n, (long long)s->k, (long long)rows, count, (double)wbytes / 1e6, rw.best,
-           rw.median, 100.0 * rw.best / peak, rc.best, rc.median, 100.0 * rc.best / peak,
+    printf("%-16s N=%6lld K=%5lld M=%4lld %3zu x %6.1f MB | %s best %6.1f med %6.1f GF/s %3.0f%% | "
+           "%s best %6.1f med %6.1f GF/s %3.0f%% | %8.1f us/call\n",
+           s->name, (long long)s->n, (long long)s->k, (long long)rows, count, (double)wbytes / 1e6,
+           pack ? "cold    " : "warm", rw.best, rw.median, 100.0 * rw.best / peak, pack ? "packed" : "cold", rc.best, rc.median, 100.0 * rc.best / peak,
            flop / rc.best / 1e3);
     fflush(stdout);
     for (size_t i = 0; i < count; i++) hr_tensor_free(w[i]);
+    for (size_t i = 0; i < pcount; i++) hr_tensor_free(wp[i]);
+    if (pbuf) munmap(pbuf, pbytes);
+    free(wp);
     hr_tensor_free(x);
     hr_tensor_free(y);
     free(w);
@@ -149,7 +179,7 @@ int main(int argc, char **argv) {
     int nth = 2, samples = 7, nrows = 3;
     int64_t rows[16] = {16, 64, 512};
     size_t mib = 256;
-    bool huge = true;
+    bool huge = true, pack = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--rows") && i + 1 < argc) nrows = parse_rows(argv[++i], rows, 16);
@@ -158,9 +188,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--samples") && i + 1 < argc) samples = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--no-huge")) huge = false;
+        else if (!strcmp(argv[i], "--pack")) pack = true;
+        else if (!strcmp(argv[i], "--cpu-time")) g_cpu_time = true;
         else {
             fprintf(stderr, "usage: %s [--model qwen3|llama|all] [--rows 16,64,512] [--threads T] [--mib M] "
-                            "[--samples S] [--only NAME] [--no-huge]\n", argv[0]);
+                            "[--samples S] [--only NAME] [--no-huge] [--pack] [--cpu-time]\n", argv[0]);
             return 2;
         }
     }
@@ -182,11 +214,11 @@ int main(int argc, char **argv) {
         if (all || !strcmp(model, "qwen3"))
             for (size_t i = 0; i < sizeof BENCH_QWEN3 / sizeof *BENCH_QWEN3; i++)
                 if (!only || strstr(BENCH_QWEN3[i].name, only))
-                    bench_shape(&BENCH_QWEN3[i], rows[r], mib << 20, samples, huge, peak);
+                    bench_shape(&BENCH_QWEN3[i], rows[r], mib << 20, samples, huge, peak, pack);
         if (all || !strcmp(model, "llama"))
             for (size_t i = 0; i < sizeof LLAMA / sizeof *LLAMA; i++)
                 if (!only || strstr(LLAMA[i].name, only))
-                    bench_shape(&LLAMA[i], rows[r], mib << 20, samples, huge, peak);
+                    bench_shape(&LLAMA[i], rows[r], mib << 20, samples, huge, peak, pack);
     }
     return 0;
 }

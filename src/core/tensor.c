@@ -16,9 +16,17 @@ hr_buffer *hr_buffer_retain(hr_buffer *buf) {
     return buf;
 }
 
+void hr_buffer_drop_packed(hr_buffer *buf) {
+    hr_packed_weight *p = atomic_exchange_explicit(&buf->packed, NULL, memory_order_acq_rel);
+    if (!p) return;
+    if (p->release) p->release(p->release_ctx);
+    free(p);
+}
+
 void hr_buffer_release(hr_buffer *buf) {
     if (!buf) return;
     if (atomic_fetch_sub_explicit(&buf->refcount, 1, memory_order_acq_rel) != 1) return;
+    hr_buffer_drop_packed(buf);
     if (buf->release)
         buf->release(buf);
     else

@@ -6,6 +6,17 @@
 
 #include "hubrt/ops.h"
 
+/* A second copy of a buffer's [n, k] bf16 matrix (linear's weight, at
+ * element `offset`, rows k apart) in the layout the CPU linear kernels read
+ * fastest, made once (backends/cpu/linear_pack.c). The buffer's own data
+ * stays valid: every other reader uses it. */
+typedef struct hr_packed_weight {
+    int64_t offset, n, k;
+    const void *data;
+    void (*release)(void *ctx); /* frees data; may be NULL */
+    void *release_ctx;
+} hr_packed_weight;
+
 /* Refcounted storage owned by a device. */
 struct hr_buffer {
     atomic_int refcount;
@@ -19,6 +30,12 @@ struct hr_buffer {
     /* Handed out zero-filled by the allocator (fresh anonymous memory):
      * hr_tensor_zeros skips its fill. */
     bool zeroed;
+    /* The packed copy of the matrix it holds, or NULL; dropped when an op
+     * writes the buffer. */
+    _Atomic(hr_packed_weight *) packed;
+    /* The buffer this one stands for, whose packed copy applies to it: a
+     * compiled plan's binding of a weight it retains; NULL otherwise. */
+    const hr_buffer *origin;
     /* Unique creation number: identifies the buffer in a captured graph and
      * tells whether it existed before a capture started. */
     uint64_t seq;
@@ -44,6 +61,8 @@ typedef struct hr_tensor_meta {
 } hr_tensor_meta;
 
 hr_buffer *hr_buffer_retain(hr_buffer *buf);
+/* Frees buf's packed copy, if any (the buffer is about to change). */
+void hr_buffer_drop_packed(hr_buffer *buf);
 uint64_t hr_buffer_next_seq(void);
 void hr_buffer_release(hr_buffer *buf);
 /* A tensor struct over `buf` (retained) with contiguous strides. */

@@ -334,6 +334,7 @@ hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_
             pv->constant = hr_buffer_retain(cv->buf);
             pv->bound.data = cv->buf->data;
             pv->bound.device = cv->buf->device;
+            pv->bound.origin = cv->buf; /* its packed copy, if any (linear_pack.h) */
         }
     }
     for (int i = 0; i < cap->n_tensors; i++) {

@@ -2,16 +2,20 @@
  * mapping with transparent huge pages. THP serves anonymous memory only
  * (here in "madvise" mode), never file pages, and the hardware prefetchers
  * stop at page boundaries: decode streams every weight once per token, and
- * 2 MiB pages read faster than 4 KiB ones. Each chunk's file pages are
- * dropped once copied, so peak memory stays at the weights plus a chunk.
- * Weights the loader made itself (cast to another dtype, dequantized) are
- * collapsed into huge pages where they lie. HUBRT_WEIGHTS=mmap keeps the
- * zero-copy views of the files. */
+ * 2 MiB pages read faster than 4 KiB ones. Linear weights go there packed
+ * for the CPU linear kernels (linear_pack.h) instead of as they are: the
+ * tensor stays a view of the file, whose pages nothing reads again. Each
+ * chunk's file pages are dropped once copied or packed, so peak memory
+ * stays at the weights plus a chunk. Weights the loader made itself (cast
+ * to another dtype, dequantized) are collapsed into huge pages where they
+ * lie. HUBRT_WEIGHTS=mmap keeps the zero-copy views of the files;
+ * HUBRT_PACK_WEIGHTS=0 copies linear weights as they are. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include "backends/cpu/linear_pack.h"
 #include "core/anon_map.h"
 #include "core/error.h"
 #include "io/st_internal.h"
@@ -51,25 +55,36 @@ static void *map_huge_aligned(size_t len) {
     return addr;
 }
 
+/* A weight handle and whether its weight is packed for linear
+ * (linear_pack.h) instead of copied. */
+typedef struct weight_slot {
+    hr_tensor **t;
+    bool pack;
+} weight_slot;
+
 /* The model's weight handles that view a checkpoint file (in_files) or
- * that the loader owns (!in_files), into slots (NULL: only count them); a
- * tied lm_head is the embedding's alias and is redone afterwards. */
-static size_t weight_slots(hr_model *m, bool in_files, hr_tensor ***slots, size_t *bytes) {
+ * that the loader owns (!in_files), into slots (NULL: only count them),
+ * with the bytes their copies take. Linear weights (the layers' 2-D ones,
+ * lm_head, and the embedding when lm_head is tied to it) are packed when
+ * `pack_linear` and the CPU has the kernels; a tied lm_head is the
+ * embedding's alias and is redone afterwards. */
+static size_t weight_slots(hr_model *m, bool in_files, bool pack_linear, weight_slot *slots, size_t *bytes) {
     size_t n = 0;
     *bytes = 0;
-#define SLOT_(t)                                                                                  \
+#define SLOT_(t, linear)                                                                          \
     if ((t) && hr_tensor_is_contiguous(t) && hr_tensor_nbytes(t) > 0 &&                          \
         hr_checkpoint_drop_pages(m->ckpt, hr_tensor_ptr(t), 0) == in_files) {                     \
-        if (slots) slots[n] = &(t);                                                               \
+        size_t packed = pack_linear && (linear) ? hr_linear_pack_bytes(t) : 0;                    \
+        if (slots) slots[n] = (weight_slot){&(t), packed > 0};                                           \
         n++;                                                                                      \
-        *bytes += align_up(hr_tensor_nbytes(t), ANON_ALIGN);                                      \
+        *bytes += align_up(packed ? packed : hr_tensor_nbytes(t), ANON_ALIGN);                   \
     }
-    SLOT_(m->embed)
-    SLOT_(m->final_norm)
-    if (!m->cfg.tie_word_embeddings) SLOT_(m->lm_head)
+    SLOT_(m->embed, m->cfg.tie_word_embeddings)
+    SLOT_(m->final_norm, false)
+    if (!m->cfg.tie_word_embeddings) SLOT_(m->lm_head, true)
     for (int64_t i = 0; i < m->cfg.n_layers; i++) {
         hr_layer_weights *lw = &m->layers[i];
-#define FIELD_(f) SLOT_(lw->f)
+#define FIELD_(f) SLOT_(lw->f, lw->f->ndim == 2)
         HR_LAYER_WEIGHT_FIELDS(FIELD_)
 #undef FIELD_
     }
@@ -97,6 +112,16 @@ static hr_status move_weight(hr_model *m, anon_map *a, char *dst, hr_tensor **sl
     return HR_OK;
 }
 
+static void drop_chunk(void *ckpt, const void *src, size_t n) { hr_checkpoint_drop_pages(ckpt, src, n); }
+
+/* t packed into dst beside its file view, whose pages are dropped chunk by
+ * chunk: linear reads the panels, nothing reads the file again. */
+static hr_status pack_weight(hr_model *m, anon_map *a, char *dst, const hr_tensor *t) {
+    HR_TRY(hr_linear_pack_into(t, dst, anon_release, a, drop_chunk, m->ckpt));
+    atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
+    return HR_OK;
+}
+
 static hr_status weights_mode_copy(bool *copy) {
     const char *e = getenv("HUBRT_WEIGHTS");
     *copy = !e || !*e || !strcmp(e, "copy");
@@ -110,12 +135,12 @@ static hr_status weights_mode_copy(bool *copy) {
  * (MADV_COLLAPSE, Linux 6.1+; elsewhere the weight stays as it is). */
 static hr_status collapse_owned(hr_model *m) {
     size_t bytes;
-    size_t n = weight_slots(m, false, NULL, &bytes);
-    hr_tensor ***slots = n ? malloc(n * sizeof *slots) : NULL;
+    size_t n = weight_slots(m, false, false, NULL, &bytes);
+    weight_slot *slots = n ? malloc(n * sizeof *slots) : NULL;
     if (n && !slots) return hr_error(HR_ERR_OOM, "weights: out of memory listing %zu weights", n);
-    weight_slots(m, false, slots, &bytes);
+    weight_slots(m, false, false, slots, &bytes);
     for (size_t i = 0; i < n; i++) {
-        size_t p = (size_t)hr_tensor_ptr(*slots[i]), end = p + hr_tensor_nbytes(*slots[i]);
+        size_t p = (size_t)hr_tensor_ptr(*slots[i].t), end = p + hr_tensor_nbytes(*slots[i].t);
         size_t lo = align_up(p, ANON_HUGE_PAGE), hi = end / ANON_HUGE_PAGE * ANON_HUGE_PAGE;
         if (hi <= lo) continue;
         madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
@@ -131,9 +156,11 @@ hr_status hr_model_weights_to_anon(hr_model *m) {
     if (!copy || m->dev != hr_device_cpu()) return HR_OK;
     HR_TRY(collapse_owned(m));
     size_t bytes;
-    size_t n = weight_slots(m, true, NULL, &bytes);
+    const char *pack_env = getenv("HUBRT_PACK_WEIGHTS");
+    bool pack = !pack_env || strcmp(pack_env, "0") != 0;
+    size_t n = weight_slots(m, true, pack, NULL, &bytes);
     if (!n) return HR_OK;
-    hr_tensor ***slots = malloc(n * sizeof *slots);
+    weight_slot *slots = malloc(n * sizeof *slots);
     const char **src = malloc(n * sizeof *src);
     size_t *src_n = malloc(n * sizeof *src_n);
     anon_map *a = malloc(sizeof *a);
@@ -149,14 +176,15 @@ hr_status hr_model_weights_to_anon(hr_model *m) {
     atomic_init(&a->refs, 1);
     a->addr = addr;
     a->len = len;
-    weight_slots(m, true, slots, &bytes);
+    weight_slots(m, true, pack, slots, &bytes);
     hr_status s = HR_OK;
     char *dst = addr;
     for (size_t i = 0; i < n && s == HR_OK; i++) {
-        src[i] = hr_tensor_ptr(*slots[i]);
-        src_n[i] = hr_tensor_nbytes(*slots[i]);
-        s = move_weight(m, a, dst, slots[i]);
-        dst += align_up(src_n[i], ANON_ALIGN);
+        src[i] = hr_tensor_ptr(*slots[i].t);
+        src_n[i] = hr_tensor_nbytes(*slots[i].t);
+        size_t used = slots[i].pack ? hr_linear_pack_bytes(*slots[i].t) : src_n[i];
+        s = slots[i].pack ? pack_weight(m, a, dst, *slots[i].t) : move_weight(m, a, dst, slots[i].t);
+        dst += align_up(used, ANON_ALIGN);
     }
     /* Reading a page maps its cached neighbours too (fault-around), so the
      * drops during the copy leave some pages mapped: once more, now that

@@ -126,6 +126,8 @@ static hr_status op_run_on(hr_device *dev, hr_op op, const void *attrs, const hr
             } else if (o->buf->device != dev) {
                 s = hr_error(HR_ERR_INVALID_ARG, "op '%s': output %d is on %s, not %s", name, i,
                              o->buf->device->backend, dev->backend);
+            } else {
+                hr_buffer_drop_packed(o->buf); /* a packed copy would go stale */
             }
         } else {
             s = hr_tensor_empty_meta(dev, &meta[i], &outs[i]);

@@ -31,6 +31,9 @@ typedef struct hr_gemm {
     const char *bias; /* [n] in bias_dt, stride bias_s; NULL for none */
     hr_dtype bias_dt;
     int64_t bias_s;
+    /* B (linear's bf16 weight, shared by every batch) in K-pair panels made
+     * at load (linear_pack.c), or NULL: then B is read at `b` alone. */
+    const uint32_t *b_panels;
 } hr_gemm;
 
 hr_status hr_gemm_run(const hr_gemm *g);
@@ -57,13 +60,31 @@ hr_status hr_gemv_run(const hr_gemm *g, int rows);
 bool hr_gemm_skinny_fits(const hr_gemm *g, int64_t rows);
 hr_status hr_gemm_skinny_run(const hr_gemm *g, int64_t rows);
 
-/* The panel route (gemm_panel.c): the skinny route's operands with
- * HR_GEMM_PANEL_MIN_ROWS rows or more, A's rows in place at x, ldx
- * elements apart; weights packed per call into K-pair panels. Measured
- * against the skinny route (Qwen3 shapes, one thread, interleaved): 1%
- * faster at 256 rows, 4-6% from 384, even at 192, 2% slower at 128. */
+/* The panel route (gemm_panel.c): the skinny route's operands, A's rows
+ * in place at x, ldx elements apart, in outer-product form over K-pair
+ * panels of HR_GEMM_PANEL_N weight rows [K/2][64] u32 (the pair p of row j
+ * at p * 64 + j): g->b_panels when the weight was packed at load (any row
+ * count), else packed per call, which pays from HR_GEMM_PANEL_MIN_ROWS
+ * rows. Measured against the skinny route (Qwen3 shapes, one thread,
+ * interleaved): 1% faster at 256 rows, 4-6% from 384, even at 192, 2%
+ * slower at 128. */
+#define HR_GEMM_PANEL_N 64
 #define HR_GEMM_PANEL_MIN_ROWS 256
 hr_status hr_gemm_panel_run(const hr_gemm *g, int64_t rows, const uint16_t *x, int64_t ldx);
+/* Bytes of one panel over k: the packed weight is ceil(n / 64) of them. */
+size_t hr_gemm_panel_bytes(int64_t k);
+/* Weight rows [0, nj) (nj <= 64, ldw elements apart) x K [0, kc) into one
+ * panel; rows past nj and the partner of an odd last element are zero.
+ * AVX-512 only. */
+void hr_gemm_pack_panel(const uint16_t *w, int64_t ldw, int nj, int64_t kc, uint32_t *panel);
+/* y[r][0..64) = x row r . panel over k, for r < rows (1..6), rows of x
+ * ldx apart: the route's tile, for the fused linear node to give the same
+ * bits. AVX-512 BF16 only. */
+void hr_gemm_panel_rows(int rows, int64_t k, const uint16_t *x, int64_t ldx, const uint32_t *panel, float *y);
+/* A's `rows` rows (across batches) as bf16 rows *ldx apart: in place when
+ * they are K-contiguous and evenly spaced, else copied into the calling
+ * thread's scratch. NULL (error set) when out of memory. */
+const uint16_t *hr_gemm_bf16_rows(const hr_gemm *g, int64_t rows, int64_t *ldx);
 
 /* n sums of one row of C (+ bias when not NULL) stored at dst in C's dtype
  * and column stride: the skinny and panel routes' epilogue, inline since

@@ -1,17 +1,24 @@
-/* The panel route: many rows of bf16 A (prefill) against a K-contiguous
- * bf16 B (x @ W^T), on AVX-512 BF16.
+/* The panel route: bf16 A against a K-contiguous bf16 B (x @ W^T) in
+ * outer-product form, on AVX-512 BF16, with B in K-pair panels: either the
+ * weight's panels made once at load (linear_pack.c; any row count), or,
+ * for an unpacked weight with many rows of A (prefill), panels packed per
+ * call.
  *
  * The skinny route (gemm_skinny.c) reads the weights in place in
  * dot-product form, which ends every (row, weight row, K block) with a
  * horizontal reduction: about three shuffles or adds per 32 vdpbf16ps at
- * K = 1024, most of what keeps it near 90% of peak. Here each block of PN
- * weight rows is transposed once per call, over all of K, into a K-pair
- * panel [K/2][PN] (16 x 16 u32 register transposes; it stays in L2), and
- * every row of A goes over it in outer-product form: a 6 x 64 tile
- * broadcasts one bf16 pair of a row against four panel vectors, with no
- * reduction, its sums in registers from the first K to the last. The
- * transposes cost about 0.25 shuffles per weight pair against rows / 16
- * vdpbf16ps, so they pay only with many rows (HR_GEMM_PANEL_MIN_ROWS). */
+ * K = 1024, and each x vector is loaded once per four weight rows. Here a
+ * block of PN weight rows is a K-pair panel [K/2][PN] (the pair p of row j
+ * at p * PN + j; it stays in L2), and every row of A goes over it: a 6 x 64
+ * tile broadcasts one bf16 pair of a row against four panel vectors, with
+ * no reduction, its sums in registers from the first K to the last. Packing
+ * per call (16 x 16 u32 register transposes) costs about 0.25 shuffles per
+ * weight pair against rows / 16 vdpbf16ps, so without packed weights the
+ * route pays only with many rows (HR_GEMM_PANEL_MIN_ROWS).
+ *
+ * Each column's sum runs over the K pairs in order, whatever the row count,
+ * tile or thread split: with packed weights a row's result has the same
+ * bits in a batch of 1 or of 500. */
 #include <immintrin.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -25,12 +32,12 @@
 #define TARGET_ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define INLINE_ static inline __attribute__((always_inline)) TARGET_
 
-/* Weight rows per panel (four zmm of sums per row of A), rows of A per
- * tile (6 x 4 accumulators + 4 panel vectors fit the 32 zmm registers). */
-#define PN 64
+#define PN HR_GEMM_PANEL_N
+/* Rows of A per tile (6 x 4 accumulators + 4 panel vectors fit the 32 zmm
+ * registers). */
 #define PR 6
-/* Tasks per pool thread, each of at least P_TASK_MIN_UNITS panels' worth
- * of weight rows, so that a slowed thread leaves work to the others. */
+/* Tasks per pool thread, each of at least P_TASK_MIN_UNITS panels, so that
+ * a slowed thread leaves work to the others. */
 #define P_TASKS_PER_THREAD 4
 #define P_TASK_MIN_UNITS 2
 
@@ -38,9 +45,33 @@ typedef struct panel_ctx {
     const hr_gemm *g;
     const uint16_t *x; /* row r of A at x + r * ldx */
     int64_t ldx, rows;
-    int64_t units; /* of PN weight rows */
+    int64_t units;          /* of PN weight rows */
+    const uint32_t *packed; /* B's panels made at load, or NULL: pack per call */
     atomic_int failed;
 } panel_ctx;
+
+/* The lines of the panel used next, prefetched a few per K step of this
+ * one, so the misses spread over its math: a burst would fill the core's
+ * miss buffers and stall the loads behind it. Packed: one contiguous
+ * panel; packing per call: the next PN weight rows, too many streams for
+ * the hardware prefetcher. Rows of `len` bytes, ld bytes apart. */
+typedef struct pf_panel {
+    const char *row; /* row being prefetched; NULL when done */
+    int64_t off, len, ld;
+    int64_t rows_left; /* after this one */
+    int per_step;      /* lines per K step */
+} pf_panel;
+
+INLINE_ void pf_lines(pf_panel *pf) {
+    for (int i = 0; i < pf->per_step && pf->row; i++) {
+        _mm_prefetch(pf->row + pf->off, _MM_HINT_T1);
+        pf->off += 64;
+        if (pf->off >= pf->len) {
+            pf->off = 0;
+            pf->row = pf->rows_left-- > 0 ? pf->row + pf->ld : NULL;
+        }
+    }
+}
 
 /* A pair of bf16 at p as one u32 (unaligned). */
 INLINE_ uint32_t pair_at(const uint16_t *p) {
@@ -70,14 +101,18 @@ INLINE_ void tile_step(__m512 acc[PR][4], int rows, const uint16_t *x, int64_t l
  * x rows ldx apart (bf16), panel [(k + 1) / 2][PN] u32, y [rows][PN] f32.
  * An odd k ends with a lone element, broadcast with a zero partner, so the
  * element after it (which may not exist) is never read. */
-INLINE_ void tile(int rows, int64_t k, const uint16_t *x, int64_t ldx, const uint32_t *panel, float *y) {
+INLINE_ void tile(int rows, int64_t k, const uint16_t *x, int64_t ldx, const uint32_t *panel, float *y,
+                  pf_panel *pf) {
     __m512 acc[PR][4];
 #pragma GCC unroll 6
     for (int r = 0; r < rows; r++)
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) acc[r][j] = _mm512_setzero_ps();
     int64_t kp = k / 2;
-    for (int64_t p = 0; p < kp; p++) tile_step(acc, rows, x, ldx, panel + p * PN, p, false);
+    for (int64_t p = 0; p < kp; p++) {
+        pf_lines(pf);
+        tile_step(acc, rows, x, ldx, panel + p * PN, p, false);
+    }
     if (k & 1) tile_step(acc, rows, x, ldx, panel + kp * PN, kp, true);
 #pragma GCC unroll 6
     for (int r = 0; r < rows; r++)
@@ -85,32 +120,10 @@ INLINE_ void tile(int rows, int64_t k, const uint16_t *x, int64_t ldx, const uin
         for (int j = 0; j < 4; j++) _mm512_storeu_ps(y + r * PN + 16 * j, acc[r][j]);
 }
 
-/* The weight lines the next panel packs, prefetched a few per row group
- * while this panel is in use: packing reads PN rows at once, too many
- * streams for the hardware prefetcher, and its loads would otherwise wait
- * on memory. Rows of `len` bytes, ld bytes apart. */
-typedef struct pf_panel {
-    const char *row;    /* row being prefetched; NULL when done */
-    int64_t off, len, ld;
-    int rows_left;      /* after this one */
-    int per_group;      /* lines per row group */
-} pf_panel;
-
-INLINE_ void pf_lines(pf_panel *pf) {
-    for (int i = 0; i < pf->per_group && pf->row; i++) {
-        _mm_prefetch(pf->row + pf->off, _MM_HINT_T1);
-        pf->off += 64;
-        if (pf->off >= pf->len) {
-            pf->off = 0;
-            pf->row = pf->rows_left-- > 0 ? pf->row + pf->ld : NULL;
-        }
-    }
-}
-
 /* Weight rows [0, nj) (nj <= PN, ldw apart) x K [0, kc) into panel
  * [(kc + 1) / 2][PN] u32: the pair p of row j at p * PN + j. Rows past nj
  * and the partner of an odd last element are zero. */
-static TARGET_ void pack_panel(const uint16_t *w, int64_t ldw, int nj, int64_t kc, uint32_t *panel) {
+TARGET_ void hr_gemm_pack_panel(const uint16_t *w, int64_t ldw, int nj, int64_t kc, uint32_t *panel) {
     int64_t kp = (kc + 1) / 2;
     for (int g = 0; g < PN; g += 16) {
         for (int64_t h = 0; h < kp; h += 16) {
@@ -138,42 +151,75 @@ static TARGET_ void store_rows(const hr_gemm *g, int64_t r, int rows, int64_t j0
     }
 }
 
-/* Every row of C over weight rows [j0, j0 + nj): the panel packed once,
- * then each group of PR rows over all of it. The next unit's weights are
- * prefetched meanwhile, a few lines per group. */
-static TARGET_ void panel_unit(const panel_ctx *ctx, int64_t j0, int nj, uint32_t *panel) {
+/* What unit u + 1 reads, as a prefetch stream over `steps` K steps. */
+static pf_panel next_unit_stream(const panel_ctx *ctx, int64_t u, int64_t steps) {
     const hr_gemm *g = ctx->g;
-    pack_panel((const uint16_t *)g->b.base + j0 * g->b.cs, g->b.cs, nj, g->k, panel);
+    pf_panel pf = {0};
+    int64_t j1 = (u + 1) * PN;
+    if (j1 >= g->n) return pf;
+    if (ctx->packed) {
+        pf.row = (const char *)(ctx->packed + (u + 1) * ((g->k + 1) / 2) * PN);
+        pf.len = hr_gemm_panel_bytes(g->k);
+    } else {
+        pf.row = g->b.base + j1 * g->b.cs * 2;
+        pf.len = g->k * 2;
+        pf.ld = g->b.cs * 2;
+        pf.rows_left = (g->n - j1 < PN ? g->n - j1 : PN) - 1;
+    }
+    int64_t lines = (pf.rows_left + 1) * ((pf.len + 63) / 64);
+    pf.per_step = (int)((lines + steps - 1) / steps);
+    /* One row group reads the panel once, in order: the hardware prefetcher
+     * streams it best alone (measured at one row: 32 GF/s without these
+     * prefetches, 20-27 with them, T0/T1/NTA alike). */
+    if (ctx->rows <= PR) pf.row = NULL;
+    return pf;
+}
+
+/* Every row of C over weight rows [u * PN, u * PN + nj): each group of PR
+ * rows over the unit's panel (packed into `scratch` first when B has no
+ * panels), while the next unit's weights are prefetched. */
+static TARGET_ void panel_unit(const panel_ctx *ctx, int64_t u, int nj, uint32_t *scratch) {
+    const hr_gemm *g = ctx->g;
+    int64_t j0 = u * PN;
+    const uint32_t *panel = scratch;
+    if (ctx->packed)
+        panel = ctx->packed + u * ((g->k + 1) / 2) * PN;
+    else
+        hr_gemm_pack_panel((const uint16_t *)g->b.base + j0 * g->b.cs, g->b.cs, nj, g->k, scratch);
     float bias[PN], y[PR * PN];
     if (g->bias) hr_load_f32(bias, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt), g->bias_dt, nj,
                              g->bias_s);
-    int64_t groups = (ctx->rows + PR - 1) / PR, next = g->n - (j0 + PN) < PN ? g->n - (j0 + PN) : PN;
-    pf_panel pf = {0};
-    if (next > 0) {
-        pf.row = g->b.base + (j0 + PN) * g->b.cs * 2;
-        pf.len = g->k * 2;
-        pf.ld = g->b.cs * 2;
-        pf.rows_left = (int)next - 1;
-        pf.per_group = (int)((next * ((pf.len + 63) / 64) + groups - 1) / groups);
-    }
+    pf_panel pf = next_unit_stream(ctx, u, (ctx->rows + PR - 1) / PR * (g->k / 2 > 0 ? g->k / 2 : 1));
     bool simd = hr_k_simd();
     for (int64_t r = 0; r < ctx->rows; r += PR) {
         const uint16_t *xr = ctx->x + r * ctx->ldx;
         int rows = ctx->rows - r < PR ? (int)(ctx->rows - r) : PR;
-        pf_lines(&pf);
         switch (rows) {
-        case 1: tile(1, g->k, xr, ctx->ldx, panel, y); break;
-        case 2: tile(2, g->k, xr, ctx->ldx, panel, y); break;
-        case 3: tile(3, g->k, xr, ctx->ldx, panel, y); break;
-        case 4: tile(4, g->k, xr, ctx->ldx, panel, y); break;
-        case 5: tile(5, g->k, xr, ctx->ldx, panel, y); break;
-        default: tile(PR, g->k, xr, ctx->ldx, panel, y); break;
+        case 1: tile(1, g->k, xr, ctx->ldx, panel, y, &pf); break;
+        case 2: tile(2, g->k, xr, ctx->ldx, panel, y, &pf); break;
+        case 3: tile(3, g->k, xr, ctx->ldx, panel, y, &pf); break;
+        case 4: tile(4, g->k, xr, ctx->ldx, panel, y, &pf); break;
+        case 5: tile(5, g->k, xr, ctx->ldx, panel, y, &pf); break;
+        default: tile(PR, g->k, xr, ctx->ldx, panel, y, &pf); break;
         }
         store_rows(g, r, rows, j0, nj, y, g->bias ? bias : NULL, simd);
     }
 }
 
-static size_t panel_bytes(int64_t k) { return (size_t)((k + 1) / 2) * PN * 4; }
+TARGET_ void hr_gemm_panel_rows(int rows, int64_t k, const uint16_t *x, int64_t ldx, const uint32_t *panel,
+                                float *y) {
+    pf_panel none = {0};
+    switch (rows) {
+    case 1: tile(1, k, x, ldx, panel, y, &none); break;
+    case 2: tile(2, k, x, ldx, panel, y, &none); break;
+    case 3: tile(3, k, x, ldx, panel, y, &none); break;
+    case 4: tile(4, k, x, ldx, panel, y, &none); break;
+    case 5: tile(5, k, x, ldx, panel, y, &none); break;
+    default: tile(PR, k, x, ldx, panel, y, &none); break;
+    }
+}
+
+size_t hr_gemm_panel_bytes(int64_t k) { return (size_t)((k + 1) / 2) * PN * 4; }
 
 static void panel_worker(void *arg, int ith, int nth) {
     panel_ctx *ctx = arg;
@@ -181,19 +227,17 @@ static void panel_worker(void *arg, int ith, int nth) {
     int64_t begin, end;
     hr_split_range(ctx->units, ith, nth, &begin, &end);
     if (begin >= end) return;
-    uint32_t *panel = hr_gemm_thread_scratch(panel_bytes(g->k));
-    if (!panel) {
+    uint32_t *scratch = NULL;
+    if (!ctx->packed && !(scratch = hr_gemm_thread_scratch(hr_gemm_panel_bytes(g->k)))) {
         atomic_store(&ctx->failed, 1);
         return;
     }
-    for (int64_t u = begin; u < end; u++) {
-        int64_t j0 = u * PN;
-        panel_unit(ctx, j0, g->n - j0 < PN ? (int)(g->n - j0) : PN, panel);
-    }
+    for (int64_t u = begin; u < end; u++) panel_unit(ctx, u, g->n - u * PN < PN ? (int)(g->n - u * PN) : PN, scratch);
 }
 
 hr_status hr_gemm_panel_run(const hr_gemm *g, int64_t rows, const uint16_t *x, int64_t ldx) {
-    panel_ctx ctx = {.g = g, .x = x, .ldx = ldx, .rows = rows, .units = (g->n + PN - 1) / PN};
+    panel_ctx ctx = {.g = g, .x = x, .ldx = ldx, .rows = rows, .units = (g->n + PN - 1) / PN,
+                     .packed = g->b_panels};
     atomic_init(&ctx.failed, 0);
     int64_t tasks = hr_parallel_threads_for(rows * g->n * g->k, HR_GRAIN_MATMUL);
     if (tasks > 1) tasks *= P_TASKS_PER_THREAD;

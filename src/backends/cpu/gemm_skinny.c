@@ -277,6 +277,28 @@ static bool rows_evenly_spaced(const hr_gemm *g, int64_t rows, int64_t *ld) {
     return true;
 }
 
+const uint16_t *hr_gemm_bf16_rows(const hr_gemm *g, int64_t rows, int64_t *ldx) {
+    if (rows_evenly_spaced(g, rows, ldx)) return (const uint16_t *)g->a.base;
+    /* the caller's scratch: its pool threads only read x */
+    uint16_t *x = hr_gemm_thread_scratch((size_t)rows * (size_t)g->k * 2);
+    if (!x) {
+        hr_error(HR_ERR_OOM, "gemm: out of memory for %lld x %lld activations", (long long)rows, (long long)g->k);
+        return NULL;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t oa, ob, oc;
+        hr_gemm_batch_offsets(g, r / g->m, &oa, &ob, &oc);
+        const uint16_t *src = (const uint16_t *)g->a.base + oa + (r % g->m) * g->a.rs;
+        uint16_t *dst = x + (size_t)r * (size_t)g->k;
+        if (g->a.cs == 1)
+            memcpy(dst, src, (size_t)g->k * 2);
+        else
+            for (int64_t p = 0; p < g->k; p++) dst[p] = src[p * g->a.cs];
+    }
+    *ldx = g->k;
+    return x;
+}
+
 hr_status hr_gemm_skinny_run(const hr_gemm *g, int64_t rows) {
     skinny_ctx ctx = {.g = g, .rows = rows, .blocks = (g->n + SK_J - 1) / SK_J};
     int64_t nkb = (g->k + SK_KC_MAX - 1) / SK_KC_MAX;
@@ -288,29 +310,9 @@ hr_status hr_gemm_skinny_run(const hr_gemm *g, int64_t rows) {
     int64_t passes = (rows + mb_max - 1) / mb_max;
     ctx.mb = (int)(((rows + passes - 1) / passes + SK_R - 1) / SK_R * SK_R);
     if (ctx.mb > mb_max) ctx.mb = (int)mb_max;
-    if (rows_evenly_spaced(g, rows, &ctx.ldx)) {
-        if (rows >= HR_GEMM_PANEL_MIN_ROWS)
-            return hr_gemm_panel_run(g, rows, (const uint16_t *)g->a.base, ctx.ldx);
-        ctx.x = (const uint16_t *)g->a.base;
-    } else {
-        /* the caller's scratch: its pool threads only read x */
-        uint16_t *x = hr_gemm_thread_scratch((size_t)rows * (size_t)g->k * 2);
-        if (!x)
-            return hr_error(HR_ERR_OOM, "gemm: out of memory for %lld x %lld activations", (long long)rows,
-                            (long long)g->k);
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t oa, ob, oc;
-            hr_gemm_batch_offsets(g, r / g->m, &oa, &ob, &oc);
-            const uint16_t *src = (const uint16_t *)g->a.base + oa + (r % g->m) * g->a.rs;
-            uint16_t *dst = x + (size_t)r * (size_t)g->k;
-            if (g->a.cs == 1)
-                memcpy(dst, src, (size_t)g->k * 2);
-            else
-                for (int64_t p = 0; p < g->k; p++) dst[p] = src[p * g->a.cs];
-        }
-        ctx.x = x;
-        ctx.ldx = g->k;
-    }
+    if (rows >= HR_GEMM_PANEL_MIN_ROWS && rows_evenly_spaced(g, rows, &ctx.ldx))
+        return hr_gemm_panel_run(g, rows, (const uint16_t *)g->a.base, ctx.ldx);
+    if (!(ctx.x = hr_gemm_bf16_rows(g, rows, &ctx.ldx))) return HR_ERR_OOM;
     /* Several tasks per thread, each a run of weight rows: a thread that
      * is descheduled (other processes share the cores) or slowed leaves
      * its later tasks to the others instead of holding up the region. */

@@ -9,13 +9,15 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/k_eltwise.h"
 #include "backends/cpu/k_fused.h"
+#include "backends/cpu/linear_pack.h"
 #include "backends/cpu/simd_math.h"
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
 #include "hubrt/runtime.h"
 
-#define CHUNK 64 /* output columns per work unit */
+#define CHUNK 64 /* output columns per work unit: one panel of a packed weight */
+_Static_assert(CHUNK == HR_GEMM_PANEL_N, "a chunk of a packed weight is one panel");
 
 bool hr_fused_rows(const hr_tensor *t, int64_t *rows, int64_t *row_stride) {
     if (t->ndim < 1 || (t->shape[t->ndim - 1] > 1 && t->strides[t->ndim - 1] != 1)) return false;
@@ -71,9 +73,14 @@ static void fl_product(const fl_ctx *c, int j, int64_t c0, int64_t nc, float (*y
     size_t wsz = hr_dtype_size(w->dtype);
     int64_t ldw = w->strides[0];
     const char *wp = (const char *)hr_tensor_ptr(w) + c0 * ldw * (int64_t)wsz;
-    for (int r = 0; r < c->rows; r += c->group)
-        c->fn(c->k, c->rows - r < c->group ? c->rows - r : c->group, c->x + (size_t)r * (size_t)c->k * c->xsz, wp,
-              w->dtype, ldw, (int)nc, y[r], CHUNK);
+    const uint32_t *panels = c->xsz == 2 ? hr_linear_panels(w) : NULL;
+    if (panels) /* as the linear op reads a packed weight: one panel per chunk */
+        hr_gemm_panel_rows(c->rows, c->k, (const uint16_t *)c->x, c->k,
+                           panels + c0 / HR_GEMM_PANEL_N * (hr_gemm_panel_bytes(c->k) / 4), &y[0][0]);
+    else
+        for (int r = 0; r < c->rows; r += c->group)
+            c->fn(c->k, c->rows - r < c->group ? c->rows - r : c->group, c->x + (size_t)r * (size_t)c->k * c->xsz,
+                  wp, w->dtype, ldw, (int)nc, y[r], CHUNK);
     const hr_tensor *b = c->f->b[j];
     if (!b) return;
     float bias[CHUNK];

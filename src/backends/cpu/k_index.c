@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/k_eltwise.h"
+#include "backends/cpu/linear_pack.h"
 #include "core/error.h"
 #include "core/threadpool.h"
 
@@ -73,7 +75,21 @@ static int64_t nd_offset(int64_t flat, int ndim, const int64_t *shape, const int
 
 typedef struct {
     const hr_tensor *w, *ids, *out;
+    const uint32_t *panels; /* w packed for linear (a tied lm_head): rows read from there */
 } emb_ctx;
+
+/* Row id of a [V, H] bf16 weight from its linear panels (linear_pack.h:
+ * the pair p of row j at panel j / 64, p * 64 + j % 64), so a weight whose
+ * own bytes were let go after packing is not read back in. */
+static void packed_row(uint16_t *dst, int64_t ds, const uint32_t *panels, int64_t id, int64_t hidden) {
+    int64_t kp = (hidden + 1) / 2;
+    const uint32_t *src = panels + (id / HR_GEMM_PANEL_N) * kp * HR_GEMM_PANEL_N + id % HR_GEMM_PANEL_N;
+    for (int64_t p = 0; p < kp; p++) {
+        uint32_t v = src[p * HR_GEMM_PANEL_N];
+        dst[2 * p * ds] = (uint16_t)v;
+        if (2 * p + 1 < hidden) dst[(2 * p + 1) * ds] = (uint16_t)(v >> 16);
+    }
+}
 
 static void emb_body(void *vctx, int ith, int nth) {
     const emb_ctx *c = vctx;
@@ -86,8 +102,11 @@ static void emb_body(void *vctx, int ith, int nth) {
     for (int64_t t = b; t < e; t++) {
         int64_t id = load_index(ip + nd_offset(t, ids->ndim, ids->shape, ids->strides) * (int64_t)isz, ids->dtype);
         int64_t o = nd_offset(t, ids->ndim, out->shape, out->strides);
-        hr_k_copy_row(op + o * (int64_t)size, out->strides[out->ndim - 1], wp + id * w->strides[0] * (int64_t)size,
-                      w->strides[1], hidden, size);
+        if (c->panels)
+            packed_row((uint16_t *)(op + o * (int64_t)size), out->strides[out->ndim - 1], c->panels, id, hidden);
+        else
+            hr_k_copy_row(op + o * (int64_t)size, out->strides[out->ndim - 1],
+                          wp + id * w->strides[0] * (int64_t)size, w->strides[1], hidden, size);
     }
 }
 
@@ -97,7 +116,7 @@ static hr_status k_embedding(const void *attrs, const hr_tensor *const *in, int 
     char what[64];
     snprintf(what, sizeof what, "weight with %lld rows", (long long)in[0]->shape[0]);
     HR_TRY(check_indices("embedding", "id", in[1], in[0]->shape[0], what));
-    emb_ctx c = {in[0], in[1], out[0]};
+    emb_ctx c = {in[0], in[1], out[0], hr_linear_panels(in[0])};
     int64_t n = hr_tensor_numel(out[0]);
     hr_parallel_run(emb_body, &c, hr_parallel_threads_for(n, MIN_PER_THREAD));
     return HR_OK;

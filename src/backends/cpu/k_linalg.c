@@ -2,6 +2,7 @@
  * one batched GEMM description (gemm.h); no operand is copied or
  * transposed, whatever its strides. */
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/linear_pack.h"
 #include "core/error.h"
 #include "ops/op_impl.h"
 
@@ -87,6 +88,7 @@ static hr_status k_linear(const void *attrs, const hr_tensor *const *in, int n_i
     }
     g.a = mat_of(x, x2 ? x->strides[x->ndim - 2] : 0, x->strides[x->ndim - 1]);
     g.b = mat_of(w, w->strides[1], w->strides[0]);
+    g.b_panels = hr_linear_panels(w);
     g.c = mat_of(c, x2 ? c->strides[c->ndim - 2] : 0, c->strides[c->ndim - 1]);
     if (bias) {
         g.bias = hr_tensor_ptr(bias);

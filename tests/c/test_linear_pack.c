@@ -1,0 +1,244 @@
+/* Linear weights packed into panels (hr_linear_pack, as the model loader
+ * packs them): linear and embedding read the packed copy, exactly; a row's
+ * result has the same bits at any row count; a write through an op drops
+ * the copy; machines or ISA settings without the kernels read the weight
+ * itself. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/half.h"
+#include "hubrt.h"
+
+static bool have_kernels(void) {
+    const hr_cpu_features *f = hr_cpu_features_get();
+    return f->avx512f && f->avx512bw && f->avx512vl && f->avx512_bf16 && hr_cpu_isa_get() >= HR_ISA_AVX512;
+}
+
+static uint32_t next(uint32_t *seed) { return *seed = *seed * 1664525u + 1013904223u; }
+
+/* bf16 tensor [ndim shape] of small integers (every product and sum below
+ * is exact in f32) or, when `wide`, of values with full bf16 mantissas;
+ * their values as f32 in vals when not NULL. */
+static hr_tensor *bf16_tensor(int ndim, const int64_t *shape, uint32_t seed, bool wide, float *vals) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    uint16_t *h = malloc(2 * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) {
+        float v = wide ? (float)((int32_t)next(&seed) >> 8) / 8388608.0f : (float)((int)(next(&seed) >> 24) % 7 - 3);
+        h[i] = hr_f32_to_bf16(v);
+        if (vals) vals[i] = hr_bf16_to_f32(h[i]);
+    }
+    hr_tensor *t = NULL;
+    assert_int_equal(hr_tensor_from_host(NULL, HR_BF16, ndim, shape, h, 2 * (size_t)n, &t), HR_OK);
+    free(h);
+    return t;
+}
+
+static uint16_t *read_bf16(const hr_tensor *t) {
+    size_t n = (size_t)hr_tensor_numel(t);
+    uint16_t *h = malloc(2 * (n ? n : 1));
+    assert_int_equal(hr_tensor_read(t, h, 2 * n), HR_OK);
+    return h;
+}
+
+static hr_tensor *packed_copy_of(const hr_tensor *w) {
+    hr_tensor *p = NULL;
+    assert_int_equal(hr_tensor_from_host(NULL, HR_BF16, 2, hr_tensor_shape(w), hr_tensor_data(w),
+                                         hr_tensor_nbytes(w), &p),
+                     HR_OK);
+    bool packed = false;
+    assert_int_equal(hr_linear_pack(p, &packed), HR_OK);
+    assert_true(packed);
+    return p;
+}
+
+/* Odd shapes around the panel (64 weight rows), the tile (6 rows of x) and
+ * odd K: packed linear + bias equals the exact sum, as the weight itself. */
+static void test_packed_linear_exact(void **state) {
+    if (!have_kernels()) skip();
+    static const int64_t shapes[][3] = {{1, 1, 1},   {1, 15, 17},  {5, 17, 15},   {6, 64, 4097}, {7, 65, 33},
+                                        {13, 130, 1}, {64, 100, 1024}, {300, 70, 4097}, {2, 4097, 16}};
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+        float *xv = malloc(sizeof(float) * m * k), *wv = malloc(sizeof(float) * n * k), *bv = malloc(sizeof(float) * n);
+        hr_tensor *x = bf16_tensor(2, (int64_t[]){m, k}, 1, false, xv);
+        hr_tensor *w = bf16_tensor(2, (int64_t[]){n, k}, 2, false, wv);
+        hr_tensor *b = bf16_tensor(1, (int64_t[]){n}, 3, false, bv);
+        hr_tensor *wp = packed_copy_of(w), *y = NULL, *yp = NULL;
+        assert_int_equal(hr_linear(x, w, b, &y), HR_OK);
+        assert_int_equal(hr_linear(x, wp, b, &yp), HR_OK);
+        uint16_t *got = read_bf16(yp), *plain = read_bf16(y);
+        int bad = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double s = bv[j];
+                for (int64_t p = 0; p < k; p++) s += (double)xv[i * k + p] * wv[j * k + p];
+                bad += got[i * n + j] != hr_f32_to_bf16((float)s) || plain[i * n + j] != got[i * n + j];
+            }
+        if (bad) print_error("packed linear %lldx%lldx%lld: %d wrong\n", (long long)m, (long long)n, (long long)k, bad);
+        assert_int_equal(bad, 0);
+        free(got), free(plain), free(xv), free(wv), free(bv);
+        hr_tensor_free(x), hr_tensor_free(w), hr_tensor_free(b), hr_tensor_free(wp), hr_tensor_free(y),
+            hr_tensor_free(yp);
+    }
+}
+
+/* x as a batch [2, 3, k] and as a non-contiguous view (rows copied first):
+ * same bits as the same rows contiguous. */
+static void test_packed_linear_batched_and_strided(void **state) {
+    if (!have_kernels()) skip();
+    int64_t k = 37, n = 70;
+    hr_tensor *w = bf16_tensor(2, (int64_t[]){n, k}, 4, true, NULL), *wp = packed_copy_of(w);
+    hr_tensor *x = bf16_tensor(3, (int64_t[]){2, 3, k}, 5, true, NULL), *flat = NULL, *wide = NULL;
+    assert_int_equal(hr_tensor_reshape(x, 2, (int64_t[]){6, k}, &flat), HR_OK);
+    hr_tensor *y3 = NULL, *y2 = NULL, *yt = NULL;
+    assert_int_equal(hr_linear(x, wp, NULL, &y3), HR_OK);
+    assert_int_equal(hr_linear(flat, wp, NULL, &y2), HR_OK);
+    uint16_t *a = read_bf16(y3), *b = read_bf16(y2);
+    assert_memory_equal(a, b, 2 * 6 * (size_t)n);
+    /* rows 2*k apart: a slice of a [6, 2k] tensor */
+    hr_tensor *big = bf16_tensor(2, (int64_t[]){6, 2 * k}, 6, true, NULL), *cont = NULL;
+    assert_int_equal(hr_tensor_narrow(big, 1, 0, k, &wide), HR_OK);
+    assert_int_equal(hr_tensor_empty(NULL, HR_BF16, 2, (int64_t[]){6, k}, &cont), HR_OK);
+    assert_int_equal(hr_copy_(cont, wide), HR_OK);
+    assert_int_equal(hr_linear(wide, wp, NULL, &yt), HR_OK);
+    hr_tensor *yc = NULL;
+    assert_int_equal(hr_linear(cont, wp, NULL, &yc), HR_OK);
+    uint16_t *c = read_bf16(yt), *d = read_bf16(yc);
+    assert_memory_equal(c, d, 2 * 6 * (size_t)n);
+    free(a), free(b), free(c), free(d);
+    hr_tensor_free(w), hr_tensor_free(wp), hr_tensor_free(x), hr_tensor_free(flat), hr_tensor_free(wide);
+    hr_tensor_free(big), hr_tensor_free(cont), hr_tensor_free(y3), hr_tensor_free(y2);
+    hr_tensor_free(yt), hr_tensor_free(yc);
+}
+
+/* With full-mantissa data, row i of a 200-row call has the same bits as
+ * the same row alone and in a 7-row call (the unpacked routes sum in
+ * another order at each of these counts). */
+static void test_packed_rows_batch_invariant(void **state) {
+    if (!have_kernels()) skip();
+    int64_t k = 1000, n = 300, m = 200;
+    hr_tensor *w = bf16_tensor(2, (int64_t[]){n, k}, 7, true, NULL), *wp = packed_copy_of(w);
+    hr_tensor *x = bf16_tensor(2, (int64_t[]){m, k}, 8, true, NULL), *y = NULL;
+    assert_int_equal(hr_linear(x, wp, NULL, &y), HR_OK);
+    uint16_t *all = read_bf16(y);
+    for (int64_t rows = 1; rows <= 7; rows += 6)
+        for (int64_t r0 = 0; r0 + rows <= m; r0 += 53) {
+            hr_tensor *xs = NULL, *ys = NULL;
+            assert_int_equal(hr_tensor_narrow(x, 0, r0, rows, &xs), HR_OK);
+            assert_int_equal(hr_linear(xs, wp, NULL, &ys), HR_OK);
+            uint16_t *part = read_bf16(ys);
+            assert_memory_equal(part, all + r0 * n, 2 * (size_t)(rows * n));
+            free(part);
+            hr_tensor_free(xs), hr_tensor_free(ys);
+        }
+    free(all);
+    hr_tensor_free(w), hr_tensor_free(wp), hr_tensor_free(x), hr_tensor_free(y);
+}
+
+/* After packing, the weight's own bytes are overwritten behind the
+ * runtime's back: linear and embedding still give the packed values, so
+ * both read the panels (the model loader lets the file pages go). */
+static void test_packed_copy_is_what_is_read(void **state) {
+    if (!have_kernels()) skip();
+    int64_t n = 131, k = 45;
+    hr_tensor *w = bf16_tensor(2, (int64_t[]){n, k}, 9, true, NULL), *wp = packed_copy_of(w);
+    hr_tensor *x = bf16_tensor(2, (int64_t[]){3, k}, 10, true, NULL), *want_y = NULL, *got_y = NULL;
+    int64_t ids_v[5] = {0, 63, 64, 130, 7};
+    hr_tensor *ids = NULL, *want_e = NULL, *got_e = NULL;
+    assert_int_equal(hr_tensor_from_host(NULL, HR_I64, 1, (int64_t[]){5}, ids_v, sizeof ids_v, &ids), HR_OK);
+    assert_int_equal(hr_linear(x, wp, NULL, &want_y), HR_OK);
+    assert_int_equal(hr_embedding(w, ids, &want_e), HR_OK);
+    memset(hr_tensor_data(wp), 0x7f, hr_tensor_nbytes(wp));
+    assert_int_equal(hr_linear(x, wp, NULL, &got_y), HR_OK);
+    assert_int_equal(hr_embedding(wp, ids, &got_e), HR_OK);
+    uint16_t *a = read_bf16(want_y), *b = read_bf16(got_y), *c = read_bf16(want_e), *d = read_bf16(got_e);
+    assert_memory_equal(a, b, 2 * 3 * (size_t)n);
+    assert_memory_equal(c, d, 2 * 5 * (size_t)k);
+    free(a), free(b), free(c), free(d);
+    hr_tensor_free(w), hr_tensor_free(wp), hr_tensor_free(x), hr_tensor_free(want_y), hr_tensor_free(got_y);
+    hr_tensor_free(ids), hr_tensor_free(want_e), hr_tensor_free(got_e);
+}
+
+/* An op writing the weight drops the packed copy: linear then reads the
+ * new values. */
+static void test_write_drops_packed_copy(void **state) {
+    if (!have_kernels()) skip();
+    int64_t n = 70, k = 33;
+    float *xv = malloc(sizeof(float) * 2 * k), *wv = malloc(sizeof(float) * n * k);
+    hr_tensor *w = bf16_tensor(2, (int64_t[]){n, k}, 11, false, NULL), *wp = packed_copy_of(w);
+    hr_tensor *src = bf16_tensor(2, (int64_t[]){n, k}, 12, false, wv), *x = bf16_tensor(2, (int64_t[]){2, k}, 13, false, xv);
+    assert_int_equal(hr_copy_(wp, src), HR_OK);
+    hr_tensor *y = NULL;
+    assert_int_equal(hr_linear(x, wp, NULL, &y), HR_OK);
+    uint16_t *got = read_bf16(y);
+    for (int64_t i = 0; i < 2; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = 0;
+            for (int64_t p = 0; p < k; p++) s += xv[i * k + p] * wv[j * k + p];
+            assert_int_equal(got[i * n + j], hr_f32_to_bf16(s));
+        }
+    free(got), free(xv), free(wv);
+    hr_tensor_free(w), hr_tensor_free(wp), hr_tensor_free(src), hr_tensor_free(x), hr_tensor_free(y);
+}
+
+/* No copy where it would not be read: f32 weights, 1-D or strided ones,
+ * ISA settings below AVX-512; a packed weight under such a setting is read
+ * as it is. Bad arguments are errors. */
+static void test_pack_applies_only_where_read(void **state) {
+    bool packed = true;
+    assert_int_not_equal(hr_linear_pack(NULL, &packed), HR_OK);
+    float fv[6] = {1, 2, 3, 4, 5, 6};
+    hr_tensor *f = NULL, *v = bf16_tensor(1, (int64_t[]){8}, 14, false, NULL), *w = NULL, *t = NULL;
+    assert_int_equal(hr_tensor_from_host(NULL, HR_F32, 2, (int64_t[]){2, 3}, fv, sizeof fv, &f), HR_OK);
+    assert_int_equal(hr_linear_pack(f, &packed), HR_OK);
+    assert_false(packed);
+    packed = true;
+    assert_int_equal(hr_linear_pack(v, &packed), HR_OK);
+    assert_false(packed);
+    w = bf16_tensor(2, (int64_t[]){5, 9}, 15, false, NULL);
+    assert_int_equal(hr_tensor_transpose(w, 0, 1, &t), HR_OK);
+    packed = true;
+    assert_int_equal(hr_linear_pack(t, &packed), HR_OK);
+    assert_false(packed);
+    if (have_kernels()) {
+        float xv[2 * 9], wv[5 * 9];
+        hr_tensor *w2 = bf16_tensor(2, (int64_t[]){5, 9}, 16, false, wv), *x = bf16_tensor(2, (int64_t[]){2, 9}, 17, false, xv);
+        assert_int_equal(hr_linear_pack(w2, &packed), HR_OK);
+        assert_true(packed);
+        hr_cpu_isa saved = hr_cpu_isa_get();
+        assert_int_equal(hr_cpu_isa_set(HR_ISA_AVX2), HR_OK);
+        hr_tensor *w3 = bf16_tensor(2, (int64_t[]){5, 9}, 16, false, NULL), *y = NULL;
+        assert_int_equal(hr_linear_pack(w3, &packed), HR_OK);
+        assert_false(packed);
+        assert_int_equal(hr_linear(x, w2, NULL, &y), HR_OK);
+        assert_int_equal(hr_cpu_isa_set(saved), HR_OK);
+        uint16_t *got = read_bf16(y);
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 5; j++) {
+                float s = 0;
+                for (int p = 0; p < 9; p++) s += xv[i * 9 + p] * wv[j * 9 + p];
+                assert_int_equal(got[i * 5 + j], hr_f32_to_bf16(s));
+            }
+        free(got);
+        hr_tensor_free(w2), hr_tensor_free(w3), hr_tensor_free(x), hr_tensor_free(y);
+    }
+    hr_tensor_free(f), hr_tensor_free(v), hr_tensor_free(w), hr_tensor_free(t);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_packed_linear_exact),
+        cmocka_unit_test(test_packed_linear_batched_and_strided),
+        cmocka_unit_test(test_packed_rows_batch_invariant),
+        cmocka_unit_test(test_packed_copy_is_what_is_read),
+        cmocka_unit_test(test_write_drops_packed_copy),
+        cmocka_unit_test(test_pack_applies_only_where_read),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
