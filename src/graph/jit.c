@@ -34,6 +34,9 @@ struct hr_jit {
     jit_entry *entries;
     int n_entries, cap_entries;
     bool warned_recompile;
+    /* the last replay's output buffers, reused by the next replay once the
+     * caller has freed its tensors (hr_plan_run) */
+    hr_buffer *recycle[HR_JIT_MAX_IO];
 };
 
 static pthread_mutex_t g_stats_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -97,6 +100,7 @@ void hr_jit_free(hr_jit *j) {
         if (e->exe) e->plan->device->vt->executable_free(e->plan->device, e->exe);
         hr_plan_free(e->plan);
     }
+    for (int i = 0; i < HR_JIT_MAX_IO; i++) hr_buffer_release(j->recycle[i]);
     free(j->entries);
     pthread_mutex_destroy(&j->lock);
     free(j);
@@ -214,9 +218,10 @@ static hr_status compile_on_device(hr_jit *j, hr_plan *plan, hr_executable **exe
     return s;
 }
 
-static hr_status run_entry(const jit_entry *e, const hr_tensor *const *in, int n_in, hr_tensor **outs, int n_out) {
+static hr_status run_entry(hr_jit *j, const jit_entry *e, const hr_tensor *const *in, int n_in, hr_tensor **outs,
+                           int n_out) {
     hr_device *dev = e->plan->device;
-    return e->exe ? dev->vt->execute(dev, e->exe, in, n_in, outs, n_out) : hr_plan_run(e->plan, in, outs);
+    return e->exe ? dev->vt->execute(dev, e->exe, in, n_in, outs, n_out) : hr_plan_run(e->plan, in, outs, j->recycle);
 }
 
 static void free_entry(hr_plan *plan, hr_executable *exe) {
@@ -245,7 +250,7 @@ hr_status hr_jit_call(hr_jit *j, const hr_tensor *const *in, int n_in, hr_tensor
             hit = &j->entries[i];
     if (hit) {
         stats_add(1, 0, 0, 0, 0);
-        s = run_entry(hit, in, n_in, outs, n_out);
+        s = run_entry(j, hit, in, n_in, outs, n_out);
         pthread_mutex_unlock(&j->lock);
         return s;
     }
@@ -261,7 +266,7 @@ hr_status hr_jit_call(hr_jit *j, const hr_tensor *const *in, int n_in, hr_tensor
         if (s == HR_OK) {
             /* the device's share: its executable cache may have it on disk too */
             stats_add(0, 1, 0, 0, exe ? now_ms() - t0 : 0);
-            s = run_entry(&j->entries[j->n_entries - 1], in, n_in, outs, n_out);
+            s = run_entry(j, &j->entries[j->n_entries - 1], in, n_in, outs, n_out);
         } else {
             free_entry(plan, exe);
         }
@@ -287,7 +292,7 @@ hr_status hr_jit_call(hr_jit *j, const hr_tensor *const *in, int n_in, hr_tensor
         warn_recompile(j, sig, in, n_in);
         if (j->opts.resolve && hr_disk_cache_enabled())
             hr_disk_cache_store(key, j->name, plan, j->opts.resolve, j->opts.resolve_ctx);
-        if (rerun) s = run_entry(&j->entries[j->n_entries - 1], in, n_in, outs, n_out);
+        if (rerun) s = run_entry(j, &j->entries[j->n_entries - 1], in, n_in, outs, n_out);
     } else if (plan) {
         free_entry(plan, exe);
         for (int i = 0; i < n_out; i++) {

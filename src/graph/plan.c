@@ -1,6 +1,7 @@
 /* Plans: build from a capture, plan the arena by liveness, replay. */
 #include "graph/plan.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -409,7 +410,44 @@ hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_
     return HR_OK;
 }
 
-hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **outputs) {
+/* Output buffers allocated by replays, process-wide (for tests). */
+static atomic_llong g_output_allocs;
+
+long long hr_plan_output_allocs(void) { return atomic_load_explicit(&g_output_allocs, memory_order_relaxed); }
+
+/* Takes from `recycle` (the buffers of the caller's previous run) those
+ * only recycle still holds, each for an output of its device and size;
+ * releases the rest. A buffer the caller's tensors still reference is
+ * left to them: a run never writes an output it handed out and that is
+ * still in use. Reusing one saves what a fresh buffer costs on every
+ * call: a large one is a new mapping, its pages faulted in and zeroed by
+ * the kernel (decode logits [64, 1, 151936] f32 are 39 MB), and the old
+ * one unmapped. */
+static void take_recycled(const hr_plan *p, hr_buffer **recycle, hr_buffer **outbufs) {
+    for (int i = 0; i < p->n_out; i++) {
+        size_t nbytes = p->values[p->output_value[i]].nbytes;
+        for (int r = 0; r < HR_JIT_MAX_IO && !outbufs[i]; r++) {
+            hr_buffer *b = recycle[r];
+            if (b && b->device == p->device && b->nbytes == nbytes &&
+                atomic_load_explicit(&b->refcount, memory_order_acquire) == 1) {
+                outbufs[i] = b;
+                recycle[r] = NULL;
+            }
+        }
+        if (outbufs[i]) {
+            /* written by the kernels below: no longer fresh zeros, and a
+             * packed copy made from its old values is stale */
+            outbufs[i]->zeroed = false;
+            hr_buffer_drop_packed(outbufs[i]);
+        }
+    }
+    for (int r = 0; r < HR_JIT_MAX_IO; r++) {
+        hr_buffer_release(recycle[r]);
+        recycle[r] = NULL;
+    }
+}
+
+hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **outputs, hr_buffer **recycle) {
     for (int v = 0; v < p->n_values; v++) {
         hr_plan_value *pv = &p->values[v];
         if (pv->kind != HR_VALUE_INPUT) continue;
@@ -425,14 +463,17 @@ hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **ou
         }
     }
     hr_buffer *outbufs[HR_JIT_MAX_IO] = {0};
+    if (recycle) take_recycled(p, recycle, outbufs);
     hr_status s = HR_OK;
     for (int i = 0; i < p->n_out && s == HR_OK; i++) {
         hr_plan_value *pv = &p->values[p->output_value[i]];
-        s = p->device->vt->buffer_alloc(p->device, pv->nbytes, &outbufs[i]);
-        if (s == HR_OK) {
-            outbufs[i]->seq = hr_buffer_next_seq();
-            pv->bound.data = outbufs[i]->data;
+        if (!outbufs[i]) {
+            s = p->device->vt->buffer_alloc(p->device, pv->nbytes, &outbufs[i]);
+            if (s != HR_OK) break;
+            atomic_fetch_add_explicit(&g_output_allocs, 1, memory_order_relaxed);
         }
+        outbufs[i]->seq = hr_buffer_next_seq();
+        pv->bound.data = outbufs[i]->data;
     }
     bool profile = hr_profile_enabled();
     for (int i = 0; i < p->n_nodes && s == HR_OK; i++) {
@@ -460,6 +501,7 @@ hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **ou
             s = hr_tensor_over_buffer(outbufs[i], o->dtype, o->ndim, o->shape, o->offset, &outputs[i]);
             if (s == HR_OK) memcpy(outputs[i]->strides, o->strides, sizeof o->strides);
         }
+        if (recycle && s == HR_OK) recycle[i] = hr_buffer_retain(outbufs[i]);
         if (outbufs[i]) hr_buffer_release(outbufs[i]);
     }
     if (s != HR_OK)

@@ -82,8 +82,13 @@ typedef struct hr_plan {
 hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_in, int n_out,
                         bool fold_constants, hr_plan **out);
 /* Replays the plan with new inputs (same layouts as at capture); each
- * outputs[i] receives a new tensor. */
-hr_status hr_plan_run(hr_plan *plan, const hr_tensor *const *inputs, hr_tensor **outputs);
+ * outputs[i] receives a new tensor. recycle, NULL or HR_JIT_MAX_IO slots
+ * kept by the caller across runs, holds the previous run's output buffers:
+ * a run writes its outputs into those no tensor references any more (the
+ * caller freed what it was given) and leaves this run's there. */
+hr_status hr_plan_run(hr_plan *plan, const hr_tensor *const *inputs, hr_tensor **outputs, hr_buffer **recycle);
+/* Output buffers replays have allocated in this process (for tests). */
+long long hr_plan_output_allocs(void);
 void hr_plan_free(hr_plan *plan);
 
 /* The index of the value a plan tensor points at (its buf is the value's

@@ -15,6 +15,7 @@
 
 #include "core/threadpool.h"
 #include "graph/disk_cache.h"
+#include "graph/plan.h"
 #include "hubrt.h"
 #include "hubrt/graph.h"
 #include "test_util.h"
@@ -351,7 +352,7 @@ static void test_arena_in_place(void **state) {
             assert_int_equal(plain->arena_size, 2 * slot);
         }
         for (int rep = 0; rep < 2; rep++) {
-            assert_int_equal(hr_plan_run(p, in, &got), HR_OK);
+            assert_int_equal(hr_plan_run(p, in, &got, NULL), HR_OK);
             test_assert_same(got, want);
             hr_tensor_free(got);
         }
@@ -399,7 +400,7 @@ static void test_dce_and_constant_folding(void **state) {
     /* only the matmul runs; its result matches the eager one */
     hr_tensor *again = NULL;
     for (int rep = 0; rep < 2; rep++) {
-        assert_int_equal(hr_plan_run(plan, in, &again), HR_OK);
+        assert_int_equal(hr_plan_run(plan, in, &again, NULL), HR_OK);
         test_assert_same(out, again);
         hr_tensor_free(again);
     }
@@ -478,6 +479,85 @@ static void test_two_processes_share_the_cache(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* A 4 MiB f32 output (its own mapping on the cpu device) and a 2 MiB bf16
+ * one (the heap). */
+static hr_status fn_two_outputs(void *ctx, const hr_tensor *const *in, int n_in, hr_tensor **out, int n_out) {
+    hr_status s = hr_scale(in[0], 2.0, 0.5, &out[0]);
+    return s != HR_OK ? s : hr_cast(in[0], HR_BF16, &out[1]);
+}
+
+static void check_two_outputs(const hr_tensor *x, hr_tensor *const *got) {
+    hr_tensor *want[2] = {0};
+    const hr_tensor *in[1] = {x};
+    assert_int_equal(fn_two_outputs(NULL, in, 1, want, 2), HR_OK);
+    test_assert_same(got[0], want[0]);
+    test_assert_same(got[1], want[1]);
+    hr_tensor_free(want[0]);
+    hr_tensor_free(want[1]);
+}
+
+/* A replay writes into the previous replay's output buffers once the
+ * caller has freed them (a decode step's logits are not mapped, faulted
+ * in and zeroed anew each step), and never into ones still in use. */
+static void test_replay_reuses_freed_outputs(void **state) {
+    setenv("HUBRT_CACHE", "0", 1);
+    hr_jit *jit = NULL;
+    hr_jit_options o = {.name = "two_outputs", .fn = fn_two_outputs};
+    assert_int_equal(hr_jit_create(&o, &jit), HR_OK);
+    int64_t xs[2] = {1024, 1024};
+    hr_tensor *x[3] = {test_filled(2, xs, 0.0f), test_filled(2, xs, 1.0f), test_filled(2, xs, 2.0f)};
+    hr_tensor *got[2] = {0}, *held[2] = {0};
+    /* the capture, then a first replay: its outputs are new buffers */
+    for (int call = 0; call < 2; call++) {
+        assert_int_equal(hr_jit_call(jit, (const hr_tensor *const[]){x[call]}, 1, got, 2), HR_OK);
+        check_two_outputs(x[call], got);
+        hr_tensor_free(got[0]);
+        hr_tensor_free(got[1]);
+    }
+    long long allocs = hr_plan_output_allocs();
+    for (int call = 0; call < 4; call++) {
+        assert_int_equal(hr_jit_call(jit, (const hr_tensor *const[]){x[call % 3]}, 1, got, 2), HR_OK);
+        check_two_outputs(x[call % 3], got);
+        hr_tensor_free(got[0]);
+        hr_tensor_free(got[1]);
+    }
+    assert_int_equal(hr_plan_output_allocs(), allocs);
+    /* outputs the caller holds (one through a view) keep their values */
+    assert_int_equal(hr_jit_call(jit, (const hr_tensor *const[]){x[0]}, 1, held, 2), HR_OK);
+    hr_tensor *view = NULL;
+    assert_int_equal(hr_tensor_narrow(held[1], 0, 1, 3, &view), HR_OK);
+    hr_tensor_free(held[1]);
+    assert_int_equal(hr_jit_call(jit, (const hr_tensor *const[]){x[1]}, 1, got, 2), HR_OK);
+    assert_int_equal(hr_plan_output_allocs(), allocs + 2);
+    assert_ptr_not_equal(hr_tensor_data(got[0]), hr_tensor_data(held[0]));
+    check_two_outputs(x[1], got);
+    hr_tensor *want_view = NULL, *x0_bf16 = NULL;
+    assert_int_equal(hr_cast(x[0], HR_BF16, &x0_bf16), HR_OK);
+    assert_int_equal(hr_tensor_narrow(x0_bf16, 0, 1, 3, &want_view), HR_OK);
+    test_assert_same(view, want_view);
+    hr_tensor *want_held[2] = {0};
+    assert_int_equal(fn_two_outputs(NULL, (const hr_tensor *const[]){x[0]}, 1, want_held, 2), HR_OK);
+    test_assert_same(held[0], want_held[0]);
+    hr_tensor_free(got[0]);
+    hr_tensor_free(got[1]);
+    /* the last run's buffers are free again; the held ones stay the caller's */
+    assert_int_equal(hr_jit_call(jit, (const hr_tensor *const[]){x[2]}, 1, got, 2), HR_OK);
+    assert_int_equal(hr_plan_output_allocs(), allocs + 2);
+    check_two_outputs(x[2], got);
+    test_assert_same(held[0], want_held[0]);
+    test_assert_same(view, want_view);
+    for (int i = 0; i < 2; i++) {
+        hr_tensor_free(got[i]);
+        hr_tensor_free(want_held[i]);
+    }
+    hr_tensor_free(held[0]);
+    hr_tensor_free(view);
+    hr_tensor_free(want_view);
+    hr_tensor_free(x0_bf16);
+    for (int i = 0; i < 3; i++) hr_tensor_free(x[i]);
+    hr_jit_free(jit);
+}
+
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -488,6 +568,7 @@ int main(void) {
         cmocka_unit_test(test_arena_in_place),
         cmocka_unit_test(test_dce_and_constant_folding),
         cmocka_unit_test(test_two_processes_share_the_cache),
+        cmocka_unit_test(test_replay_reuses_freed_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

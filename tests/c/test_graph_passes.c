@@ -86,7 +86,7 @@ static void assert_close_f32(const hr_tensor *a, const hr_tensor *b, float tol) 
 static void assert_replay_matches(hr_plan *p, const hr_tensor *const *in, hr_tensor **want, int n_out) {
     for (int rep = 0; rep < 2; rep++) {
         hr_tensor *got[5] = {0};
-        assert_int_equal(hr_plan_run(p, in, got), HR_OK);
+        assert_int_equal(hr_plan_run(p, in, got, NULL), HR_OK);
         for (int i = 0; i < n_out; i++) {
             if (i < 3)
                 test_assert_same(got[i], want[i]);
@@ -206,7 +206,7 @@ static void test_fused_residual_in_place(void **state) {
     assert_int_equal(hr_plan_build(&cap, &want, 1, 1, false, &p), HR_OK);
     unsetenv("HUBRT_FUSE");
     assert_int_equal(p->n_absorbed, 3);
-    assert_int_equal(hr_plan_run(p, in, &got), HR_OK);
+    assert_int_equal(hr_plan_run(p, in, &got, NULL), HR_OK);
     test_assert_same(got, want);
     hr_tensor_free(got);
     hr_plan_free(p);
@@ -319,7 +319,7 @@ static hr_plan *check_chain(const chain_case *c, const hr_tensor *const *in, hr_
     for (int k = 0; k < 2; k++)
         for (int rep = 0; rep < 2; rep++) {
             hr_tensor *got[2] = {0};
-            assert_int_equal(hr_plan_run(plans[k], in, got), HR_OK);
+            assert_int_equal(hr_plan_run(plans[k], in, got, NULL), HR_OK);
             for (int i = 0; i < n_out; i++) {
                 test_assert_same(got[i], want[i]);
                 hr_tensor_free(got[i]);
@@ -420,7 +420,7 @@ static void test_chain_in_place(void **state) {
         assert_int_equal(p->n_chains, fuse);
         assert_int_equal(p->n_inplace, fuse ? 1 : 3);
         assert_int_equal(p->arena_size, slot);
-        assert_int_equal(hr_plan_run(p, in, &got), HR_OK);
+        assert_int_equal(hr_plan_run(p, in, &got, NULL), HR_OK);
         test_assert_same(got, want);
         hr_tensor_free(got);
         hr_plan_free(p);
@@ -464,7 +464,7 @@ static void test_threading_plan(void **state) {
     for (int k = 0; k < 2; k++)
         for (int rep = 0; rep < 2; rep++) {
             hr_tensor *got[2] = {0};
-            assert_int_equal(hr_plan_run(plans[k], in, got), HR_OK);
+            assert_int_equal(hr_plan_run(plans[k], in, got, NULL), HR_OK);
             for (int i = 0; i < 2; i++) {
                 test_assert_same(got[i], want[i]);
                 hr_tensor_free(got[i]);

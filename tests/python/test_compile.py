@@ -369,3 +369,32 @@ def test_eltwise_chain_fusion_matches_unfused_and_torch(kind, dtype, rows, h, co
         for a, b, c in zip(f, p, e):
             assert a.numpy(raw=True).tobytes() == b.numpy(raw=True).tobytes() == c.numpy(raw=True).tobytes()
     assert_close(fused[0][0], reference(x, row, col), dtype=dtype)  # exact: bf16/f16 until the cast
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_replays_reuse_freed_outputs_and_leave_held_ones_alone(dtype):
+    """A replay writes into the previous replay's outputs only once the
+    caller has let go of them: a held output (or a view of one) keeps its
+    values through later replays, whether its buffer is its own mapping
+    (4 MiB and more) or the heap."""
+    jit = Jit(lambda x: (hubrt.ops.scale(x, 2.0, 0.5), hubrt.ops.cast(x, "f32")), 2)
+    rng = np.random.default_rng(0)
+    xs = [torch.from_numpy(rng.standard_normal((1024, 1024), dtype=np.float32)).to(TORCH_DTYPE[dtype])
+          for _ in range(3)]
+    hx = [to_hr(x) for x in xs]
+
+    def want(x):
+        return (x.float() * 2.0 + 0.5).to(x.dtype), x.float()
+
+    jit(hx[0])  # the capture
+    held, held_f32 = jit(hx[1])
+    held_rows = held.narrow(0, 3, 2)
+    del held
+    for k in range(4):
+        got = jit(hx[k % 3])
+        for g, w in zip(got, want(xs[k % 3])):
+            assert_close(g, w)
+        del got
+    w_scaled, w_f32 = want(xs[1])
+    assert_close(held_rows, w_scaled[3:5])
+    assert_close(held_f32, w_f32)
