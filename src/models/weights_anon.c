@@ -129,6 +129,13 @@ static hr_status weights_mode_copy(bool *copy) {
     return hr_error(HR_ERR_INVALID_ARG, "HUBRT_WEIGHTS=%s: expected 'copy' or 'mmap'", e);
 }
 
+static hr_status pack_mode(bool *pack) {
+    const char *e = getenv("HUBRT_PACK_WEIGHTS");
+    *pack = !e || !*e || !strcmp(e, "1");
+    if (*pack || !strcmp(e, "0")) return HR_OK;
+    return hr_error(HR_ERR_INVALID_ARG, "HUBRT_PACK_WEIGHTS=%s: expected '1' or '0'", e);
+}
+
 /* The device writes its buffers through 4 KiB pages (cpu_device.c says
  * why), so a weight the loader cast or dequantized sits in small pages:
  * each whole huge page of it is collapsed in place, a huge page at a time
@@ -151,13 +158,12 @@ static hr_status collapse_owned(hr_model *m) {
 }
 
 hr_status hr_model_weights_to_anon(hr_model *m) {
-    bool copy;
+    bool copy, pack;
     HR_TRY(weights_mode_copy(&copy));
+    HR_TRY(pack_mode(&pack));
     if (!copy || m->dev != hr_device_cpu()) return HR_OK;
     HR_TRY(collapse_owned(m));
     size_t bytes;
-    const char *pack_env = getenv("HUBRT_PACK_WEIGHTS");
-    bool pack = !pack_env || strcmp(pack_env, "0") != 0;
     size_t n = weight_slots(m, true, pack, NULL, &bytes);
     if (!n) return HR_OK;
     weight_slot *slots = malloc(n * sizeof *slots);

@@ -75,3 +75,17 @@ def test_fused_decode_node_reads_panels_as_linear(checkpoint, monkeypatch, tmp_p
     monkeypatch.delenv("HUBRT_FUSE")
     plain = hubrt.AutoModelForCausalLM.from_pretrained(checkpoint).generate(ids, **args)
     np.testing.assert_array_equal(fused, plain)
+
+
+def test_pack_knob(checkpoint, monkeypatch):
+    """HUBRT_PACK_WEIGHTS=0 copies the weights as they are: the logits are
+    then the plain copy's (HUBRT_WEIGHTS=mmap reads the same bytes), bit for
+    bit; a value other than 0 or 1 is an error naming the variable."""
+    ids = np.random.default_rng(3).integers(3, 1000, (2, 13))
+    monkeypatch.setenv("HUBRT_PACK_WEIGHTS", "0")
+    plain = hubrt.AutoModelForCausalLM.from_pretrained(checkpoint)(ids).logits
+    monkeypatch.setenv("HUBRT_WEIGHTS", "mmap")
+    np.testing.assert_array_equal(hubrt.AutoModelForCausalLM.from_pretrained(checkpoint)(ids).logits, plain)
+    monkeypatch.setenv("HUBRT_PACK_WEIGHTS", "yes")
+    with pytest.raises(Exception, match="HUBRT_PACK_WEIGHTS=yes"):
+        hubrt.AutoModelForCausalLM.from_pretrained(checkpoint)
