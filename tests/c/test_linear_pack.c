@@ -111,6 +111,39 @@ static void test_packed_linear_batched_and_strided(void **state) {
     assert_int_equal(hr_linear(cont, wp, NULL, &yc), HR_OK);
     uint16_t *c = read_bf16(yt), *d = read_bf16(yc);
     assert_memory_equal(c, d, 2 * 6 * (size_t)n);
+    /* into views of C: rows 2n apart, and a transposed one (columns apart) */
+    hr_op lin;
+    assert_int_equal(hr_op_find("linear", &lin), HR_OK);
+    hr_tensor *wide_out = NULL, *rows_view = NULL, *tall = NULL, *cols_view = NULL;
+    assert_int_equal(hr_tensor_zeros(NULL, HR_BF16, 2, (int64_t[]){6, 2 * n}, &wide_out), HR_OK);
+    assert_int_equal(hr_tensor_narrow(wide_out, 1, n, n, &rows_view), HR_OK);
+    assert_int_equal(hr_tensor_zeros(NULL, HR_BF16, 2, (int64_t[]){n, 6}, &tall), HR_OK);
+    assert_int_equal(hr_tensor_transpose(tall, 0, 1, &cols_view), HR_OK);
+    const hr_tensor *in[2] = {cont, wp};
+    assert_int_equal(hr_op_run(lin, NULL, in, 2, &rows_view, 1), HR_OK);
+    assert_int_equal(hr_op_run(lin, NULL, in, 2, &cols_view, 1), HR_OK);
+    uint16_t *e = read_bf16(wide_out), *f = read_bf16(tall);
+    for (int64_t i = 0; i < 6; i++)
+        for (int64_t j = 0; j < n; j++) {
+            assert_int_equal(e[i * 2 * n + j], 0);
+            assert_int_equal(e[i * 2 * n + n + j], d[i * n + j]);
+            assert_int_equal(f[j * 6 + i], d[i * n + j]);
+        }
+    free(e), free(f);
+    /* a batch whose rows are not evenly spaced: [2, 3] of a [2, 4] grid */
+    hr_tensor *grid = NULL, *uneven = NULL;
+    assert_int_equal(hr_tensor_zeros(NULL, HR_BF16, 3, (int64_t[]){2, 4, n}, &grid), HR_OK);
+    assert_int_equal(hr_tensor_narrow(grid, 1, 0, 3, &uneven), HR_OK);
+    const hr_tensor *in3[2] = {x, wp};
+    assert_int_equal(hr_op_run(lin, NULL, in3, 2, &uneven, 1), HR_OK);
+    uint16_t *g = read_bf16(grid);
+    for (int64_t bi = 0; bi < 2; bi++)
+        for (int64_t r = 0; r < 4; r++)
+            for (int64_t j = 0; j < n; j++)
+                assert_int_equal(g[(bi * 4 + r) * n + j], r < 3 ? a[(bi * 3 + r) * n + j] : 0);
+    free(g);
+    hr_tensor_free(grid), hr_tensor_free(uneven);
+    hr_tensor_free(wide_out), hr_tensor_free(rows_view), hr_tensor_free(tall), hr_tensor_free(cols_view);
     free(a), free(b), free(c), free(d);
     hr_tensor_free(w), hr_tensor_free(wp), hr_tensor_free(x), hr_tensor_free(flat), hr_tensor_free(wide);
     hr_tensor_free(big), hr_tensor_free(cont), hr_tensor_free(y3), hr_tensor_free(y2);
