@@ -1,6 +1,7 @@
 /* The CPU sdpa kernel's per-worker scratch (k_attention.h) does not grow
  * with the number of keys or queries: each path's request, as the kernel
- * plans it, is the same for 512 and 131072 tokens. The tensors are
+ * plans it, is the same for 512 and 131072 tokens; nor do the decode
+ * splits' partial results past 64 splits (16384 keys). The tensors are
  * broadcast views (stride 0 along the tokens), since the plan reads only
  * shapes, strides and dtypes. */
 #include <setjmp.h>
@@ -26,8 +27,9 @@ static hr_tensor *rows_view(int64_t heads, int64_t n, hr_dtype dt) {
 }
 
 /* The planned call's scratch bytes per worker for s queries over t keys;
- * *bf16 tells whether it took the AVX-512 BF16 paths. */
-static size_t scratch_for(int64_t s, int64_t t, hr_dtype dt, bool *bf16) {
+ * *bf16 tells whether it took the AVX-512 BF16 paths, *parts gets the
+ * bytes of its decode splits' partial results. */
+static size_t scratch_for(int64_t s, int64_t t, hr_dtype dt, bool *bf16, size_t *parts) {
     hr_tensor *q = rows_view(HQ, s, dt), *k = rows_view(HKV, t, dt), *v = rows_view(HKV, t, dt);
     hr_tensor *o = rows_view(HQ, s, dt);
     const hr_tensor *in[3] = {q, k, v};
@@ -36,6 +38,7 @@ static size_t scratch_for(int64_t s, int64_t t, hr_dtype dt, bool *bf16) {
     hr_attn_plan(&c, &a, in, 3, o);
     size_t n = hr_attn_scratch_bytes(&c);
     *bf16 = c.bf16;
+    *parts = hr_attn_parts_bytes(&c);
     hr_tensor_free(q), hr_tensor_free(k), hr_tensor_free(v), hr_tensor_free(o);
     return n;
 }
@@ -43,16 +46,26 @@ static size_t scratch_for(int64_t s, int64_t t, hr_dtype dt, bool *bf16) {
 static void check_isa(hr_cpu_isa isa, hr_dtype dt) {
     if (hr_cpu_isa_set(isa) != HR_OK) return; /* the CPU lacks it */
     bool bf16_short, bf16_long = false;
+    size_t parts_short, parts_long;
     for (int decode = 0; decode < 2; decode++) { /* prefill: s = t; decode: one query per sequence */
-        size_t short_bytes = scratch_for(decode ? 1 : 512, 512, dt, &bf16_short);
-        size_t long_bytes = scratch_for(decode ? 1 : 131072, 131072, dt, &bf16_long);
+        size_t short_bytes = scratch_for(decode ? 1 : 512, 512, dt, &bf16_short, &parts_short);
+        size_t long_bytes = scratch_for(decode ? 1 : 131072, 131072, dt, &bf16_long, &parts_long);
         assert_int_equal(bf16_short, bf16_long);
         assert_int_equal(short_bytes, long_bytes);
         /* a fixed key block and the chunk's query rows: well under what
          * 131072 keys of one kv head take (64 MB here) */
         assert_true(long_bytes < ((size_t)2 << 20));
         assert_true(long_bytes > 0);
+        if (!decode) assert_int_equal(parts_long, 0);
     }
+    /* decode: 64 splits of the (batch, kv head) pairs' two rows at most, as
+     * many as 16384 keys make */
+    size_t most = sizeof(float) * 64 * HKV * (HQ / HKV) * (2 + D);
+    assert_int_equal(parts_long, most);
+    scratch_for(1, 16384, dt, &bf16_short, &parts_short);
+    assert_int_equal(parts_short, most);
+    scratch_for(1, 16128, dt, &bf16_short, &parts_short); /* 63 splits */
+    assert_int_equal(parts_short, most / 64 * 63);
     /* bf16 under AVX-512 takes the BF16 paths where the CPU has them */
     assert_int_equal(bf16_long, dt == HR_BF16 && isa >= HR_ISA_AVX512 && hr_gemm_use_avx512_bf16());
 }

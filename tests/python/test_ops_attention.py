@@ -371,3 +371,20 @@ def test_sdpa_bf16_long_prefill_chunks(isa):
     in chunks of up to 16, the causal diagonal crossing every key block."""
     q, k, v = qkv(1, 7, 1, 1109, 1109, 128, dtype="bf16")
     check_bf16(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True), q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_sdpa_decode_long_context(isa, dtype):
+    """Decode over 20001 keys: past 64 key splits of 256 the splits grow
+    (320 keys here, the last one short), so that their partial results stay
+    bounded; under a bool mask hiding a span that crosses split edges."""
+    b, hq, hkv, t, d = 2, 4, 2, 20001, 64
+    q, k, v = qkv(b, hq, hkv, 1, t, d, dtype=dtype)
+    keep = torch.ones(b, 1, 1, t, dtype=torch.bool)
+    keep[1, ..., 300:13000] = False
+    got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(keep))
+    if dtype == "bf16":
+        check_bf16(got, q, k, v, mask=keep)
+    else:
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
+        assert_close(got, want, atol=2e-5)

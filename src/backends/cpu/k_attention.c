@@ -305,8 +305,8 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
 
 /* The keys [lo, hi) of split sp; rows span positions t - s .. t - 1. */
 static void decode_range(const attn_ctx *c, int64_t sp, int64_t *lo, int64_t *hi) {
-    *lo = sp * DEC_SPLIT;
-    *hi = (sp + 1) * DEC_SPLIT < c->t ? (sp + 1) * DEC_SPLIT : c->t;
+    *lo = sp * c->dsplit;
+    *hi = (sp + 1) * c->dsplit < c->t ? (sp + 1) * c->dsplit : c->t;
     if (c->window > 0 && c->t - c->s - c->window + 1 > *lo) *lo = c->t - c->s - c->window + 1;
 }
 
@@ -405,6 +405,10 @@ static size_t attn_layout(const attn_ctx *c, float *mem, attn_scratch *s) {
     return (size_t)(s->row + nrow - s->qp);
 }
 
+size_t hr_attn_parts_bytes(const attn_ctx *c) {
+    return c->decode && c->nsplit > 1 ? sizeof(float) * (size_t)(c->units * c->rep * c->s * (2 + c->dv)) : 0;
+}
+
 size_t hr_attn_scratch_bytes(const attn_ctx *c) {
     if (c->bf16 && !c->decode) return hr_attn_bf16_scratch_bytes(c);
     attn_scratch s;
@@ -472,7 +476,14 @@ void hr_attn_plan(attn_ctx *c, const hr_attrs_sdpa *a, const hr_tensor *const *i
               hr_gemm_use_avx512_bf16();
     c->nth = hr_parallel_threads_for(c->b * c->hq * c->s * (c->t + 1) * (c->d + c->dv + 1), HR_GRAIN_MATMUL);
     if (c->decode) {
-        c->nsplit = (c->t + DEC_SPLIT - 1) / DEC_SPLIT;
+        /* Past HR_ATTN_DEC_MAX_SPLITS splits of the least size, longer
+         * ones (whole key blocks), so that the partial results stay a
+         * bounded share of K/V; a long context leaves both threads
+         * enough splits to share. */
+        c->dsplit = DEC_SPLIT;
+        if ((c->t + DEC_SPLIT - 1) / DEC_SPLIT > HR_ATTN_DEC_MAX_SPLITS)
+            c->dsplit = ((c->t + HR_ATTN_DEC_MAX_SPLITS - 1) / HR_ATTN_DEC_MAX_SPLITS + BK - 1) / BK * BK;
+        c->nsplit = (c->t + c->dsplit - 1) / c->dsplit;
         c->units = c->b * c->hkv * c->nsplit;
     } else if (c->bf16) {
         /* Chunks of row blocks share one packing of each K/V block; enough
@@ -494,8 +505,8 @@ static hr_status k_sdpa(const void *attrs, const hr_tensor *const *in, int n_in,
     static const hr_attrs_sdpa defaults = {0};
     attn_ctx c;
     hr_attn_plan(&c, attrs ? attrs : &defaults, in, n_in, out[0]);
-    if (c.decode && c.nsplit > 1) {
-        c.parts = malloc(sizeof(float) * (size_t)(c.units * c.rep * c.s * (2 + c.dv)));
+    if (hr_attn_parts_bytes(&c)) {
+        c.parts = malloc(hr_attn_parts_bytes(&c));
         if (!c.parts) return hr_error(HR_ERR_OOM, "sdpa: out of memory for %lld key splits", (long long)c.units);
     }
     atomic_init(&c.failed, 0);

@@ -18,7 +18,8 @@
 #define HR_ATTN_BQ 48 /* query rows per block, a multiple of HR_GEMM_F32_MR and of 6 */
 #define HR_ATTN_BK 64 /* keys per block, a multiple of HR_GEMM_F32_NR and of 16 */
 #define HR_ATTN_DEC_ROWS 8    /* rep * s up to this takes the direct (decode) path */
-#define HR_ATTN_DEC_SPLIT 256 /* keys per decode split, a multiple of BK, counted from key 0 */
+#define HR_ATTN_DEC_SPLIT 256 /* least keys per decode split, a multiple of BK, counted from key 0 */
+#define HR_ATTN_DEC_MAX_SPLITS 64 /* decode splits per (batch, kv head) at most, bounding c->parts */
 #define HR_ATTN_CHUNK 16 /* bf16 prefill: most row blocks per unit, whose running state the scratch holds */
 
 typedef struct attn_ctx {
@@ -35,7 +36,8 @@ typedef struct attn_ctx {
     int64_t mstr[4]; /* mask strides against [b, hq, s, t]; 0 where it broadcasts */
     int64_t rblocks, units; /* row blocks of HR_ATTN_BQ over rep * s rows */
     int64_t chunks;  /* bf16 prefill: chunks of up to HR_ATTN_CHUNK row blocks per (batch, kv head) */
-    bool decode;     /* few rows: the direct path, keys split HR_ATTN_DEC_SPLIT at a time */
+    bool decode;     /* few rows: the direct path, its keys in splits */
+    int64_t dsplit;  /* keys per split: HR_ATTN_DEC_SPLIT, or more past HR_ATTN_DEC_MAX_SPLITS of them */
     int64_t nsplit;  /* key splits per (batch, kv head) in the direct path */
     float *parts;    /* [units][rep * s][2 + dv]: max, denominator, numerators; NULL when nsplit is 1 */
     int nth;         /* threads the call runs on */
@@ -76,9 +78,10 @@ typedef struct attn_pf {
 /* Fills c for the call (q, k, v[, mask] -> o): shapes, attributes, the
  * path, its units and threads; allocates nothing. */
 void hr_attn_plan(attn_ctx *c, const hr_attrs_sdpa *a, const hr_tensor *const *in, int n_in, hr_tensor *o);
-/* Bytes of scratch each worker of the planned call allocates (the decode
- * key splits' partial results, c->parts, aside). */
+/* Bytes of scratch each worker of the planned call allocates, and of the
+ * decode splits' partial results (c->parts) the call allocates. */
 size_t hr_attn_scratch_bytes(const attn_ctx *c);
+size_t hr_attn_parts_bytes(const attn_ctx *c);
 size_t hr_attn_bf16_scratch_bytes(const attn_ctx *c);
 
 /* How many keys of [j0, j0+nk) rows [r0, r0+nq) need: up to the last one
