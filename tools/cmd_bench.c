@@ -121,9 +121,10 @@ int hr_cmd_bench(int argc, char **argv) {
     if (stats) hr_cli_print_compile_stats();
     printf("{\"arch\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"batch\":%lld,\"prompt_len\":%lld,"
            "\"gen\":%lld,\"load_s\":%.4f,\"prefill_s\":%.4f,\"decode_s\":%.4f,\"prefill_tok_s\":%.2f,"
-           "\"decode_tok_s\":%.2f,\"peak_rss_mb\":%.1f",
+           "\"decode_tok_s\":%.2f,\"prefill_cpu_s\":%.4f,\"decode_cpu_s\":%.4f,\"peak_rss_mb\":%.1f",
            hr_model_arch(m), hr_dtype_name(hr_model_dtype(m)), hr_num_threads(), (long long)batch,
-           (long long)plen, (long long)gen, load_s, st.prefill_s, st.decode_s, prefill, decode, peak_rss_mb());
+           (long long)plen, (long long)gen, load_s, st.prefill_s, st.decode_s, prefill, decode, st.prefill_cpu_s,
+           st.decode_cpu_s, peak_rss_mb());
     if (compile) {
         /* process totals, warm-up included: plans found on disk are hits, not compiles */
         hr_compile_stats cs;

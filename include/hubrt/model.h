@@ -113,6 +113,10 @@ typedef struct hr_generate_stats {
     int64_t prompt_tokens;    /* per row, padding included */
     int64_t new_tokens;       /* decode steps taken (incl. the first token) */
     double prefill_s, decode_s;
+    /* The same spans in the process's CPU time (every thread, a pool
+     * thread's spin-waiting included): with one thread, the work itself,
+     * steady when other processes share the cores. */
+    double prefill_cpu_s, decode_cpu_s;
 } hr_generate_stats;
 
 /* input_ids/attention_mask [batch, seq] row-major (mask NULL: no padding;

@@ -49,7 +49,8 @@ class _GenerationConfig(ctypes.Structure):
 
 class _GenerateStats(ctypes.Structure):
     _fields_ = [("prompt_tokens", ctypes.c_int64), ("new_tokens", ctypes.c_int64),
-                ("prefill_s", ctypes.c_double), ("decode_s", ctypes.c_double)]
+                ("prefill_s", ctypes.c_double), ("decode_s", ctypes.c_double),
+                ("prefill_cpu_s", ctypes.c_double), ("decode_cpu_s", ctypes.c_double)]
 
 
 _load = fn("hr_model_load", [ctypes.c_char_p, ctypes.POINTER(_ModelOptions), ctypes.POINTER(_P)])
@@ -222,7 +223,8 @@ class HubrtModelForCausalLM:
             res = torch.from_numpy(res.copy())
         if return_stats:
             return res, {"prompt_tokens": stats.prompt_tokens, "new_tokens": stats.new_tokens,
-                         "prefill_s": stats.prefill_s, "decode_s": stats.decode_s}
+                         "prefill_s": stats.prefill_s, "decode_s": stats.decode_s,
+                         "prefill_cpu_s": stats.prefill_cpu_s, "decode_cpu_s": stats.decode_cpu_s}
         return res
 
 

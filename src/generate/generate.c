@@ -29,6 +29,12 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 typedef struct gen_state {
     int64_t b, seq, cap, t;  /* t: tokens per row so far */
     int64_t *tokens;         /* [b, cap] */
@@ -203,7 +209,7 @@ hr_status hr_generate(hr_model *m, const int64_t *input_ids, const int64_t *atte
     hr_kv_cache *kv = NULL;
     hr_tensor *logits = NULL;
     memset(&smp, 0, sizeof smp);
-    double t0 = now_s(), t1 = t0;
+    double t0 = now_s(), t1 = t0, c0 = cpu_s(), c1 = c0;
     hr_status st = state_init(&g, b, seq, cap, chunk, m->cfg.vocab_size);
     if (st == HR_OK) st = hr_sampler_init(&smp, cfg, m->cfg.vocab_size);
     if (st == HR_OK) st = hr_kv_cache_create(m, b, cap, &kv);
@@ -240,12 +246,12 @@ hr_status hr_generate(hr_model *m, const int64_t *input_ids, const int64_t *atte
     while (st == HR_OK) {
         st = pick_tokens(m, cfg, &smp, &g, eos, n_eos, pad, logits, &live);
         if (st != HR_OK) break;
-        if (steps++ == 0) t1 = now_s();
+        if (steps++ == 0) t1 = now_s(), c1 = cpu_s();
         if (!live || steps == cfg->max_new_tokens) break;
         for (int64_t r = 0; r < b; r++) g.pos[r] = ++g.last_pos[r];
         st = forward_span(m, &g, kv, g.t - 1, 1, g.pos, cfg->compile, &logits);
     }
-    double t2 = now_s();
+    double t2 = now_s(), c2 = cpu_s();
     if (st == HR_OK) {
         for (int64_t r = 0; r < b; r++)
             memcpy(out_ids + r * cap, g.tokens + r * cap, sizeof(int64_t) * (size_t)cap);
@@ -255,6 +261,8 @@ hr_status hr_generate(hr_model *m, const int64_t *input_ids, const int64_t *atte
             stats->new_tokens = steps;
             stats->prefill_s = t1 - t0;
             stats->decode_s = t2 - t1;
+            stats->prefill_cpu_s = c1 - c0;
+            stats->decode_cpu_s = c2 - c1;
         }
     }
     hr_tensor_free(logits);
