@@ -133,6 +133,20 @@ INLINE_ void tile(int rows, int64_t k, const uint16_t *x, int64_t ldx, const uin
         for (int j = 0; j < 4; j++) _mm512_storeu_ps(y + r * PN + 16 * j, acc[r][j]);
 }
 
+/* tile() with the row count (1..PR) a constant in each copy, so the
+ * loops over rows unroll into registers. */
+INLINE_ void tile_rows(int rows, int64_t k, const uint16_t *x, int64_t ldx, const uint32_t *panel, float *y,
+                       pf_panel *pf) {
+    switch (rows) {
+    case 1: tile(1, k, x, ldx, panel, y, pf); break;
+    case 2: tile(2, k, x, ldx, panel, y, pf); break;
+    case 3: tile(3, k, x, ldx, panel, y, pf); break;
+    case 4: tile(4, k, x, ldx, panel, y, pf); break;
+    case 5: tile(5, k, x, ldx, panel, y, pf); break;
+    default: tile(PR, k, x, ldx, panel, y, pf); break;
+    }
+}
+
 /* Weight rows [0, nj) (nj <= PN, ldw apart) x K [0, kc) into panel
  * [(kc + 1) / 2][PN] u32: the pair p of row j at p * PN + j. Rows past nj
  * and the partner of an odd last element are zero. */
@@ -215,14 +229,7 @@ static TARGET_ void panel_unit(const panel_ctx *ctx, int64_t u, int nj, uint32_t
     for (int64_t r = 0; r < ctx->rows; r += PR) {
         const uint16_t *xr = ctx->x + r * ctx->ldx;
         int rows = ctx->rows - r < PR ? (int)(ctx->rows - r) : PR;
-        switch (rows) {
-        case 1: tile(1, g->k, xr, ctx->ldx, panel, y, &pf); break;
-        case 2: tile(2, g->k, xr, ctx->ldx, panel, y, &pf); break;
-        case 3: tile(3, g->k, xr, ctx->ldx, panel, y, &pf); break;
-        case 4: tile(4, g->k, xr, ctx->ldx, panel, y, &pf); break;
-        case 5: tile(5, g->k, xr, ctx->ldx, panel, y, &pf); break;
-        default: tile(PR, g->k, xr, ctx->ldx, panel, y, &pf); break;
-        }
+        tile_rows(rows, g->k, xr, ctx->ldx, panel, y, &pf);
         store_rows(ctx, r, rows, j0, nj, y, g->bias ? bias : NULL, simd);
     }
 }
@@ -230,14 +237,7 @@ static TARGET_ void panel_unit(const panel_ctx *ctx, int64_t u, int nj, uint32_t
 TARGET_ void hr_gemm_panel_rows(int rows, int64_t k, const uint16_t *x, int64_t ldx, const uint32_t *panel,
                                 float *y) {
     pf_panel none = {0};
-    switch (rows) {
-    case 1: tile(1, k, x, ldx, panel, y, &none); break;
-    case 2: tile(2, k, x, ldx, panel, y, &none); break;
-    case 3: tile(3, k, x, ldx, panel, y, &none); break;
-    case 4: tile(4, k, x, ldx, panel, y, &none); break;
-    case 5: tile(5, k, x, ldx, panel, y, &none); break;
-    default: tile(PR, k, x, ldx, panel, y, &none); break;
-    }
+    tile_rows(rows, k, x, ldx, panel, y, &none);
 }
 
 size_t hr_gemm_panel_bytes(int64_t k) { return (size_t)((k + 1) / 2) * PN * 4; }
