@@ -55,7 +55,9 @@ typedef struct panel_ctx {
  * one, so the misses spread over its math: a burst would fill the core's
  * miss buffers and stall the loads behind it. Packed: one contiguous
  * panel; packing per call: the next PN weight rows, too many streams for
- * the hardware prefetcher. Rows of `len` bytes, ld bytes apart. */
+ * the hardware prefetcher, one contiguous range when the rows are back to
+ * back (a linear's weight). Four registers, so that the tile keeps its row
+ * addresses in general ones. */
 /* K steps per prefetched line: the prefetches run over the unit's last
  * PF_WINDOW x lines steps, not from its start, so that with many rows the
  * x rows streaming through L2 meanwhile do not evict them before use
@@ -64,11 +66,9 @@ typedef struct panel_ctx {
 #define PF_WINDOW 2
 
 typedef struct pf_panel {
-    const char *row; /* row being prefetched; NULL when done */
-    int64_t off, len, ld;
-    int64_t rows_left; /* after this one */
-    int64_t wait;      /* K steps before the first line */
-    int per_step;      /* lines per K step */
+    const char *p, *end; /* next line, end of the range (p == end: done) */
+    int64_t wait;        /* K steps before the first line */
+    int64_t per_step;    /* lines per K step */
 } pf_panel;
 
 INLINE_ void pf_lines(pf_panel *pf) {
@@ -76,14 +76,7 @@ INLINE_ void pf_lines(pf_panel *pf) {
         pf->wait--;
         return;
     }
-    for (int i = 0; i < pf->per_step && pf->row; i++) {
-        _mm_prefetch(pf->row + pf->off, _MM_HINT_T1);
-        pf->off += 64;
-        if (pf->off >= pf->len) {
-            pf->off = 0;
-            pf->row = pf->rows_left-- > 0 ? pf->row + pf->ld : NULL;
-        }
-    }
+    for (int64_t i = 0; i < pf->per_step && pf->p < pf->end; i++, pf->p += 64) _mm_prefetch(pf->p, _MM_HINT_T1);
 }
 
 /* One K pair (the lone last element when `lone`) of every row against the
@@ -195,24 +188,25 @@ static pf_panel next_unit_stream(const panel_ctx *ctx, int64_t u, int64_t steps)
     const hr_gemm *g = ctx->g;
     pf_panel pf = {0};
     int64_t j1 = (u + 1) * PN;
-    if (j1 >= g->n) return pf;
-    if (ctx->packed) {
-        pf.row = (const char *)(ctx->packed + (u + 1) * ((g->k + 1) / 2) * PN);
-        pf.len = hr_gemm_panel_bytes(g->k);
-    } else {
-        pf.row = g->b.base + j1 * g->b.cs * 2;
-        pf.len = g->k * 2;
-        pf.ld = g->b.cs * 2;
-        pf.rows_left = (g->n - j1 < PN ? g->n - j1 : PN) - 1;
-    }
-    int64_t lines = (pf.rows_left + 1) * ((pf.len + 63) / 64);
-    int64_t window = PF_WINDOW * lines < steps ? PF_WINDOW * lines : steps;
-    pf.wait = steps - window;
-    pf.per_step = (int)((lines + window - 1) / window);
     /* One row group reads the panel once, in order: the hardware prefetcher
      * streams it best alone (measured at one row: 32 GF/s without these
      * prefetches, 20-27 with them, T0/T1/NTA alike). */
-    if (ctx->rows <= PR) pf.row = NULL;
+    if (j1 >= g->n || ctx->rows <= PR) return pf;
+    size_t len;
+    if (ctx->packed) {
+        pf.p = (const char *)(ctx->packed + (u + 1) * ((g->k + 1) / 2) * PN);
+        len = hr_gemm_panel_bytes(g->k);
+    } else if (g->b.cs == g->k) {
+        pf.p = g->b.base + j1 * g->k * 2;
+        len = (size_t)(g->n - j1 < PN ? g->n - j1 : PN) * (size_t)g->k * 2;
+    } else {
+        return pf; /* rows apart: too many streams to follow */
+    }
+    pf.end = pf.p + len;
+    int64_t lines = (int64_t)(len + 63) / 64;
+    int64_t window = PF_WINDOW * lines < steps ? PF_WINDOW * lines : steps;
+    pf.wait = steps - window;
+    pf.per_step = (lines + window - 1) / window;
     return pf;
 }
 
