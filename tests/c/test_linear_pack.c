@@ -152,7 +152,9 @@ static void test_packed_linear_batched_and_strided(void **state) {
 
 /* With full-mantissa data, row i of a 200-row call has the same bits as
  * the same row alone and in a 7-row call (the unpacked routes sum in
- * another order at each of these counts). */
+ * another order at each of these counts), and every unit is computed once
+ * whatever the thread count (tasks claim units from both ends of their
+ * segments). */
 static void test_packed_rows_batch_invariant(void **state) {
     if (!have_kernels()) skip();
     int64_t k = 1000, n = 300, m = 200;
@@ -170,6 +172,18 @@ static void test_packed_rows_batch_invariant(void **state) {
             free(part);
             hr_tensor_free(xs), hr_tensor_free(ys);
         }
+    /* and at any thread count: 1, 3 (a task with no partner) and 5 */
+    int threads = hr_num_threads();
+    for (int nth = 1; nth <= 5; nth += 2) {
+        assert_int_equal(hr_set_num_threads(nth), HR_OK);
+        hr_tensor *yt = NULL;
+        assert_int_equal(hr_linear(x, wp, NULL, &yt), HR_OK);
+        uint16_t *part = read_bf16(yt);
+        assert_memory_equal(part, all, 2 * (size_t)(m * n));
+        free(part);
+        hr_tensor_free(yt);
+    }
+    assert_int_equal(hr_set_num_threads(threads), HR_OK);
     free(all);
     hr_tensor_free(w), hr_tensor_free(wp), hr_tensor_free(x), hr_tensor_free(y);
 }
