@@ -12,3 +12,9 @@ void *hr_anon_map_aligned(size_t len, size_t align) {
     munmap(p + len, (size_t)(raw + align - p));
     return p;
 }
+
+void *hr_anon_map_huge(size_t len) {
+    void *p = hr_anon_map_aligned(len, HR_HUGE_PAGE);
+    if (p) madvise(p, len, MADV_HUGEPAGE);
+    return p;
+}

@@ -11,4 +11,11 @@
  * size); NULL when the map fails. Release with munmap(p, len). */
 void *hr_anon_map_aligned(size_t len, size_t align);
 
+#define HR_HUGE_PAGE ((size_t)2 << 20)
+/* len bytes (a multiple of HR_HUGE_PAGE) on a huge page boundary, advised
+ * MADV_HUGEPAGE, for memory streamed on every call (model weights): every
+ * page of it can be a huge one. Without THP it works the same, just in
+ * small pages. NULL when the map fails; release with munmap(p, len). */
+void *hr_anon_map_huge(size_t len);
+
 #endif

@@ -25,7 +25,7 @@
 /* Bytes copied between two drops of file pages: what peak memory exceeds
  * the weights by. */
 #define ANON_CHUNK ((size_t)2 << 20)
-#define ANON_HUGE_PAGE ((size_t)2 << 20)
+#define ANON_HUGE_PAGE HR_HUGE_PAGE
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25 /* Linux 6.1; older headers lack it */
 #endif
@@ -45,21 +45,11 @@ static void anon_release(void *ctx) {
 
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-/* len bytes (a multiple of ANON_HUGE_PAGE) of anonymous memory starting on
- * a huge page boundary, so that every page of it can be a huge one. */
-static void *map_huge_aligned(size_t len) {
-    void *addr = hr_anon_map_aligned(len, ANON_HUGE_PAGE);
-    if (!addr) return NULL;
-    /* Without THP the copy still works; it just reads no faster. */
-    madvise(addr, len, MADV_HUGEPAGE);
-    return addr;
-}
-
-/* A weight handle and whether its weight is packed for linear
- * (linear_pack.h) instead of copied. */
+/* A weight handle and the bytes of its packed copy when it is packed for
+ * linear (linear_pack.h) instead of copied; 0 when copied. */
 typedef struct weight_slot {
     hr_tensor **t;
-    bool pack;
+    size_t packed;
 } weight_slot;
 
 /* The model's weight handles that view a checkpoint file (in_files) or
@@ -75,7 +65,7 @@ static size_t weight_slots(hr_model *m, bool in_files, bool pack_linear, weight_
     if ((t) && hr_tensor_is_contiguous(t) && hr_tensor_nbytes(t) > 0 &&                          \
         hr_checkpoint_drop_pages(m->ckpt, hr_tensor_ptr(t), 0) == in_files) {                     \
         size_t packed = pack_linear && (linear) ? hr_linear_pack_bytes(t) : 0;                    \
-        if (slots) slots[n] = (weight_slot){&(t), packed > 0};                                           \
+        if (slots) slots[n] = (weight_slot){&(t), packed};                                        \
         n++;                                                                                      \
         *bytes += align_up(packed ? packed : hr_tensor_nbytes(t), ANON_ALIGN);                   \
     }
@@ -171,7 +161,7 @@ hr_status hr_model_weights_to_anon(hr_model *m) {
     size_t *src_n = malloc(n * sizeof *src_n);
     anon_map *a = malloc(sizeof *a);
     size_t len = align_up(bytes, ANON_HUGE_PAGE);
-    void *addr = slots && src && src_n && a ? map_huge_aligned(len) : NULL;
+    void *addr = slots && src && src_n && a ? hr_anon_map_huge(len) : NULL;
     if (!addr) {
         free(slots);
         free(src);
@@ -188,9 +178,8 @@ hr_status hr_model_weights_to_anon(hr_model *m) {
     for (size_t i = 0; i < n && s == HR_OK; i++) {
         src[i] = hr_tensor_ptr(*slots[i].t);
         src_n[i] = hr_tensor_nbytes(*slots[i].t);
-        size_t used = slots[i].pack ? hr_linear_pack_bytes(*slots[i].t) : src_n[i];
-        s = slots[i].pack ? pack_weight(m, a, dst, *slots[i].t) : move_weight(m, a, dst, slots[i].t);
-        dst += align_up(used, ANON_ALIGN);
+        s = slots[i].packed ? pack_weight(m, a, dst, *slots[i].t) : move_weight(m, a, dst, slots[i].t);
+        dst += align_up(slots[i].packed ? slots[i].packed : src_n[i], ANON_ALIGN);
     }
     /* Reading a page maps its cached neighbours too (fault-around), so the
      * drops during the copy leave some pages mapped: once more, now that

@@ -73,6 +73,10 @@ hr_status hr_gemm_skinny_run(const hr_gemm *g, int64_t rows);
 hr_status hr_gemm_panel_run(const hr_gemm *g, int64_t rows, const uint16_t *x, int64_t ldx);
 /* Bytes of one panel over k: the packed weight is ceil(n / 64) of them. */
 size_t hr_gemm_panel_bytes(int64_t k);
+/* Panel u (weight rows [64u, 64u + 64)) of a packed weight over k. */
+static inline const uint32_t *hr_gemm_panel_at(const uint32_t *panels, int64_t k, int64_t u) {
+    return panels + u * ((k + 1) / 2) * HR_GEMM_PANEL_N;
+}
 /* Weight rows [0, nj) (nj <= 64, ldw elements apart) x K [0, kc) into one
  * panel; rows past nj and the partner of an odd last element are zero.
  * AVX-512 only. */

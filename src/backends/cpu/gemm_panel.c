@@ -55,7 +55,6 @@ typedef struct panel_ctx {
     int64_t units;          /* of PN weight rows */
     const uint32_t *packed; /* B's panels made at load, or NULL: pack per call */
     int64_t ldc;            /* C's rows, across batches, this many elements apart; -1: not evenly */
-    int nseg;
     _Atomic uint64_t ends[P_MAX_SEGS]; /* segment s's unclaimed units: [low 32 bits, high 32 bits) */
     atomic_int failed;
 } panel_ctx;
@@ -73,13 +72,6 @@ static int64_t claim(panel_ctx *ctx, int s, bool front) {
     }
 }
 
-/* The lines of the panel used next, prefetched a few per K step of this
- * one, so the misses spread over its math: a burst would fill the core's
- * miss buffers and stall the loads behind it. Packed: one contiguous
- * panel; packing per call: the next PN weight rows, too many streams for
- * the hardware prefetcher, one contiguous range when the rows are back to
- * back (a linear's weight). Four registers, so that the tile keeps its row
- * addresses in general ones. */
 /* K steps per prefetched line: the prefetches run over the unit's last
  * PF_WINDOW x lines steps, not from its start, so that with many rows the
  * x rows streaming through L2 meanwhile do not evict them before use
@@ -87,6 +79,13 @@ static int64_t claim(panel_ctx *ctx, int s, bool front) {
  * 512). */
 #define PF_WINDOW 2
 
+/* The lines of the panel used next, prefetched a few per K step of this
+ * one, so the misses spread over its math: a burst would fill the core's
+ * miss buffers and stall the loads behind it. Packed: one contiguous
+ * panel; packing per call: the next PN weight rows, too many streams for
+ * the hardware prefetcher, one contiguous range when the rows are back to
+ * back (a linear's weight). Four registers, so that the tile keeps its row
+ * addresses in general ones. */
 typedef struct pf_panel {
     const char *p, *end; /* next line, end of the range (p == end: done) */
     int64_t wait;        /* K steps before the first line */
@@ -216,7 +215,7 @@ static pf_panel next_unit_stream(const panel_ctx *ctx, int64_t next, int64_t ste
     if (next < 0 || j1 >= g->n || ctx->rows <= PR) return pf;
     size_t len;
     if (ctx->packed) {
-        pf.p = (const char *)(ctx->packed + next * ((g->k + 1) / 2) * PN);
+        pf.p = (const char *)hr_gemm_panel_at(ctx->packed, g->k, next);
         len = hr_gemm_panel_bytes(g->k);
     } else if (g->b.cs == g->k) {
         pf.p = g->b.base + j1 * g->k * 2;
@@ -240,7 +239,7 @@ static TARGET_ void panel_unit(const panel_ctx *ctx, int64_t u, int64_t next, in
     int64_t j0 = u * PN;
     const uint32_t *panel = scratch;
     if (ctx->packed)
-        panel = ctx->packed + u * ((g->k + 1) / 2) * PN;
+        panel = hr_gemm_panel_at(ctx->packed, g->k, u);
     else
         hr_gemm_pack_panel((const uint16_t *)g->b.base + j0 * g->b.cs, g->b.cs, nj, g->k, scratch);
     float bias[PN], y[PR * PN];
@@ -293,10 +292,10 @@ hr_status hr_gemm_panel_run(const hr_gemm *g, int64_t rows, const uint16_t *x, i
     if (tasks > ctx.units) tasks = ctx.units;
     if (tasks > 2 * P_MAX_SEGS) tasks = 2 * P_MAX_SEGS;
     if (tasks < 1) tasks = 1;
-    ctx.nseg = (int)((tasks + 1) / 2);
-    for (int sg = 0; sg < ctx.nseg; sg++) {
+    int nseg = (int)((tasks + 1) / 2);
+    for (int sg = 0; sg < nseg; sg++) {
         int64_t b, e;
-        hr_split_range(ctx.units, sg, ctx.nseg, &b, &e);
+        hr_split_range(ctx.units, sg, nseg, &b, &e);
         atomic_init(&ctx.ends[sg], (uint64_t)e << 32 | (uint64_t)b);
     }
     hr_parallel_run(panel_worker, &ctx, (int)tasks);

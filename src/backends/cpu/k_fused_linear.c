@@ -76,7 +76,7 @@ static void fl_product(const fl_ctx *c, int j, int64_t c0, int64_t nc, float (*y
     const uint32_t *panels = c->xsz == 2 ? hr_linear_panels(w) : NULL;
     if (panels) /* as the linear op reads a packed weight: one panel per chunk */
         hr_gemm_panel_rows(c->rows, c->k, (const uint16_t *)c->x, c->k,
-                           panels + c0 / HR_GEMM_PANEL_N * (hr_gemm_panel_bytes(c->k) / 4), &y[0][0]);
+                           hr_gemm_panel_at(panels, c->k, c0 / HR_GEMM_PANEL_N), &y[0][0]);
     else
         for (int r = 0; r < c->rows; r += c->group)
             c->fn(c->k, c->rows - r < c->group ? c->rows - r : c->group, c->x + (size_t)r * (size_t)c->k * c->xsz,

@@ -83,7 +83,7 @@ typedef struct {
  * own bytes were let go after packing is not read back in. */
 static void packed_row(uint16_t *dst, int64_t ds, const uint32_t *panels, int64_t id, int64_t hidden) {
     int64_t kp = (hidden + 1) / 2;
-    const uint32_t *src = panels + (id / HR_GEMM_PANEL_N) * kp * HR_GEMM_PANEL_N + id % HR_GEMM_PANEL_N;
+    const uint32_t *src = hr_gemm_panel_at(panels, hidden, id / HR_GEMM_PANEL_N) + id % HR_GEMM_PANEL_N;
     for (int64_t p = 0; p < kp; p++) {
         uint32_t v = src[p * HR_GEMM_PANEL_N];
         dst[2 * p * ds] = (uint16_t)v;

@@ -19,7 +19,6 @@
 /* Panels packed between two chunk_done calls: 1024 weight rows (2 MiB at
  * K = 1024), what the loader's peak memory exceeds the weights by. */
 #define CHUNK_UNITS 16
-#define HUGE_PAGE ((size_t)2 << 20)
 
 static bool packable(const hr_tensor *w) {
     return w && w->dtype == HR_BF16 && w->ndim == 2 && w->shape[0] > 0 && w->shape[1] > 0 &&
@@ -42,11 +41,10 @@ static void pack_worker(void *arg, int ith, int nth) {
     const pack_ctx *c = arg;
     int64_t b, e;
     hr_split_range(c->units, ith, nth, &b, &e);
-    size_t panel = hr_gemm_panel_bytes(c->k) / 4;
     for (int64_t u = c->u0 + b; u < c->u0 + e; u++) {
         int64_t j0 = u * HR_GEMM_PANEL_N;
         int nj = c->n - j0 < HR_GEMM_PANEL_N ? (int)(c->n - j0) : HR_GEMM_PANEL_N;
-        hr_gemm_pack_panel(c->w + j0 * c->k, c->k, nj, c->k, c->dst + (size_t)u * panel);
+        hr_gemm_pack_panel(c->w + j0 * c->k, c->k, nj, c->k, (uint32_t *)hr_gemm_panel_at(c->dst, c->k, u));
     }
 }
 
@@ -105,15 +103,15 @@ hr_status hr_linear_pack(hr_tensor *weight, bool *packed) {
     size_t bytes = hr_linear_pack_bytes(weight);
     if (!bytes) return HR_OK;
     /* whole huge pages when there is one to fill: the panels stream on every call */
-    size_t align = bytes >= HUGE_PAGE ? HUGE_PAGE : 4096, len = (bytes + align - 1) / align * align;
+    bool huge = bytes >= HR_HUGE_PAGE;
+    size_t align = huge ? HR_HUGE_PAGE : 4096, len = (bytes + align - 1) / align * align;
     own_map *m = malloc(sizeof *m);
-    void *addr = m ? hr_anon_map_aligned(len, align) : NULL;
+    void *addr = !m ? NULL : huge ? hr_anon_map_huge(len) : hr_anon_map_aligned(len, align);
     if (!addr) {
         free(m);
         return hr_error(HR_ERR_OOM, "hr_linear_pack: cannot map %zu bytes for weight '%s'", len,
                         hr_tensor_name(weight));
     }
-    if (align == HUGE_PAGE) madvise(addr, len, MADV_HUGEPAGE);
     *m = (own_map){addr, len};
     hr_status s = hr_linear_pack_into(weight, addr, own_release, m, NULL, NULL);
     if (s != HR_OK) {
