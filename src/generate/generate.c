@@ -6,8 +6,11 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/half.h"
+#include "core/threadpool.h"
 #include "generate/kv_cache.h"
 #include "generate/sampling.h"
+#include "hubrt/runtime.h"
 #include "models/model_impl.h"
 
 #define HR_MAX_BATCH 64
@@ -45,7 +48,8 @@ typedef struct gen_state {
     bool *done;              /* [b] */
     char *tail;              /* [b, STOP_TAIL] decoded text tails */
     size_t *tail_len;        /* [b] */
-    float *row;              /* [vocab] */
+    float *row;              /* [nrow][vocab]: one row of f32 logits per picking task */
+    int nrow;
 } gen_state;
 
 static void state_free(gen_state *g) {
@@ -76,7 +80,9 @@ static hr_status state_init(gen_state *g, int64_t b, int64_t seq, int64_t cap, i
     g->done = calloc((size_t)b, sizeof(bool));
     g->tail = calloc((size_t)b, STOP_TAIL);
     g->tail_len = calloc((size_t)b, sizeof(size_t));
-    g->row = malloc(sizeof(float) * (size_t)vocab);
+    g->nrow = hr_num_threads() < b ? hr_num_threads() : (int)b;
+    if (g->nrow < 1) g->nrow = 1;
+    g->row = malloc(sizeof(float) * (size_t)vocab * (size_t)g->nrow);
     if (!g->tokens || !g->mask || !g->mask_stage || !g->last_pos || !g->ids || !g->pos || !g->done || !g->tail ||
         !g->tail_len || !g->row)
         return hr_error(HR_ERR_OOM, "generate: out of memory for batch %lld x %lld", (long long)b, (long long)cap);
@@ -91,7 +97,7 @@ static hr_status forward_span(hr_model *m, gen_state *g, hr_kv_cache *kv, int64_
         memcpy(g->ids + r * n, g->tokens + r * g->cap + from, sizeof(int64_t) * (size_t)n);
         memcpy(g->mask_stage + r * t, g->mask + r * g->cap, sizeof(int64_t) * (size_t)t);
     }
-    if (!compile) return hr_model_forward_host(m, g->ids, g->mask_stage, pos, b, n, kv, true, logits);
+    if (!compile) return hr_model_forward_host(m, g->ids, g->mask_stage, pos, b, n, kv, true, false, logits);
     hr_tensor_free(*logits);
     return hr_model_forward_compiled(m, g->ids, g->mask_stage, pos, b, n, kv, true, logits);
 }
@@ -135,26 +141,77 @@ static bool hit_stop_string(const hr_generate_config *cfg, gen_state *g, int64_t
     return false;
 }
 
-/* Picks the next token of every row from logits [b, 1, vocab]; returns
- * whether any row is still live. */
+typedef struct pick_ctx {
+    hr_sampler *smp;
+    gen_state *g;
+    const char *logits; /* [b][vocab] of dtype dt */
+    hr_dtype dt;
+    int64_t vocab, pad;
+    int tasks;
+} pick_ctx;
+
+/* Row r's logits widened to f32 into dst: a bf16 or f16 model's head
+ * output holds the values transformers' f32 logits would. */
+static void row_f32(const pick_ctx *p, int64_t r, float *dst) {
+    int64_t V = p->vocab;
+    if (p->dt == HR_F32) {
+        memcpy(dst, p->logits + r * V * 4, sizeof(float) * (size_t)V);
+        return;
+    }
+    const uint16_t *h = (const uint16_t *)p->logits + r * V;
+    if (p->dt == HR_BF16)
+        for (int64_t i = 0; i < V; i++) dst[i] = hr_bf16_to_f32(h[i]);
+    else
+        for (int64_t i = 0; i < V; i++) dst[i] = hr_f16_to_f32(h[i]);
+}
+
+/* Row r's next token (pad when it is done) into its slot t. */
+static void pick_row(const pick_ctx *p, int64_t r, float *row) {
+    gen_state *g = p->g;
+    int64_t t = g->t, tok = p->pad;
+    if (!g->done[r] && hr_sampler_is_argmax(p->smp)) {
+        tok = hr_sampler_argmax(p->logits + r * p->vocab * (int64_t)hr_dtype_size(p->dt), p->dt, p->vocab);
+    } else if (!g->done[r]) {
+        row_f32(p, r, row);
+        /* history: the row's real tokens */
+        int64_t first = 0;
+        while (first < t && !g->mask[r * g->cap + first]) first++;
+        tok = hr_sampler_pick(p->smp, row, g->tokens + r * g->cap + first, t - first);
+    }
+    g->tokens[r * g->cap + t] = tok;
+}
+
+/* Rows [ith * b / nth, ...) with task ith's row buffer: greedy picking has
+ * no shared state (a draw's generator runs row after row instead). */
+static void pick_worker(void *arg, int ith, int nth) {
+    const pick_ctx *p = arg;
+    int64_t lo, hi;
+    hr_split_range(p->g->b, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) pick_row(p, r, p->g->row + (int64_t)ith * p->vocab);
+}
+
+/* Picks the next token of every row from logits [b, 1, vocab] (f32, or the
+ * model's bf16/f16); returns whether any row is still live. */
 static hr_status pick_tokens(hr_model *m, const hr_generate_config *cfg, hr_sampler *smp, gen_state *g,
                              const int64_t *eos, int n_eos, int64_t pad, const hr_tensor *logits, bool *live) {
-    int64_t V = m->cfg.vocab_size, b = g->b, t = g->t;
+    int64_t b = g->b, t = g->t;
     /* Sampling runs on the host: logits on another device come over first. */
     hr_tensor *host = NULL;
     if (!hr_tensor_data(logits)) HR_TRY(hr_tensor_to(logits, hr_device_cpu(), &host));
-    const float *lp = hr_tensor_data(host ? host : logits);
+    const hr_tensor *lt = host ? host : logits;
+    pick_ctx p = {.smp = smp, .g = g, .logits = hr_tensor_data(lt), .dt = hr_tensor_dtype(lt),
+                  .vocab = m->cfg.vocab_size, .pad = pad};
+    /* a batch-64 greedy step widens and scans 64 rows of a 152k vocabulary:
+     * 1.5% of the step on one thread */
+    int tasks = smp->do_sample ? 1 : hr_parallel_threads_for(b * p.vocab, HR_GRAIN_ELTWISE);
+    if (tasks > g->nrow) tasks = g->nrow;
+    if (tasks > 1)
+        hr_parallel_run(pick_worker, &p, tasks);
+    else
+        for (int64_t r = 0; r < b; r++) pick_row(&p, r, g->row);
     *live = false;
     for (int64_t r = 0; r < b; r++) {
-        int64_t tok = pad;
-        if (!g->done[r]) {
-            memcpy(g->row, lp + r * V, sizeof(float) * (size_t)V);
-            /* history: the row's real tokens */
-            int64_t first = 0;
-            while (first < t && !g->mask[r * g->cap + first]) first++;
-            tok = hr_sampler_pick(smp, g->row, g->tokens + r * g->cap + first, t - first);
-        }
-        g->tokens[r * g->cap + t] = tok;
+        int64_t tok = g->tokens[r * g->cap + t];
         g->mask[r * g->cap + t] = 1;
         if (g->done[r]) continue;
         size_t len = 0;

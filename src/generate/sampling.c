@@ -7,6 +7,7 @@
 #endif
 
 #include "core/error.h"
+#include "core/half.h"
 #include "generate/sampling.h"
 
 /* ---- PRNG -------------------------------------------------------------- */
@@ -71,35 +72,65 @@ void hr_sampler_free(hr_sampler *s) {
     s->prob = NULL;
 }
 
+/* x[i] of a row of dtype dt (f32, bf16 or f16; a constant wherever this
+ * is inlined). */
+static inline __attribute__((always_inline)) float elem(const void *x, hr_dtype dt, int64_t i) {
+    if (dt == HR_F32) return ((const float *)x)[i];
+    uint16_t h = ((const uint16_t *)x)[i];
+    return dt == HR_BF16 ? hr_bf16_to_f32(h) : hr_f16_to_f32(h);
+}
+
+#if defined(__AVX2__)
+static inline __attribute__((always_inline)) __m256 elem8(const void *x, hr_dtype dt, int64_t i) {
+    if (dt == HR_F32) return _mm256_loadu_ps((const float *)x + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)x + i));
+    if (dt == HR_F16) return _mm256_cvtph_ps(h); /* F16C: part of the x86-64-v3 baseline */
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+#endif
+
 /* The first index of the largest logit: what a scan that moves only on a
  * strictly greater value gives, NaNs never chosen unless x[0] is one (then
  * 0). Two vector passes, the max then its first index: a batch-64 decode
  * step picks over 64 rows of a 152k vocabulary, where the scalar scan took
- * about 1% of the step. */
-static int64_t argmax(const float *x, int64_t n) {
-    if (n <= 0 || isnan(x[0])) return 0;
-    float m = x[0];
+ * about 1% of the step. A bf16 or f16 row is read as it is, each value
+ * widened exactly as the f32 row would hold it. */
+static inline __attribute__((always_inline)) int64_t argmax_dt(const void *x, hr_dtype dt, int64_t n) {
+    if (n <= 0 || isnan(elem(x, dt, 0))) return 0;
+    float m = elem(x, dt, 0);
     int64_t i = 1;
 #if defined(__AVX2__)
     /* max_ps(a, b) returns b when a is NaN: NaNs are skipped */
     __m256 vm = _mm256_set1_ps(m);
-    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(_mm256_loadu_ps(x + i), vm);
+    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(elem8(x, dt, i), vm);
     float lanes[8];
     _mm256_storeu_ps(lanes, vm);
     for (int j = 0; j < 8; j++)
         if (lanes[j] > m) m = lanes[j];
 #endif
     for (; i < n; i++)
-        if (x[i] > m) m = x[i];
+        if (elem(x, dt, i) > m) m = elem(x, dt, i);
     i = 0;
 #if defined(__AVX2__)
     for (__m256 want = _mm256_set1_ps(m); i + 8 <= n; i += 8) {
-        int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), want, _CMP_EQ_OQ));
+        int hit = _mm256_movemask_ps(_mm256_cmp_ps(elem8(x, dt, i), want, _CMP_EQ_OQ));
         if (hit) return i + __builtin_ctz((unsigned)hit);
     }
 #endif
-    while (x[i] != m) i++; /* m is one of x's values */
+    while (elem(x, dt, i) != m) i++; /* m is one of x's values */
     return i;
+}
+
+static int64_t argmax(const float *x, int64_t n) { return argmax_dt(x, HR_F32, n); }
+
+bool hr_sampler_is_argmax(const hr_sampler *s) { return !s->do_sample && s->repetition_penalty == 1.0; }
+
+int64_t hr_sampler_argmax(const void *logits, hr_dtype dt, int64_t n) {
+    switch (dt) {
+    case HR_BF16: return argmax_dt(logits, HR_BF16, n);
+    case HR_F16: return argmax_dt(logits, HR_F16, n);
+    default: return argmax_dt(logits, HR_F32, n);
+    }
 }
 
 /* transformers' RepetitionPenaltyLogitsProcessor: each token seen before is

@@ -33,5 +33,11 @@ void hr_sampler_free(hr_sampler *s);
 /* logits [vocab] (modified in place); history [n] the row's tokens so far
  * (for the repetition penalty). Returns the chosen id. */
 int64_t hr_sampler_pick(hr_sampler *s, float *logits, const int64_t *history, int64_t n);
+/* Whether s picks the largest logit, unchanged (greedy, no repetition
+ * penalty): then hr_sampler_argmax on the row as it is gives its pick. */
+bool hr_sampler_is_argmax(const hr_sampler *s);
+/* The pick of such a sampler from logits [n] of dtype dt (f32, bf16 or
+ * f16), the same as from the row widened to f32. */
+int64_t hr_sampler_argmax(const void *logits, hr_dtype dt, int64_t n);
 
 #endif

@@ -24,7 +24,7 @@ static hr_status body(hr_model *m, const hr_tensor *const *in, hr_tensor **out, 
     if (st == HR_OK) {
         hr_fwd_ctx f = {.cache = m->jit_cache, .cos = in[IN_COS], .sin = in[IN_SIN], .mask = in[IN_MASK],
                         .cache_pos = in[IN_CACHE_POS]};
-        st = hr_model_forward_core(m, in[IN_IDS], &f, last_only, &out[0]);
+        st = hr_model_forward_core(m, in[IN_IDS], &f, last_only, true, &out[0]);
     }
     hr_model_scratch_free(&m->scratch);
     m->scratch = eager;

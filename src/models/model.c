@@ -254,18 +254,21 @@ static bool has_shape(const hr_tensor *t, hr_dtype dt, int64_t b, int64_t n, int
     return t && t->dtype == dt && t->ndim == 3 && t->shape[0] == b && t->shape[1] == n && t->shape[2] == v;
 }
 
-/* f32 logits of h [b, n, hidden] into *logits, reused when it already has
- * the shape (decode steps); a reduced-precision model's head output goes
- * through a reused scratch and is cast, as transformers' logits are. */
-static hr_status lm_head(hr_model *m, const hr_tensor *h, hr_tensor **logits) {
+/* Logits of h [b, n, hidden] into *logits, reused when it already has the
+ * shape and dtype (decode steps): f32, a reduced-precision model's head
+ * output cast through a reused scratch as transformers' logits are; with
+ * `f32` false, the head output itself, in the model's dtype (the caller
+ * widens the rows it reads, skipping a pass over [b, n, vocab]). */
+static hr_status lm_head(hr_model *m, const hr_tensor *h, bool f32, hr_tensor **logits) {
     int64_t b = h->shape[0], n = h->shape[1], v = m->cfg.vocab_size;
+    hr_dtype dt = f32 ? HR_F32 : m->dtype;
     hr_scratch *sc = &m->scratch;
-    if (!has_shape(*logits, HR_F32, b, n, v)) {
+    if (!has_shape(*logits, dt, b, n, v)) {
         hr_tensor_free(*logits);
         *logits = NULL;
-        HR_TRY(hr_tensor_empty(m->dev, HR_F32, 3, (int64_t[]){b, n, v}, logits));
+        HR_TRY(hr_tensor_empty(m->dev, dt, 3, (int64_t[]){b, n, v}, logits));
     }
-    if (m->dtype == HR_F32) return hr_op_run(HR_OP_linear, NULL, IN_(h, m->lm_head), 2, logits, 1);
+    if (dt == m->dtype) return hr_op_run(HR_OP_linear, NULL, IN_(h, m->lm_head), 2, logits, 1);
     if (!has_shape(sc->head, m->dtype, b, n, v)) {
         hr_tensor_free(sc->head);
         sc->head = NULL;
@@ -293,7 +296,7 @@ hr_status hr_model_check_forward(const hr_model *m, const int64_t *ids, int64_t 
 }
 
 hr_status hr_model_forward_core(hr_model *m, const hr_tensor *ids_t, const hr_fwd_ctx *f, bool last_only,
-                                hr_tensor **logits) {
+                                bool f32_logits, hr_tensor **logits) {
     hr_scratch *sc = &m->scratch;
     hr_tensor *h_last = NULL, *o[1] = {sc->x};
     int64_t s = sc->s;
@@ -302,13 +305,13 @@ hr_status hr_model_forward_core(hr_model *m, const hr_tensor *ids_t, const hr_fw
         st = m->arch->forward_layer(m, &m->layers[l], l, f);
     if (st == HR_OK) st = hr_block_norm(m, sc->x, m->final_norm, sc->h);
     if (st == HR_OK) st = last_only ? hr_tensor_narrow(sc->h, 1, s - 1, 1, &h_last) : hr_tensor_alias(sc->h, &h_last);
-    if (st == HR_OK) st = lm_head(m, h_last, logits);
+    if (st == HR_OK) st = lm_head(m, h_last, f32_logits, logits);
     hr_tensor_free(h_last);
     return st;
 }
 
 hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *mask, const int64_t *pos,
-                                int64_t b, int64_t s, hr_kv_cache *cache, bool last_only,
+                                int64_t b, int64_t s, hr_kv_cache *cache, bool last_only, bool f32_logits,
                                 hr_tensor **logits) {
     HR_TRY(hr_model_check_forward(m, ids, b, s, cache));
     int64_t past = cache->len, t = past + s;
@@ -328,7 +331,7 @@ hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *
         st = build_mask(m, mask, b, s, past, &mask_t);
         f.mask = mask_t;
     }
-    if (st == HR_OK) st = hr_model_forward_core(m, ids_t, &f, last_only, logits);
+    if (st == HR_OK) st = hr_model_forward_core(m, ids_t, &f, last_only, f32_logits, logits);
     hr_tensor_free(ids_t);
     hr_tensor_free(pos_t);
     hr_tensor_free(mask_t);
@@ -394,7 +397,7 @@ hr_status hr_model_forward(hr_model *m, const hr_forward_args *a, hr_tensor **lo
         if (!pos) st = hr_error(HR_ERR_OOM, "forward: positions");
         for (int64_t i = 0; pos && i < b * s; i++) pos[i] = past + i % s;
     }
-    if (st == HR_OK) st = hr_model_forward_host(m, ids, mask, pos, b, s, cache, a->last_only, logits);
+    if (st == HR_OK) st = hr_model_forward_host(m, ids, mask, pos, b, s, cache, a->last_only, true, logits);
     if (st != HR_OK) {
         hr_tensor_free(*logits);
         *logits = NULL;

@@ -116,10 +116,13 @@ extern const hr_arch hr_arch_llama, hr_arch_mistral, hr_arch_qwen2, hr_arch_qwen
 const hr_arch *hr_arch_find(const char *name);
 
 /* The forward on host arrays: ids and pos [b, s], mask [b, past + s] or
- * NULL. Writes the tokens into the cache and f32 logits [b, s | 1, vocab]
- * into *logits: reused when it has that shape, else (re)allocated. */
+ * NULL. Writes the tokens into the cache and logits [b, s | 1, vocab] into
+ * *logits: reused when it has that shape and dtype, else (re)allocated.
+ * The logits are f32 (bf16 or f16 values for such a model, as transformers
+ * casts its head's output), or with f32_logits false the head's output in
+ * the model's dtype, the same values before widening. */
 hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *mask, const int64_t *pos,
-                                int64_t b, int64_t s, hr_kv_cache *cache, bool last_only,
+                                int64_t b, int64_t s, hr_kv_cache *cache, bool last_only, bool f32_logits,
                                 hr_tensor **logits);
 
 /* Shared by the eager and the compiled forward (model.c). */
@@ -135,7 +138,7 @@ hr_status hr_model_to_device(const hr_model *m, hr_tensor **t);
 hr_status hr_model_rope_tables(hr_model *m, const int64_t *pos, int64_t n, const hr_tensor *positions);
 /* Embedding, layers, final norm and head over m->scratch. */
 hr_status hr_model_forward_core(hr_model *m, const hr_tensor *ids, const hr_fwd_ctx *f, bool last_only,
-                                hr_tensor **logits);
+                                bool f32_logits, hr_tensor **logits);
 /* The forward with static shapes, compiled once per [b, s, capacity] and
  * replayed (forward_compiled.c); same contract as hr_model_forward_host,
  * but *logits always receives a new tensor. */

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "generate/sampling.h"
 #include "hubrt.h"
 
@@ -104,9 +105,47 @@ static void test_greedy_long_rows(void **state) {
         int64_t want = scan_argmax(row, n);
         hr_sampler s;
         assert_int_equal(hr_sampler_init(&s, &cfg, n), HR_OK);
+        assert_true(hr_sampler_is_argmax(&s));
+        assert_int_equal(hr_sampler_argmax(row, HR_F32, n), want);
         assert_int_equal(hr_sampler_pick(&s, row, NULL, 0), want);
         hr_sampler_free(&s);
+        /* the same row in bf16 and f16 (its values are exact in both), read
+         * as it is, against the scan over it widened */
+        static uint16_t bf[N], hf[N];
+        static float wb[N], wh[N];
+        for (int64_t i = 0; i < n; i++) {
+            bf[i] = hr_f32_to_bf16(row[i]), wb[i] = hr_bf16_to_f32(bf[i]);
+            hf[i] = hr_f32_to_f16(row[i]), wh[i] = hr_f16_to_f32(hf[i]);
+        }
+        assert_int_equal(hr_sampler_argmax(bf, HR_BF16, n), scan_argmax(wb, n));
+        assert_int_equal(hr_sampler_argmax(hf, HR_F16, n), scan_argmax(wh, n));
     }
+}
+
+/* Values apart in the last bit of bf16 or f16 (a widening that dropped or
+ * moved bits would tie them or reorder them). */
+static void test_greedy_low_precision_bits(void **state) {
+    enum { N = 37 };
+    uint16_t bf[N], hf[N];
+    for (int pos = 0; pos < N; pos++) {
+        for (int i = 0; i < N; i++) bf[i] = 0x3f80, hf[i] = 0x3c00; /* 1.0 */
+        bf[pos] = 0x3f81, hf[pos] = 0x3c01;                          /* 1.0 + one ulp */
+        assert_int_equal(hr_sampler_argmax(bf, HR_BF16, N), pos);
+        assert_int_equal(hr_sampler_argmax(hf, HR_F16, N), pos);
+        for (int i = 0; i < N; i++) bf[i] = 0x8001, hf[i] = 0x8001; /* the least negative subnormal */
+        bf[pos] = 0x0001, hf[pos] = 0x0001;
+        assert_int_equal(hr_sampler_argmax(bf, HR_BF16, N), pos);
+        assert_int_equal(hr_sampler_argmax(hf, HR_F16, N), pos);
+    }
+}
+
+static void test_processors_are_not_argmax(void **state) {
+    hr_sampler s = make(false, 1, 0, 1, 0, 1.5, 0);
+    assert_false(hr_sampler_is_argmax(&s));
+    hr_sampler_free(&s);
+    s = make(true, 1, 0, 1, 0, 1, 0);
+    assert_false(hr_sampler_is_argmax(&s));
+    hr_sampler_free(&s);
 }
 
 /* transformers: positive logits divided by the penalty, negative ones
@@ -204,6 +243,7 @@ static void test_bad_parameters_refused(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rng_reproducible),   cmocka_unit_test(test_greedy_is_first_argmax),
+        cmocka_unit_test(test_greedy_low_precision_bits), cmocka_unit_test(test_processors_are_not_argmax),
         cmocka_unit_test(test_greedy_long_rows),
         cmocka_unit_test(test_repetition_penalty), cmocka_unit_test(test_top_k_keeps_k_best),
         cmocka_unit_test(test_top_k_keeps_ties),   cmocka_unit_test(test_top_p),

@@ -107,6 +107,29 @@ def test_repetition_penalty_matches_transformers():
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("penalty", [1.0, 1.5])
+def test_low_precision_generate_picks_from_the_forward_logits(dtype, penalty):
+    """A bf16 or f16 model's generate reads its head's output as it is
+    (greedy: the argmax over the row in that dtype; with a processor: the
+    row widened): the same tokens as greedy decoding, step by step, over
+    the model's own f32 logits with transformers' repetition penalty."""
+    from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
+    model = hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-qwen3-bf16-trained", dtype=dtype)
+    ids = np.random.default_rng(5).integers(3, 512, (4, 7))
+    n = 24
+    got = model.generate(ids, max_new_tokens=n, repetition_penalty=penalty, eos_token_id=[])
+    cache, seq, step_ids = hubrt.KVCache(model, 4, 7 + n), ids, ids
+    proc = RepetitionPenaltyLogitsProcessor(penalty)
+    for _ in range(n):
+        logits = torch.from_numpy(model(step_ids, past_key_values=cache, logits_to_keep=1).logits[:, -1])
+        if penalty != 1.0:
+            logits = proc(torch.from_numpy(seq), logits)
+        step_ids = logits.argmax(-1).numpy()[:, None]
+        seq = np.concatenate([seq, step_ids], 1)
+    np.testing.assert_array_equal(got, seq)
+
+
 def test_seeded_sampling_is_reproducible():
     model = hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-qwen3")
     ids, mask = padded_batch()
