@@ -24,7 +24,7 @@ static hr_status body(hr_model *m, const hr_tensor *const *in, hr_tensor **out, 
     if (st == HR_OK) {
         hr_fwd_ctx f = {.cache = m->jit_cache, .cos = in[IN_COS], .sin = in[IN_SIN], .mask = in[IN_MASK],
                         .cache_pos = in[IN_CACHE_POS]};
-        st = hr_model_forward_core(m, in[IN_IDS], &f, last_only, true, &out[0]);
+        st = hr_model_forward_core(m, in[IN_IDS], &f, last_only, false, &out[0]);
     }
     hr_model_scratch_free(&m->scratch);
     m->scratch = eager;
@@ -58,12 +58,14 @@ static const hr_tensor *resolve_weight(void *ctx, const char *name) {
 }
 
 /* What fixes the graph besides the input shapes: the architecture, its
- * sizes and flags, the dtype and the norm epsilon baked into attrs. */
+ * sizes and flags, the dtype and the norm epsilon baked into attrs; and
+ * the graph's version (2: the logits left in the model's dtype), so that
+ * plans an older graph left on disk are not taken for this one. */
 static uint64_t fingerprint(const hr_model *m) {
     const hr_model_config *c = &m->cfg;
     int64_t dims[] = {c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads,
                       c->n_kv_heads, c->head_dim, c->rope.rotary_dim, m->dtype, c->tie_word_embeddings,
-                      c->attention_bias, c->qkv_bias, c->mlp_bias, c->qk_norm};
+                      c->attention_bias, c->qkv_bias, c->mlp_bias, c->qk_norm, 2};
     uint64_t h = hr_fnv1a(HR_FNV_OFFSET, c->arch, strlen(c->arch));
     h = hr_fnv1a(h, dims, sizeof dims);
     return hr_fnv1a(h, &c->rms_norm_eps, sizeof c->rms_norm_eps);

@@ -140,8 +140,9 @@ hr_status hr_model_rope_tables(hr_model *m, const int64_t *pos, int64_t n, const
 hr_status hr_model_forward_core(hr_model *m, const hr_tensor *ids, const hr_fwd_ctx *f, bool last_only,
                                 bool f32_logits, hr_tensor **logits);
 /* The forward with static shapes, compiled once per [b, s, capacity] and
- * replayed (forward_compiled.c); same contract as hr_model_forward_host,
- * but *logits always receives a new tensor. */
+ * replayed (forward_compiled.c); the contract of hr_model_forward_host
+ * with f32_logits false (generate's), but *logits always receives a new
+ * tensor. */
 hr_status hr_model_forward_compiled(hr_model *m, const int64_t *ids, const int64_t *mask, const int64_t *pos,
                                     int64_t b, int64_t s, hr_kv_cache *cache, bool last_only,
                                     hr_tensor **logits);
