@@ -41,6 +41,12 @@ hr_status hr_gemm_run(const hr_gemm *g);
 /* Element offsets of batch `bi` in A, B and C, and the number of batches. */
 void hr_gemm_batch_offsets(const hr_gemm *g, int64_t bi, int64_t *oa, int64_t *ob, int64_t *oc);
 int64_t hr_gemm_batch_count(const hr_gemm *g);
+/* Element offset of row r, counted across batches, of A (c false) or C. */
+int64_t hr_gemm_row_offset(const hr_gemm *g, bool c, int64_t r);
+/* Whether rows [0, rows) of A (c false) or C, counted across batches, lie
+ * one stride (*ld) apart, as a linear's [batch, seq, k] rows do: then a
+ * row's offset is r * *ld, without the batch walk. */
+bool hr_gemm_rows_even(const hr_gemm *g, bool c, int64_t rows, int64_t *ld);
 
 /* This thread's scratch block of at least `bytes`, 64-byte aligned, kept
  * across calls (contents not); NULL when out of memory. */

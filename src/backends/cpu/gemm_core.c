@@ -45,6 +45,20 @@ void hr_gemm_batch_offsets(const hr_gemm *g, int64_t bi, int64_t *oa, int64_t *o
     }
 }
 
+int64_t hr_gemm_row_offset(const hr_gemm *g, bool c, int64_t r) {
+    int64_t oa, ob, oc;
+    hr_gemm_batch_offsets(g, r / g->m, &oa, &ob, &oc);
+    return c ? oc + (r % g->m) * g->c.rs : oa + (r % g->m) * g->a.rs;
+}
+
+bool hr_gemm_rows_even(const hr_gemm *g, bool c, int64_t rows, int64_t *ld) {
+    int64_t step = rows > 1 ? hr_gemm_row_offset(g, c, 1) : 0;
+    for (int64_t r = 2; r < rows; r++)
+        if (hr_gemm_row_offset(g, c, r) != r * step) return false;
+    *ld = step;
+    return true;
+}
+
 int64_t hr_gemm_batch_count(const hr_gemm *g) {
     int64_t n = 1;
     for (int d = 0; d < g->nb; d++) n *= g->bshape[d];

@@ -186,20 +186,13 @@ TARGET_ void hr_gemm_pack_panel(const uint16_t *w, int64_t ldw, int nj, int64_t 
     }
 }
 
-/* Element offset of C's row r (across batches). */
-static int64_t c_row(const hr_gemm *g, int64_t r) {
-    int64_t oa, ob, oc;
-    hr_gemm_batch_offsets(g, r / g->m, &oa, &ob, &oc);
-    return oc + (r % g->m) * g->c.rs;
-}
-
 /* C's rows at `r`.. (rows of them) and columns [j0, j0 + nj): y + bias. */
 static TARGET_ void store_rows(const panel_ctx *ctx, int64_t r, int rows, int64_t j0, int nj, float *y,
                                const float *bias, bool simd) {
     const hr_gemm *g = ctx->g;
     size_t csz = hr_dtype_size(g->c.dt);
     for (int i = 0; i < rows; i++) {
-        int64_t row = ctx->ldc >= 0 ? (r + i) * ctx->ldc : c_row(g, r + i);
+        int64_t row = ctx->ldc >= 0 ? (r + i) * ctx->ldc : hr_gemm_row_offset(g, true, r + i);
         hr_gemm_store_row(g, g->c.base + (row + j0 * g->c.cs) * (int64_t)csz, y + i * PN, bias, nj, simd);
     }
 }
@@ -282,11 +275,10 @@ static void panel_worker(void *arg, int ith, int nth) {
 
 hr_status hr_gemm_panel_run(const hr_gemm *g, int64_t rows, const uint16_t *x, int64_t ldx) {
     panel_ctx ctx = {.g = g, .x = x, .ldx = ldx, .rows = rows, .units = (g->n + PN - 1) / PN,
-                     .packed = g->b_panels, .ldc = rows > 1 ? c_row(g, 1) : 0};
+                     .packed = g->b_panels};
     /* C's rows evenly spaced (a linear's output): each row's offset without
      * the batch walk, which every row of every unit would repeat */
-    for (int64_t r = 2; r < rows && ctx.ldc >= 0; r++)
-        if (c_row(g, r) != r * ctx.ldc) ctx.ldc = -1;
+    if (!hr_gemm_rows_even(g, true, rows, &ctx.ldc)) ctx.ldc = -1;
     atomic_init(&ctx.failed, 0);
     int64_t tasks = hr_parallel_threads_for(rows * g->n * g->k, HR_GRAIN_MATMUL);
     if (tasks > ctx.units) tasks = ctx.units;

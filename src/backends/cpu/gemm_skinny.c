@@ -265,16 +265,7 @@ bool hr_gemm_skinny_fits(const hr_gemm *g, int64_t rows) {
  * (*ld) apart, so x is read in place: linear's [batch, seq, k] input, and
  * decode's [batch, 1, k]. */
 static bool rows_evenly_spaced(const hr_gemm *g, int64_t rows, int64_t *ld) {
-    if (g->a.cs != 1) return false;
-    int64_t oa, ob, oc, step = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        hr_gemm_batch_offsets(g, r / g->m, &oa, &ob, &oc);
-        int64_t off = oa + (r % g->m) * g->a.rs; /* row 0 sits at 0 */
-        if (r == 1) step = off;
-        if (off != r * step) return false;
-    }
-    *ld = step;
-    return true;
+    return g->a.cs == 1 && hr_gemm_rows_even(g, false, rows, ld);
 }
 
 const uint16_t *hr_gemm_bf16_rows(const hr_gemm *g, int64_t rows, int64_t *ldx) {
@@ -286,9 +277,7 @@ const uint16_t *hr_gemm_bf16_rows(const hr_gemm *g, int64_t rows, int64_t *ldx) 
         return NULL;
     }
     for (int64_t r = 0; r < rows; r++) {
-        int64_t oa, ob, oc;
-        hr_gemm_batch_offsets(g, r / g->m, &oa, &ob, &oc);
-        const uint16_t *src = (const uint16_t *)g->a.base + oa + (r % g->m) * g->a.rs;
+        const uint16_t *src = (const uint16_t *)g->a.base + hr_gemm_row_offset(g, false, r);
         uint16_t *dst = x + (size_t)r * (size_t)g->k;
         if (g->a.cs == 1)
             memcpy(dst, src, (size_t)g->k * 2);
