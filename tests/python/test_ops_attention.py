@@ -248,6 +248,16 @@ def test_sdpa_bf16_flash_full(isa, s, t):
     check_bf16(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v)), q, k, v)
 
 
+@pytest.mark.parametrize("d", [32, 96, 256])
+@pytest.mark.parametrize("s,t", [(1, 1), (1, 37), (2, 300)])
+def test_sdpa_bf16_decode_head_dims(isa, d, s, t):
+    """The decode path's Q.K for head dims with their own code (64 and 128
+    are above): 256 with the query in eight registers, 32 and 96 through
+    the loop over d."""
+    q, k, v = qkv(2, 4, 2, s, t, d, dtype="bf16")
+    check_bf16(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=s > 1), q, k, v, causal=s > 1)
+
+
 @pytest.mark.parametrize("kind", ["bool", "float"])
 @pytest.mark.parametrize("s,t", [(1, 70), (65, 130)])
 def test_sdpa_bf16_masks(isa, kind, s, t):

@@ -445,13 +445,12 @@ void hr_attn_bf16_worker(void *arg, int ith, int nth) {
 
 /* ---- decode ---- */
 
-/* st[0..16) = scale * q . k[x] for sixteen key rows [d], ldk apart. The
- * rows are reached by stepping one pointer: sixteen row pointers would not
- * stay in registers. pf_keys of the next unit's keys are prefetched, a few
- * with each step over d, not in a burst whose misses would hold up these
- * loads. */
-INLINE_ void dec_qk16(const uint16_t *q, const uint16_t *k, int64_t ldk, int64_t d, float scale, float *st,
-                      attn_pf *pf, int64_t pf_keys) {
+/* st[0..16) = scale * q . k[x] for sixteen key rows [d], ldk apart, d a
+ * multiple of 32. pf_keys of the next unit's keys are prefetched, a few
+ * at a time between the keys, not in a burst whose misses would hold up
+ * these loads. */
+INLINE_ void dec_qk16_loop(const uint16_t *q, const uint16_t *k, int64_t ldk, int64_t d, float scale, float *st,
+                           attn_pf *pf, int64_t pf_keys) {
     __m512 acc[16];
     int64_t pf_per = (pf_keys + d / 32 - 1) / (d / 32);
 #pragma GCC unroll 16
@@ -464,6 +463,39 @@ INLINE_ void dec_qk16(const uint16_t *q, const uint16_t *k, int64_t ldk, int64_t
         for (int x = 0; x < 16; x++, kx += ldk) acc[x] = _mm512_dpbf16_ps(acc[x], qv, (__m512bh)_mm512_loadu_si512(kx));
     }
     _mm512_storeu_ps(st, _mm512_mul_ps(reduce16(acc, false), _mm512_set1_ps(scale)));
+}
+
+/* dec_qk16_loop with d = 32 * nc (a constant): the query's nc vectors stay
+ * in registers and each key row is read whole in turn through one pointer.
+ * Looping over d outside the keys, the compiler kept sixteen row addresses
+ * live and spilled them, and K vectors with them, to the stack (a quarter
+ * of a batch-64 decode unit's time). Each accumulator sums its key's
+ * products in the same order as there: the same bits. */
+INLINE_ void dec_qk16_nc(int nc, const uint16_t *q, const uint16_t *k, int64_t ldk, float scale, float *st,
+                         attn_pf *pf, int64_t pf_keys) {
+    __m512 acc[16];
+    __m512bh qv[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) qv[c] = (__m512bh)_mm512_loadu_si512(q + 32 * c);
+    int64_t pf_per = (pf_keys + 3) / 4;
+#pragma GCC unroll 16
+    for (int x = 0; x < 16; x++, k += ldk) {
+        if (x % 4 == 0) hr_attn_pf_step(pf, pf_per);
+        acc[x] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++) acc[x] = _mm512_dpbf16_ps(acc[x], qv[c], (__m512bh)_mm512_loadu_si512(k + 32 * c));
+    }
+    _mm512_storeu_ps(st, _mm512_mul_ps(reduce16(acc, false), _mm512_set1_ps(scale)));
+}
+
+INLINE_ void dec_qk16(const uint16_t *q, const uint16_t *k, int64_t ldk, int64_t d, float scale, float *st,
+                      attn_pf *pf, int64_t pf_keys) {
+    switch (d) {
+    case 64: dec_qk16_nc(2, q, k, ldk, scale, st, pf, pf_keys); break;
+    case 128: dec_qk16_nc(4, q, k, ldk, scale, st, pf, pf_keys); break;
+    case 256: dec_qk16_nc(8, q, k, ldk, scale, st, pf, pf_keys); break;
+    default: dec_qk16_loop(q, k, ldk, d, scale, st, pf, pf_keys); break;
+    }
 }
 
 INLINE_ __m512 widen16(const uint16_t *p) {
