@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "core/error.h"
-#include "core/half.h"
+#include "core/iter.h"
 #include "core/threadpool.h"
 #include "generate/kv_cache.h"
 #include "generate/sampling.h"
@@ -147,32 +147,19 @@ typedef struct pick_ctx {
     const char *logits; /* [b][vocab] of dtype dt */
     hr_dtype dt;
     int64_t vocab, pad;
-    int tasks;
 } pick_ctx;
-
-/* Row r's logits widened to f32 into dst: a bf16 or f16 model's head
- * output holds the values transformers' f32 logits would. */
-static void row_f32(const pick_ctx *p, int64_t r, float *dst) {
-    int64_t V = p->vocab;
-    if (p->dt == HR_F32) {
-        memcpy(dst, p->logits + r * V * 4, sizeof(float) * (size_t)V);
-        return;
-    }
-    const uint16_t *h = (const uint16_t *)p->logits + r * V;
-    if (p->dt == HR_BF16)
-        for (int64_t i = 0; i < V; i++) dst[i] = hr_bf16_to_f32(h[i]);
-    else
-        for (int64_t i = 0; i < V; i++) dst[i] = hr_f16_to_f32(h[i]);
-}
 
 /* Row r's next token (pad when it is done) into its slot t. */
 static void pick_row(const pick_ctx *p, int64_t r, float *row) {
     gen_state *g = p->g;
     int64_t t = g->t, tok = p->pad;
+    const char *lr = p->logits + r * p->vocab * (int64_t)hr_dtype_size(p->dt);
     if (!g->done[r] && hr_sampler_is_argmax(p->smp)) {
-        tok = hr_sampler_argmax(p->logits + r * p->vocab * (int64_t)hr_dtype_size(p->dt), p->dt, p->vocab);
+        tok = hr_sampler_argmax(lr, p->dt, p->vocab);
     } else if (!g->done[r]) {
-        row_f32(p, r, row);
+        /* widened to f32: a bf16 or f16 model's head output holds the values
+         * transformers' f32 logits would */
+        hr_load_f32(row, lr, p->dt, p->vocab, 1);
         /* history: the row's real tokens */
         int64_t first = 0;
         while (first < t && !g->mask[r * g->cap + first]) first++;

@@ -25,7 +25,6 @@
 /* Bytes copied between two drops of file pages: what peak memory exceeds
  * the weights by. */
 #define ANON_CHUNK ((size_t)2 << 20)
-#define ANON_HUGE_PAGE HR_HUGE_PAGE
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25 /* Linux 6.1; older headers lack it */
 #endif
@@ -138,7 +137,7 @@ static hr_status collapse_owned(hr_model *m) {
     weight_slots(m, false, false, slots, &bytes);
     for (size_t i = 0; i < n; i++) {
         size_t p = (size_t)hr_tensor_ptr(*slots[i].t), end = p + hr_tensor_nbytes(*slots[i].t);
-        size_t lo = align_up(p, ANON_HUGE_PAGE), hi = end / ANON_HUGE_PAGE * ANON_HUGE_PAGE;
+        size_t lo = align_up(p, HR_HUGE_PAGE), hi = end / HR_HUGE_PAGE * HR_HUGE_PAGE;
         if (hi <= lo) continue;
         madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
         madvise((void *)lo, hi - lo, MADV_COLLAPSE);
@@ -160,7 +159,7 @@ hr_status hr_model_weights_to_anon(hr_model *m) {
     const char **src = malloc(n * sizeof *src);
     size_t *src_n = malloc(n * sizeof *src_n);
     anon_map *a = malloc(sizeof *a);
-    size_t len = align_up(bytes, ANON_HUGE_PAGE);
+    size_t len = align_up(bytes, HR_HUGE_PAGE);
     void *addr = slots && src && src_n && a ? hr_anon_map_huge(len) : NULL;
     if (!addr) {
         free(slots);
