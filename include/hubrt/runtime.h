@@ -14,6 +14,10 @@ typedef struct hr_cpu_features {
     bool avx_vnni;
     bool amx_tile, amx_bf16, amx_int8;
     bool amx_usable; /* the kernel granted tile data permission */
+    /* HUBRT_AMX_EMULATE=1 on a CPU with AVX-512 BF16 and no usable AMX:
+     * the amx ISA may be chosen (never by default) and runs its tile
+     * kernels on a software model of the tiles, for tests. */
+    bool amx_emulated;
     int logical_cpus;
     char vendor[16];
     char brand[64];
@@ -24,7 +28,9 @@ HR_API const hr_cpu_features *hr_cpu_features_get(void);
 
 /* ISA level the CPU kernels use: the best detected, lowered by
  * HUBRT_CPU_ISA=amx|avx512|avx2|scalar (a request above what the CPU has is
- * refused with a warning and the best available is used). */
+ * refused with a warning and the best available is used). amx is also
+ * allowed, never the default, when the tiles are emulated
+ * (hr_cpu_features.amx_emulated). */
 typedef enum hr_cpu_isa {
     HR_ISA_SCALAR = 0,
     HR_ISA_AVX2 = 1,

@@ -78,6 +78,10 @@ static void detect(void) {
 #if defined(__x86_64__)
     detect_x86(&g_features);
 #endif
+    const hr_cpu_features *f = &g_features;
+    const char *emu = getenv("HUBRT_AMX_EMULATE");
+    g_features.amx_emulated = emu && !strcmp(emu, "1") && !(f->amx_bf16 && f->amx_usable) && f->avx512f &&
+                              f->avx512bw && f->avx512vl && f->avx512_bf16;
     cpu_set_t set;
     CPU_ZERO(&set);
     g_features.logical_cpus =
@@ -107,12 +111,15 @@ static hr_cpu_isa best_isa(void) {
     return HR_ISA_SCALAR;
 }
 
+/* The highest ISA that may be chosen: the best, or amx on emulated tiles. */
+static hr_cpu_isa top_isa(void) { return hr_cpu_features_get()->amx_emulated ? HR_ISA_AMX : best_isa(); }
+
 hr_status hr_cpu_isa_set(hr_cpu_isa isa) {
     if ((unsigned)isa > HR_ISA_AMX) return hr_error(HR_ERR_INVALID_ARG, "invalid ISA %d", (int)isa);
-    hr_cpu_isa best = best_isa();
-    if (isa > best)
+    hr_cpu_isa top = top_isa();
+    if (isa > top)
         return hr_error(HR_ERR_UNSUPPORTED, "ISA '%s' requested but this CPU supports at most '%s'",
-                        isa_names[isa], isa_names[best]);
+                        isa_names[isa], isa_names[top]);
     pthread_mutex_lock(&g_isa_lock);
     g_isa = isa;
     pthread_mutex_unlock(&g_isa_lock);
@@ -132,7 +139,7 @@ hr_cpu_isa hr_cpu_isa_get(void) {
             if (want < 0)
                 hr_log(HR_LOG_WARN, "HUBRT_CPU_ISA='%s' is not one of amx|avx512|avx2|scalar; using %s",
                        env, isa_names[best]);
-            else if (want > (int)best)
+            else if (want > (int)top_isa())
                 hr_log(HR_LOG_WARN, "HUBRT_CPU_ISA='%s' is beyond this CPU; using %s", env, isa_names[best]);
             else
                 g_isa = want;

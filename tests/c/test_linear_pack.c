@@ -278,7 +278,17 @@ static void test_pack_applies_only_where_read(void **state) {
     hr_tensor_free(f), hr_tensor_free(v), hr_tensor_free(w), hr_tensor_free(t);
 }
 
+/* The same tests with the panel route on the AMX kernel: the tiles where
+ * the CPU has them, else their emulator (HUBRT_AMX_EMULATE=1, set in main
+ * before the features are read; it needs AVX-512 BF16). */
+static int use_amx(void **state) {
+    (void)state;
+    return hr_cpu_isa_set(HR_ISA_AMX) == HR_OK ? 0 : -1;
+}
+
 int main(void) {
+    setenv("HUBRT_AMX_EMULATE", "1", 0);
+    hr_cpu_isa best = hr_cpu_isa_get();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_packed_linear_exact),
         cmocka_unit_test(test_packed_linear_batched_and_strided),
@@ -287,5 +297,11 @@ int main(void) {
         cmocka_unit_test(test_write_drops_packed_copy),
         cmocka_unit_test(test_pack_applies_only_where_read),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests_name("best ISA", tests, NULL, NULL);
+    const hr_cpu_features *f = hr_cpu_features_get();
+    if ((f->amx_bf16 && f->amx_usable) || f->amx_emulated) {
+        failed += cmocka_run_group_tests_name("amx", tests, use_amx, NULL);
+        assert_int_equal(hr_cpu_isa_set(best), HR_OK);
+    }
+    return failed;
 }

@@ -13,6 +13,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import hubrt
+from cpu_isa import lib, use_isa
 from test_weights_anon import file_rss_kb
 
 
@@ -32,11 +33,19 @@ def checkpoint(request, tmp_path_factory):
     return path
 
 
+@pytest.fixture(params=["avx512", "amx"])
+def packed_isa(request):
+    """The panel kernels: AVX-512 BF16, and AMX (tiles or their emulator)."""
+    before = use_isa(request.param)
+    yield request.param
+    lib.hr_cpu_isa_set(before)
+
+
 def rel_err(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def test_logits_packed_as_unpacked_and_transformers(checkpoint, monkeypatch):
+def test_logits_packed_as_unpacked_and_transformers(checkpoint, monkeypatch, packed_isa):
     ids = np.random.default_rng(0).integers(3, 1000, (3, 21))
     got = hubrt.AutoModelForCausalLM.from_pretrained(checkpoint)(ids).logits
     monkeypatch.setenv("HUBRT_WEIGHTS", "mmap")
@@ -62,7 +71,7 @@ def test_file_pages_let_go(checkpoint, tmp_path, monkeypatch):
     assert file_rss_kb(folder / "model.safetensors") <= 8  # the header's page or two
 
 
-def test_fused_decode_node_reads_panels_as_linear(checkpoint, monkeypatch, tmp_path):
+def test_fused_decode_node_reads_panels_as_linear(checkpoint, monkeypatch, tmp_path, packed_isa):
     """HUBRT_FUSE=1 compiled decode (q/k/v and gate/up in one pass, up to 4
     rows) gives the unfused plan's tokens bit for bit: both read the same
     panels in the same order. Random weights make near-ties common, so a

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import hubrt
-from cpu_isa import isa  # noqa: F401 (fixture)
+from cpu_isa import isa, linear_isa  # noqa: F401 (fixtures)
 from oracle import TOL, TORCH_DTYPE, assert_close, to_hr, to_torch
 
 DTYPES = ["f32", "bf16", "f16"]
@@ -41,7 +41,7 @@ LINEAR_SHAPES = [(1, 17, 64), (1, 64, 4097), (1, 4097, 15), (3, 15, 17), (17, 3,
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m,n,k", LINEAR_SHAPES)
-def test_linear(isa, dtype, m, n, k):
+def test_linear(linear_isa, dtype, m, n, k):
     x, w, b = rand(m, k, dtype=dtype), rand(n, k, dtype=dtype, seed=1), rand(n, dtype=dtype, seed=2)
     check(hubrt.ops.linear(to_hr(x), to_hr(w), to_hr(b)), F.linear(x, w, b), k)
     check(hubrt.ops.linear(to_hr(x), to_hr(w)), F.linear(x, w), k)
@@ -58,13 +58,15 @@ SKINNY_SHAPES = [(5, 17, 32), (6, 5, 33), (7, 3, 4097), (8, 1, 32), (9, 17, 33),
                  (513, 70, 1024)]
 # The panel route (256 rows or more of bf16 x in place): rows around its
 # tiles of 6 and the threshold, weight rows around its panels of 64 (1, 63,
-# 64, 65, 129), K odd (a lone last element) and across 16-pair transposes.
+# 64, 65, 129), K odd (a lone last element) and across 16-pair transposes;
+# under amx, rows around its blocks of 32 (262 = 8 x 32 + 6) and K below,
+# at and past its tiles of 32 (17, 31, 33, 256, 1023, 2049).
 PANEL_SHAPES = [(256, 1, 1), (257, 63, 17), (262, 64, 33), (263, 65, 31), (300, 129, 256), (512, 70, 1023),
                 (1030, 17, 2049)]
 
 
 @pytest.mark.parametrize("m,n,k", SKINNY_SHAPES + PANEL_SHAPES)
-def test_linear_bf16_routes(isa, m, n, k):
+def test_linear_bf16_routes(linear_isa, m, n, k):
     x, w, b = rand(m, k, dtype="bf16"), rand(n, k, dtype="bf16", seed=1), rand(n, dtype="bf16", seed=2)
     check(hubrt.ops.linear(to_hr(x), to_hr(w), to_hr(b)), F.linear(x, w, b), k)
     # the weight a slice of a wider one (rows further apart than K), and x

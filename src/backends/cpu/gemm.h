@@ -88,9 +88,28 @@ static inline const uint32_t *hr_gemm_panel_at(const uint32_t *panels, int64_t k
  * AVX-512 only. */
 void hr_gemm_pack_panel(const uint16_t *w, int64_t ldw, int nj, int64_t kc, uint32_t *panel);
 /* y[r][0..64) = x row r . panel over k, for r < rows (1..6), rows of x
- * ldx apart: the route's tile, for the fused linear node to give the same
- * bits. AVX-512 BF16 only. */
-void hr_gemm_panel_rows(int rows, int64_t k, const uint16_t *x, int64_t ldx, const uint32_t *panel, float *y);
+ * ldx apart: the route's tile, on the AMX kernel `amx` when not NULL
+ * (hr_gemm_amx_kernel), for the fused linear node to give the same bits.
+ * AVX-512 BF16 only. */
+typedef void (*hr_gemm_amx_fn)(int rows, int64_t k32, const uint16_t *x, int64_t ldx, const uint32_t *panel,
+                               float *y, const char *pf, size_t pf_len);
+void hr_gemm_panel_rows(hr_gemm_amx_fn amx, int rows, int64_t k, const uint16_t *x, int64_t ldx,
+                        const uint32_t *panel, float *y);
+/* The panel route's AMX kernel (gemm_amx.c): y[r][0..64) = x row r .
+ * panel over K [0, k32) for r < rows (1..HR_GEMM_AMX_ROWS), k32 a multiple
+ * of 32, y rows 64 floats apart; [pf, pf + pf_len) prefetched meanwhile
+ * (pf may be NULL). K's last k % 32 elements are the caller's (AVX-512). */
+#define HR_GEMM_AMX_ROWS 32
+void hr_gemm_amx_rows(int rows, int64_t k32, const uint16_t *x, int64_t ldx, const uint32_t *panel, float *y,
+                      const char *pf, size_t pf_len);
+/* The same kernel on the tile emulator (gemm_amx_emulated.c). */
+void hr_gemm_amx_rows_emulated(int rows, int64_t k32, const uint16_t *x, int64_t ldx, const uint32_t *panel,
+                               float *y, const char *pf, size_t pf_len);
+/* The AMX kernel the panel route runs: the tiles' when the ISA setting is
+ * amx, the emulator's when amx is emulated (HUBRT_AMX_EMULATE=1), else
+ * NULL (the AVX-512 tile). Read once per call (the getter locks). */
+hr_gemm_amx_fn hr_gemm_amx_kernel(void);
+
 /* A's `rows` rows (across batches) as bf16 rows *ldx apart: in place when
  * they are K-contiguous and evenly spaced, else copied into the calling
  * thread's scratch. NULL (error set) when out of memory. */

@@ -1,6 +1,7 @@
 /* AVX-512 BF16 GEMM micro-kernel: vdpbf16ps multiplies bf16
  * pairs exactly and accumulates in f32, so bf16 operands never widen in
- * memory. Chosen at run time (hr_gemm_use_avx512_bf16). */
+ * memory. Chosen at run time (hr_gemm_use_avx512_bf16), as is the panel
+ * route's AMX kernel (hr_gemm_amx_kernel). */
 #include <immintrin.h>
 
 #include "backends/cpu/gemm.h"
@@ -11,6 +12,13 @@
 
 bool hr_gemm_use_avx512_bf16(void) {
     return hr_cpu_isa_get() >= HR_ISA_AVX512 && hr_cpu_features_get()->avx512_bf16;
+}
+
+hr_gemm_amx_fn hr_gemm_amx_kernel(void) {
+    if (hr_cpu_isa_get() != HR_ISA_AMX) return NULL;
+    const hr_cpu_features *f = hr_cpu_features_get();
+    if (f->amx_bf16 && f->amx_usable) return hr_gemm_amx_rows;
+    return f->amx_emulated ? hr_gemm_amx_rows_emulated : NULL;
 }
 
 /* kc k-pairs; ap [kc][MR] u32 (bf16 pairs), bp [kc][32][2] bf16, c [MR][ldc] */

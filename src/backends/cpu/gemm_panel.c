@@ -16,6 +16,10 @@
  * weight pair against rows / 16 vdpbf16ps, so without packed weights the
  * route pays only with many rows (HR_GEMM_PANEL_MIN_ROWS).
  *
+ * With the amx ISA, blocks of up to 32 rows go to the AMX kernel
+ * (gemm_amx.c), which reads the same panels as tiles, and K's last
+ * k % 32 elements to this file's tile, from the tiles' sums.
+ *
  * Each column's sum runs over the K pairs in order, whatever the row count,
  * tile or thread split: with packed weights a row's result has the same
  * bits in a batch of 1 or of 500. */
@@ -54,6 +58,7 @@ typedef struct panel_ctx {
     int64_t ldx, rows;
     int64_t units;          /* of PN weight rows */
     const uint32_t *packed; /* B's panels made at load, or NULL: pack per call */
+    hr_gemm_amx_fn amx;     /* the AMX kernel, or NULL: the AVX-512 tile */
     int64_t ldc;            /* C's rows, across batches, this many elements apart; -1: not evenly */
     _Atomic uint64_t ends[P_MAX_SEGS]; /* segment s's unclaimed units: [low 32 bits, high 32 bits) */
     atomic_int failed;
@@ -129,20 +134,22 @@ INLINE_ void tile_step(__m512 acc[PR][4], int rows, const char *q0, const char *
     }
 }
 
-/* y[r][0..PN) = x row r . panel over k elements, r < rows (<= PR).
- * x rows ldx apart (bf16), panel [(k + 1) / 2][PN] u32, y [rows][PN] f32.
- * An odd k ends with a lone element, broadcast with a zero partner, so the
- * element after it (which may not exist) is never read. */
-INLINE_ void tile(int rows, int64_t k, const uint16_t *x, int64_t ldx, const uint32_t *panel, float *y,
-                  pf_panel *pf) {
+/* y[r][0..PN) (+)= x row r . panel over K [k0, k), r < rows (<= PR), k0
+ * even; with `add` the sums start from y's values (the AMX kernel's over
+ * K's first elements), else from zero. x rows ldx apart (bf16), panel
+ * [(k + 1) / 2][PN] u32, y [rows][PN] f32. An odd k ends with a lone
+ * element, broadcast with a zero partner, so the element after it (which
+ * may not exist) is never read. */
+INLINE_ void tile(int rows, int64_t k0, int64_t k, const uint16_t *x, int64_t ldx, const uint32_t *panel, float *y,
+                  bool add, pf_panel *pf) {
     __m512 acc[PR][4];
 #pragma GCC unroll 6
     for (int r = 0; r < rows; r++)
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) acc[r][j] = _mm512_setzero_ps();
+        for (int j = 0; j < 4; j++) acc[r][j] = add ? _mm512_loadu_ps(y + r * PN + 16 * j) : _mm512_setzero_ps();
     int64_t kp = k / 2, s = ldx * 2;
-    const char *q0 = (const char *)x, *q3 = q0 + 3 * s;
-    for (int64_t p = 0; p < kp; p++, q0 += 4, q3 += 4) {
+    const char *q0 = (const char *)(x + k0), *q3 = q0 + 3 * s;
+    for (int64_t p = k0 / 2; p < kp; p++, q0 += 4, q3 += 4) {
         pf_lines(pf);
         tile_step(acc, rows, q0, q3, s, panel + p * PN, false);
     }
@@ -155,16 +162,30 @@ INLINE_ void tile(int rows, int64_t k, const uint16_t *x, int64_t ldx, const uin
 
 /* tile() with the row count (1..PR) a constant in each copy, so the
  * loops over rows unroll into registers. */
-INLINE_ void tile_rows(int rows, int64_t k, const uint16_t *x, int64_t ldx, const uint32_t *panel, float *y,
-                       pf_panel *pf) {
+INLINE_ void tile_rows(int rows, int64_t k0, int64_t k, const uint16_t *x, int64_t ldx, const uint32_t *panel,
+                       float *y, bool add, pf_panel *pf) {
     switch (rows) {
-    case 1: tile(1, k, x, ldx, panel, y, pf); break;
-    case 2: tile(2, k, x, ldx, panel, y, pf); break;
-    case 3: tile(3, k, x, ldx, panel, y, pf); break;
-    case 4: tile(4, k, x, ldx, panel, y, pf); break;
-    case 5: tile(5, k, x, ldx, panel, y, pf); break;
-    default: tile(PR, k, x, ldx, panel, y, pf); break;
+    case 1: tile(1, k0, k, x, ldx, panel, y, add, pf); break;
+    case 2: tile(2, k0, k, x, ldx, panel, y, add, pf); break;
+    case 3: tile(3, k0, k, x, ldx, panel, y, add, pf); break;
+    case 4: tile(4, k0, k, x, ldx, panel, y, add, pf); break;
+    case 5: tile(5, k0, k, x, ldx, panel, y, add, pf); break;
+    default: tile(PR, k0, k, x, ldx, panel, y, add, pf); break;
     }
+}
+
+/* y[r][0..PN) = x row r . panel over k, r < rows (<= HR_GEMM_AMX_ROWS), on
+ * the AMX kernel `amx`: K's whole blocks of 32 on the tiles, then the rest
+ * on AVX-512 in groups of PR rows, from the tiles' sums. [pf, pf +
+ * pf_len) is prefetched meanwhile. */
+static TARGET_ void amx_rows(hr_gemm_amx_fn amx, int rows, int64_t k, const uint16_t *x, int64_t ldx,
+                             const uint32_t *panel, float *y, const char *pf, size_t pf_len) {
+    int64_t k32 = k / 32 * 32;
+    amx(rows, k32, x, ldx, panel, y, pf, pf_len);
+    if (k32 == k) return;
+    pf_panel none = {0};
+    for (int r = 0; r < rows; r += PR)
+        tile_rows(rows - r < PR ? rows - r : PR, k32, k, x + r * ldx, ldx, panel, y + r * PN, true, &none);
 }
 
 /* Weight rows [0, nj) (nj <= PN, ldw apart) x K [0, kc) into panel
@@ -235,23 +256,41 @@ static TARGET_ void panel_unit(const panel_ctx *ctx, int64_t u, int64_t next, in
         panel = hr_gemm_panel_at(ctx->packed, g->k, u);
     else
         hr_gemm_pack_panel((const uint16_t *)g->b.base + j0 * g->b.cs, g->b.cs, nj, g->k, scratch);
-    float bias[PN], y[PR * PN];
+    float bias[PN], y[HR_GEMM_AMX_ROWS * PN];
     if (g->bias) hr_load_f32(bias, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt), g->bias_dt, nj,
                              g->bias_s);
-    pf_panel pf = next_unit_stream(ctx, next, (ctx->rows + PR - 1) / PR * (g->k / 2 > 0 ? g->k / 2 : 1));
     bool simd = hr_k_simd();
+    if (ctx->amx) {
+        /* each block of rows prefetches its share of the next unit's panel */
+        pf_panel next_pf = next_unit_stream(ctx, next, 1);
+        size_t len = (size_t)(next_pf.end - next_pf.p);
+        int64_t blocks = (ctx->rows + HR_GEMM_AMX_ROWS - 1) / HR_GEMM_AMX_ROWS;
+        for (int64_t r = 0, i = 0; r < ctx->rows; r += HR_GEMM_AMX_ROWS, i++) {
+            int rows = ctx->rows - r < HR_GEMM_AMX_ROWS ? (int)(ctx->rows - r) : HR_GEMM_AMX_ROWS;
+            size_t b0 = len * (size_t)i / (size_t)blocks, b1 = len * (size_t)(i + 1) / (size_t)blocks;
+            amx_rows(ctx->amx, rows, g->k, ctx->x + r * ctx->ldx, ctx->ldx, panel, y,
+                     next_pf.p ? next_pf.p + b0 : NULL, b1 - b0);
+            store_rows(ctx, r, rows, j0, nj, y, g->bias ? bias : NULL, simd);
+        }
+        return;
+    }
+    pf_panel pf = next_unit_stream(ctx, next, (ctx->rows + PR - 1) / PR * (g->k / 2 > 0 ? g->k / 2 : 1));
     for (int64_t r = 0; r < ctx->rows; r += PR) {
         const uint16_t *xr = ctx->x + r * ctx->ldx;
         int rows = ctx->rows - r < PR ? (int)(ctx->rows - r) : PR;
-        tile_rows(rows, g->k, xr, ctx->ldx, panel, y, &pf);
+        tile_rows(rows, 0, g->k, xr, ctx->ldx, panel, y, false, &pf);
         store_rows(ctx, r, rows, j0, nj, y, g->bias ? bias : NULL, simd);
     }
 }
 
-TARGET_ void hr_gemm_panel_rows(int rows, int64_t k, const uint16_t *x, int64_t ldx, const uint32_t *panel,
-                                float *y) {
+TARGET_ void hr_gemm_panel_rows(hr_gemm_amx_fn amx, int rows, int64_t k, const uint16_t *x, int64_t ldx,
+                                const uint32_t *panel, float *y) {
+    if (amx) {
+        amx_rows(amx, rows, k, x, ldx, panel, y, NULL, 0);
+        return;
+    }
     pf_panel none = {0};
-    tile_rows(rows, k, x, ldx, panel, y, &none);
+    tile_rows(rows, 0, k, x, ldx, panel, y, false, &none);
 }
 
 size_t hr_gemm_panel_bytes(int64_t k) { return (size_t)((k + 1) / 2) * PN * 4; }
@@ -275,7 +314,7 @@ static void panel_worker(void *arg, int ith, int nth) {
 
 hr_status hr_gemm_panel_run(const hr_gemm *g, int64_t rows, const uint16_t *x, int64_t ldx) {
     panel_ctx ctx = {.g = g, .x = x, .ldx = ldx, .rows = rows, .units = (g->n + PN - 1) / PN,
-                     .packed = g->b_panels};
+                     .packed = g->b_panels, .amx = hr_gemm_amx_kernel()};
     /* C's rows evenly spaced (a linear's output): each row's offset without
      * the batch walk, which every row of every unit would repeat */
     if (!hr_gemm_rows_even(g, true, rows, &ctx.ldc)) ctx.ldc = -1;
