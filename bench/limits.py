@@ -1,9 +1,12 @@
 """Re-measures the machine's limits in the same run as the benchmarks.
 
 Builds the probes in ../shared/tools/limits into a scratch folder and runs:
-DRAM read bandwidth (1 GiB, 1 and 2 threads, with huge pages) and the bf16
+DRAM read bandwidth (1 GiB, 1 and 2 threads, with huge pages; on CPUs
+without AVX-512, bench/probes/readbw_avx2.c, the same method) and the bf16
 compute peak: AMX tiles where the CPU has them, AVX512_BF16 (vdpbf16ps)
-otherwise. Prints one JSON object."""
+otherwise, and on CPUs with neither the f32 FMA peak on AVX2
+(bench/probes/fma_avx2.c), which is what hubrt's AVX2 kernels compute bf16
+in after widening it. Prints one JSON object."""
 import json
 import os
 import re
@@ -13,11 +16,12 @@ import tempfile
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "limits"
+PROBES = Path(__file__).resolve().parent / "probes"
 
 
-def build(name, extra, out):
+def build(name, extra, out, src=SRC):
     exe = Path(out) / name
-    subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", str(SRC / f"{name}.c"), "-o", str(exe),
+    subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", str(src / f"{name}.c"), "-o", str(exe),
                     *extra], check=True, capture_output=True)
     return exe
 
@@ -42,7 +46,8 @@ def main():
         res["cpu"] = m.group(1).strip() if m else ""
     flags = cpu_flags()
     with tempfile.TemporaryDirectory() as tmp:
-        rb = build("readbw", [], tmp)
+        # the shared probe reads with AVX-512 loads; ours with AVX2 elsewhere
+        rb = build("readbw", [], tmp) if "avx512f" in flags else build("readbw_avx2", [], tmp, PROBES)
         for t in (1, 2):
             out = run(rb, t, ["1024"], env={"HUGE": "1"})
             m = re.search(r"median ([0-9.]+)", out)
@@ -53,6 +58,9 @@ def main():
         elif "avx512_bf16" in flags:
             exe = build("dpbf16_chains", [], tmp)
             res["bf16_unit"] = "avx512_bf16"
+        elif {"avx2", "fma"} <= flags:
+            exe = build("fma_avx2", [], tmp, PROBES)
+            res["bf16_unit"] = "avx2_fma_f32"
         else:
             exe = None
         if res["bf16_unit"] == "amx":
@@ -67,7 +75,8 @@ def main():
                 total = 0.0
                 for p in procs:
                     out = p.communicate()[0]
-                    total += max(float(v) for v in re.findall(r"x64 flop = ([0-9.]+) GFLOP/s", out))
+                    found = re.findall(r"x64 flop = ([0-9.]+) GFLOP/s", out) or re.findall(r"median ([0-9.]+) GFLOP/s", out)
+                    total += max(float(v) for v in found)
                 res["bf16_peak_gflops"][str(t)] = total
     json.dump(res, sys.stdout)
     print()

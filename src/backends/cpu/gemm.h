@@ -85,8 +85,19 @@ static inline const uint32_t *hr_gemm_panel_at(const uint32_t *panels, int64_t k
 }
 /* Weight rows [0, nj) (nj <= 64, ldw elements apart) x K [0, kc) into one
  * panel; rows past nj and the partner of an odd last element are zero.
- * AVX-512 only. */
+ * AVX-512 only; hr_gemm_pack_panel_avx2 makes the same bytes on AVX2. */
 void hr_gemm_pack_panel(const uint16_t *w, int64_t ldw, int nj, int64_t kc, uint32_t *panel);
+void hr_gemm_pack_panel_avx2(const uint16_t *w, int64_t ldw, int nj, int64_t kc, uint32_t *panel);
+
+/* The panel route on AVX2 + FMA (gemm_panel_avx2.c): bf16 A against the
+ * packed panels g->b_panels, A's rows widened to f32 once per call. */
+hr_status hr_gemm_panel_run_avx2(const hr_gemm *g, int64_t rows);
+/* Its tile for the fused linear node: y[r][0..64) = x row r . panel over
+ * k for r < rows (1..6), x f32 rows ldx apart; the route's bits. */
+void hr_gemm_panel_rows_avx2(int rows, int64_t k, const float *x, int64_t ldx, const uint32_t *panel, float *y);
+/* Whether linear weights are packed into panels and read through them:
+ * the ISA setting allows AVX2 (the build baseline) or more. */
+bool hr_gemm_use_panels(void);
 /* y[r][0..64) = x row r . panel over k, for r < rows (1..6), rows of x
  * ldx apart: the route's tile, on the AMX kernel `amx` when not NULL
  * (hr_gemm_amx_kernel), for the fused linear node to give the same bits.

@@ -14,6 +14,11 @@ bool hr_gemm_use_avx512_bf16(void) {
     return hr_cpu_isa_get() >= HR_ISA_AVX512 && hr_cpu_features_get()->avx512_bf16;
 }
 
+bool hr_gemm_use_panels(void) {
+    const hr_cpu_features *f = hr_cpu_features_get();
+    return hr_cpu_isa_get() >= HR_ISA_AVX2 && f->avx2 && f->fma;
+}
+
 hr_gemm_amx_fn hr_gemm_amx_kernel(void) {
     if (hr_cpu_isa_get() != HR_ISA_AMX) return NULL;
     const hr_cpu_features *f = hr_cpu_features_get();

@@ -375,7 +375,8 @@ hr_status hr_gemm_run(const hr_gemm *g) {
     int64_t rows = hr_gemm_batch_count(g) * g->m;
     bool shared_b = true;
     for (int d = 0; d < g->nb; d++) shared_b &= g->bstride_b[d] == 0 || g->bshape[d] == 1;
-    if (shared_b && g->b_panels && g->k > 0 && g->a.dt == HR_BF16 && hr_gemm_use_avx512_bf16()) {
+    if (shared_b && g->b_panels && g->k > 0 && g->a.dt == HR_BF16 && hr_gemm_use_panels()) {
+        if (!hr_gemm_use_avx512_bf16()) return hr_gemm_panel_run_avx2(g, rows);
         int64_t ldx;
         const uint16_t *x = hr_gemm_bf16_rows(g, rows, &ldx);
         return x ? hr_gemm_panel_run(g, rows, x, ldx) : HR_ERR_OOM;

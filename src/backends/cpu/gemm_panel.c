@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_panel.h"
 #include "backends/cpu/transpose_avx512.h"
 #include "core/error.h"
 #include "core/iter.h"
@@ -40,30 +41,6 @@
 /* Rows of A per tile (6 x 4 accumulators + 4 panel vectors fit the 32 zmm
  * registers). */
 #define PR 6
-/* Work sharing: one task per thread, the units split into one segment per
- * pair of tasks; task 2s claims segment s's units one at a time from its
- * front, task 2s + 1 from its back, until they meet. Each task reads a run
- * of contiguous weights in one direction, so the next panel it prefetches
- * is the one it will use (with many small tasks claimed in turn, a task's
- * first panel was cold and its last prefetch went to the other core), and
- * a slowed task leaves the rest of its segment to its partner. Qwen3
- * decode, 2 threads, alternated with four claimed tasks per thread:
- * batch 64 median 285 tok/s (280-301) against 280 (226-290), batch 16
- * 223-245 against 201-225. */
-#define P_MAX_SEGS 64
-
-typedef struct panel_ctx {
-    const hr_gemm *g;
-    const uint16_t *x; /* row r of A at x + r * ldx */
-    int64_t ldx, rows;
-    int64_t units;          /* of PN weight rows */
-    const uint32_t *packed; /* B's panels made at load, or NULL: pack per call */
-    hr_gemm_amx_fn amx;     /* the AMX kernel, or NULL: the AVX-512 tile */
-    int64_t ldc;            /* C's rows, across batches, this many elements apart; -1: not evenly */
-    _Atomic uint64_t ends[P_MAX_SEGS]; /* segment s's unclaimed units: [low 32 bits, high 32 bits) */
-    atomic_int failed;
-} panel_ctx;
-
 /* The next unit of segment s from its front (or back); -1 when none is left. */
 static int64_t claim(panel_ctx *ctx, int s, bool front) {
     uint64_t e = atomic_load_explicit(&ctx->ends[s], memory_order_relaxed);
@@ -75,34 +52,6 @@ static int64_t claim(panel_ctx *ctx, int s, bool front) {
                                                   memory_order_relaxed))
             return front ? lo : hi - 1;
     }
-}
-
-/* K steps per prefetched line: the prefetches run over the unit's last
- * PF_WINDOW x lines steps, not from its start, so that with many rows the
- * x rows streaming through L2 meanwhile do not evict them before use
- * (Qwen3 shapes, one thread, cold weights: even at 64 rows, within 1% at
- * 512). */
-#define PF_WINDOW 2
-
-/* The lines of the panel used next, prefetched a few per K step of this
- * one, so the misses spread over its math: a burst would fill the core's
- * miss buffers and stall the loads behind it. Packed: one contiguous
- * panel; packing per call: the next PN weight rows, too many streams for
- * the hardware prefetcher, one contiguous range when the rows are back to
- * back (a linear's weight). Four registers, so that the tile keeps its row
- * addresses in general ones. */
-typedef struct pf_panel {
-    const char *p, *end; /* next line, end of the range (p == end: done) */
-    int64_t wait;        /* K steps before the first line */
-    int64_t per_step;    /* lines per K step */
-} pf_panel;
-
-INLINE_ void pf_lines(pf_panel *pf) {
-    if (pf->wait > 0) {
-        pf->wait--;
-        return;
-    }
-    for (int64_t i = 0; i < pf->per_step && pf->p < pf->end; i++, pf->p += 64) _mm_prefetch(pf->p, _MM_HINT_T1);
 }
 
 /* One K pair (the lone last element when `lone`) of every row against the
@@ -218,8 +167,7 @@ static TARGET_ void store_rows(const panel_ctx *ctx, int64_t r, int rows, int64_
     }
 }
 
-/* What unit `next` reads, as a prefetch stream over `steps` K steps. */
-static pf_panel next_unit_stream(const panel_ctx *ctx, int64_t next, int64_t steps) {
+pf_panel hr_gemm_panel_next_stream(const panel_ctx *ctx, int64_t next, int64_t steps) {
     const hr_gemm *g = ctx->g;
     pf_panel pf = {0};
     int64_t j1 = next * PN;
@@ -262,7 +210,7 @@ static TARGET_ void panel_unit(const panel_ctx *ctx, int64_t u, int64_t next, in
     bool simd = hr_k_simd();
     if (ctx->amx) {
         /* each block of rows prefetches its share of the next unit's panel */
-        pf_panel next_pf = next_unit_stream(ctx, next, 1);
+        pf_panel next_pf = hr_gemm_panel_next_stream(ctx, next, 1);
         size_t len = (size_t)(next_pf.end - next_pf.p);
         int64_t blocks = (ctx->rows + HR_GEMM_AMX_ROWS - 1) / HR_GEMM_AMX_ROWS;
         for (int64_t r = 0, i = 0; r < ctx->rows; r += HR_GEMM_AMX_ROWS, i++) {
@@ -274,7 +222,7 @@ static TARGET_ void panel_unit(const panel_ctx *ctx, int64_t u, int64_t next, in
         }
         return;
     }
-    pf_panel pf = next_unit_stream(ctx, next, (ctx->rows + PR - 1) / PR * (g->k / 2 > 0 ? g->k / 2 : 1));
+    pf_panel pf = hr_gemm_panel_next_stream(ctx, next, (ctx->rows + PR - 1) / PR * (g->k / 2 > 0 ? g->k / 2 : 1));
     for (int64_t r = 0; r < ctx->rows; r += PR) {
         const uint16_t *xr = ctx->x + r * ctx->ldx;
         int rows = ctx->rows - r < PR ? (int)(ctx->rows - r) : PR;
@@ -309,27 +257,33 @@ static void panel_worker(void *arg, int ith, int nth) {
         return;
     }
     for (; u >= 0; u = claim(ctx, s, front))
-        panel_unit(ctx, u, u + dir, g->n - u * PN < PN ? (int)(g->n - u * PN) : PN, scratch);
+        ctx->unit(ctx, u, u + dir, g->n - u * PN < PN ? (int)(g->n - u * PN) : PN, scratch);
 }
 
 hr_status hr_gemm_panel_run(const hr_gemm *g, int64_t rows, const uint16_t *x, int64_t ldx) {
-    panel_ctx ctx = {.g = g, .x = x, .ldx = ldx, .rows = rows, .units = (g->n + PN - 1) / PN,
-                     .packed = g->b_panels, .amx = hr_gemm_amx_kernel()};
+    panel_ctx ctx = {.g = g, .unit = panel_unit, .x = x, .ldx = ldx, .rows = rows, .packed = g->b_panels,
+                     .amx = hr_gemm_amx_kernel()};
+    return hr_gemm_panel_dispatch(&ctx);
+}
+
+hr_status hr_gemm_panel_dispatch(panel_ctx *ctx) {
+    const hr_gemm *g = ctx->g;
     /* C's rows evenly spaced (a linear's output): each row's offset without
      * the batch walk, which every row of every unit would repeat */
-    if (!hr_gemm_rows_even(g, true, rows, &ctx.ldc)) ctx.ldc = -1;
-    atomic_init(&ctx.failed, 0);
-    int64_t tasks = hr_parallel_threads_for(rows * g->n * g->k, HR_GRAIN_MATMUL);
-    if (tasks > ctx.units) tasks = ctx.units;
+    if (!hr_gemm_rows_even(g, true, ctx->rows, &ctx->ldc)) ctx->ldc = -1;
+    ctx->units = (g->n + PN - 1) / PN;
+    atomic_init(&ctx->failed, 0);
+    int64_t tasks = hr_parallel_threads_for(ctx->rows * g->n * g->k, HR_GRAIN_MATMUL);
+    if (tasks > ctx->units) tasks = ctx->units;
     if (tasks > 2 * P_MAX_SEGS) tasks = 2 * P_MAX_SEGS;
     if (tasks < 1) tasks = 1;
     int nseg = (int)((tasks + 1) / 2);
     for (int sg = 0; sg < nseg; sg++) {
         int64_t b, e;
-        hr_split_range(ctx.units, sg, nseg, &b, &e);
-        atomic_init(&ctx.ends[sg], (uint64_t)e << 32 | (uint64_t)b);
+        hr_split_range(ctx->units, sg, nseg, &b, &e);
+        atomic_init(&ctx->ends[sg], (uint64_t)e << 32 | (uint64_t)b);
     }
-    hr_parallel_run(panel_worker, &ctx, (int)tasks);
-    if (atomic_load(&ctx.failed)) return hr_error(HR_ERR_OOM, "gemm: out of memory for weight panels");
+    hr_parallel_run(panel_worker, ctx, (int)tasks);
+    if (atomic_load(&ctx->failed)) return hr_error(HR_ERR_OOM, "gemm: out of memory for weight panels");
     return HR_OK;
 }

@@ -23,7 +23,7 @@
 static bool packable(const hr_tensor *w) {
     return w && w->dtype == HR_BF16 && w->ndim == 2 && w->shape[0] > 0 && w->shape[1] > 0 &&
            w->strides[1] == 1 && w->strides[0] == w->shape[1] && w->buf->device == hr_device_cpu() &&
-           hr_gemm_use_avx512_bf16();
+           hr_gemm_use_panels();
 }
 
 size_t hr_linear_pack_bytes(const hr_tensor *w) {
@@ -35,6 +35,7 @@ typedef struct pack_ctx {
     const uint16_t *w;
     int64_t n, k, u0, units;
     uint32_t *dst;
+    bool avx512;
 } pack_ctx;
 
 static void pack_worker(void *arg, int ith, int nth) {
@@ -44,7 +45,11 @@ static void pack_worker(void *arg, int ith, int nth) {
     for (int64_t u = c->u0 + b; u < c->u0 + e; u++) {
         int64_t j0 = u * HR_GEMM_PANEL_N;
         int nj = c->n - j0 < HR_GEMM_PANEL_N ? (int)(c->n - j0) : HR_GEMM_PANEL_N;
-        hr_gemm_pack_panel(c->w + j0 * c->k, c->k, nj, c->k, (uint32_t *)hr_gemm_panel_at(c->dst, c->k, u));
+        uint32_t *panel = (uint32_t *)hr_gemm_panel_at(c->dst, c->k, u);
+        if (c->avx512)
+            hr_gemm_pack_panel(c->w + j0 * c->k, c->k, nj, c->k, panel);
+        else
+            hr_gemm_pack_panel_avx2(c->w + j0 * c->k, c->k, nj, c->k, panel);
     }
 }
 
@@ -52,10 +57,11 @@ hr_status hr_linear_pack_into(const hr_tensor *w, void *dst, void (*release)(voi
                               void (*chunk_done)(void *arg, const void *src, size_t n), void *arg) {
     if (!hr_linear_pack_bytes(w))
         return hr_error(HR_ERR_UNSUPPORTED, "linear pack: weight '%s' is not a contiguous 2-D bf16 tensor on "
-                        "a CPU with AVX-512 BF16", hr_tensor_name(w));
+                        "a CPU (and ISA setting) with AVX2 or more", hr_tensor_name(w));
     hr_packed_weight *p = calloc(1, sizeof *p);
     if (!p) return hr_error(HR_ERR_OOM, "linear pack: out of memory");
-    pack_ctx c = {.w = hr_tensor_ptr(w), .n = w->shape[0], .k = w->shape[1], .dst = dst};
+    pack_ctx c = {.w = hr_tensor_ptr(w), .n = w->shape[0], .k = w->shape[1], .dst = dst,
+                  .avx512 = hr_gemm_use_avx512_bf16()};
     int64_t units = (c.n + HR_GEMM_PANEL_N - 1) / HR_GEMM_PANEL_N;
     size_t row_bytes = (size_t)c.k * 2;
     for (c.u0 = 0; c.u0 < units; c.u0 += CHUNK_UNITS) {

@@ -9,7 +9,7 @@
 
 /* Bytes w's packed copy takes (a multiple of 64), or 0 when w is not
  * packed: not a contiguous 2-D bf16 tensor in the CPU device's memory, or
- * this CPU (as the ISA setting allows) has no AVX-512 BF16 kernels. */
+ * the ISA setting is below AVX2 (hr_gemm_use_panels). */
 size_t hr_linear_pack_bytes(const hr_tensor *w);
 
 /* Packs w into dst (hr_linear_pack_bytes(w) bytes, 64-byte aligned) and

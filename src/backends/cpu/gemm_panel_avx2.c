@@ -1,0 +1,179 @@
+/* The panel route on AVX2 + FMA (no AVX-512): bf16 A against the K-pair
+ * panels of a weight packed at load, the same bytes the AVX-512 and AMX
+ * kernels read (gemm.h's layout, made here too when the CPU has no
+ * AVX-512: hr_gemm_pack_panel_avx2).
+ *
+ * AVX2 has no bf16 dot product, so the pairs are split instead: a panel
+ * vector holds eight columns' (even, odd) bf16 pairs, and the even
+ * elements are its u32 lanes shifted left by 16, the odd ones the lanes
+ * with the low half masked off: two single-uop conversions (each with its
+ * load folded in) per sixteen f32 products, where widening packed bf16
+ * takes a lane-crossing shuffle per eight. A's rows are widened to f32
+ * once per call, so a tile broadcasts x[r][2p] against the even vectors
+ * and x[r][2p + 1] against the odd ones with plain loads.
+ *
+ * Tiles (16 ymm registers): six rows x 16 columns (12 accumulators, two
+ * panel vectors, one broadcast), four per panel; two rows x 32; one row x
+ * all 64, so a lone row reads each 256-byte panel row whole, in order, as
+ * it streams from memory. Every output's sum is the same chain whatever
+ * the tile: per K pair, even product then odd product, fused
+ * multiply-adds in K order, the lone last element of an odd K after them,
+ * so a row has the same bits in a batch of 1 or of 500, and the fused
+ * linear node (hr_gemm_panel_rows_avx2) gives the route's bits. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_panel.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "core/iter.h"
+
+#define PN HR_GEMM_PANEL_N
+#define INLINE_ static inline __attribute__((always_inline))
+
+/* acc[r][v] += x[r] . panel columns [8v, 8v + 8) of pair p's vector row b
+ * (NV vectors from b); `lone` takes the even element only. The odd
+ * elements are cleared of their partners by a shift right and back, which
+ * needs no mask register (the six-row tile uses all sixteen). Converted
+ * four panel vectors at a time, so the one-row tile keeps 8 accumulators,
+ * 4 panel vectors and the broadcast in registers. */
+INLINE_ void pair_step(int R, int NV, __m256 acc[6][8], const float *x, int64_t ldx, int64_t p, const __m256i *b,
+                       bool lone) {
+    for (int half = 0; half < 2; half++) {
+        if (half && lone) break;
+        for (int v0 = 0; v0 < NV; v0 += 4) {
+            int nv = NV - v0 < 4 ? NV - v0 : 4;
+            __m256 w[4];
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++) {
+                __m256i raw = _mm256_loadu_si256(b + v0 + v);
+                w[v] = _mm256_castsi256_ps(_mm256_slli_epi32(half ? _mm256_srli_epi32(raw, 16) : raw, 16));
+            }
+#pragma GCC unroll 6
+            for (int r = 0; r < R; r++) {
+                __m256 xv = _mm256_broadcast_ss(x + r * ldx + 2 * p + half);
+#pragma GCC unroll 4
+                for (int v = 0; v < nv; v++) acc[r][v0 + v] = _mm256_fmadd_ps(xv, w[v], acc[r][v0 + v]);
+            }
+        }
+    }
+}
+
+/* y[r][c0 .. c0 + 8 NV) (+)= x row r . panel columns [c0, c0 + 8 NV) over
+ * the K pairs [p0, p1), then K's lone last element when `lone`, r < R; with
+ * `add` the sums start from y's (the K blocks before), else from zero. x
+ * rows ldx apart (f32), y rows PN apart. */
+INLINE_ void tile(int R, int NV, int64_t p0, int64_t p1, bool lone, const float *x, int64_t ldx,
+                  const uint32_t *panel, int c0, float *y, bool add, pf_panel *pf) {
+    __m256 acc[6][8];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; v++) acc[r][v] = add ? _mm256_loadu_ps(y + r * PN + c0 + 8 * v) : _mm256_setzero_ps();
+    for (int64_t p = p0; p < p1; p++) {
+        pf_lines(pf);
+        pair_step(R, NV, acc, x, ldx, p, (const __m256i *)(panel + p * PN + c0), false);
+    }
+    if (lone) pair_step(R, NV, acc, x, ldx, p1, (const __m256i *)(panel + p1 * PN + c0), true);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; v++) _mm256_storeu_ps(y + r * PN + c0 + 8 * v, acc[r][v]);
+}
+
+/* K pairs per block: six f32 rows of a block (6 KB) and a quarter panel's
+ * block (8 KB) stay in L1 while the four quarters pass over them. */
+#define KB 128
+
+/* y[r][0..64) = x row r . panel over k for r < rows (1..6), in the tiles
+ * for that row count (each a constant in its copy, so the loops unroll),
+ * K block by block. */
+static void tile_rows(int rows, int64_t k, const float *x, int64_t ldx, const uint32_t *panel, float *y,
+                      pf_panel *pf) {
+    int64_t kp = k / 2;
+    for (int64_t p0 = 0; p0 < kp || (p0 == 0 && (k & 1)); p0 += KB) {
+        int64_t p1 = kp - p0 < KB ? kp : p0 + KB;
+        bool lone = p1 == kp && (k & 1), add = p0 > 0;
+        switch (rows) {
+        case 1: tile(1, 8, p0, p1, lone, x, ldx, panel, 0, y, add, pf); continue;
+        case 2:
+            for (int c0 = 0; c0 < PN; c0 += 32) tile(2, 4, p0, p1, lone, x, ldx, panel, c0, y, add, pf);
+            continue;
+        default: break;
+        }
+        for (int c0 = 0; c0 < PN; c0 += 16) switch (rows) {
+            case 3: tile(3, 2, p0, p1, lone, x, ldx, panel, c0, y, add, pf); break;
+            case 4: tile(4, 2, p0, p1, lone, x, ldx, panel, c0, y, add, pf); break;
+            case 5: tile(5, 2, p0, p1, lone, x, ldx, panel, c0, y, add, pf); break;
+            default: tile(6, 2, p0, p1, lone, x, ldx, panel, c0, y, add, pf); break;
+            }
+    }
+}
+
+void hr_gemm_panel_rows_avx2(int rows, int64_t k, const float *x, int64_t ldx, const uint32_t *panel, float *y) {
+    pf_panel none = {0};
+    tile_rows(rows, k, x, ldx, panel, y, &none);
+}
+
+/* K steps of the tiles over a unit's panel for `rows` rows: the prefetch
+ * of the next unit spreads over them. */
+static int64_t unit_steps(int64_t rows, int64_t k) {
+    int64_t groups = (rows + 5) / 6, per_group = rows == 1 ? 1 : rows == 2 ? 2 : 4;
+    return groups * per_group * (k / 2 > 0 ? k / 2 : 1);
+}
+
+static void avx2_unit(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uint32_t *scratch) {
+    (void)scratch;
+    const hr_gemm *g = ctx->g;
+    int64_t j0 = u * PN;
+    const uint32_t *panel = hr_gemm_panel_at(ctx->packed, g->k, u);
+    float bias[PN], y[6 * PN];
+    if (g->bias) hr_load_f32(bias, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt), g->bias_dt, nj,
+                             g->bias_s);
+    pf_panel pf = hr_gemm_panel_next_stream(ctx, next, unit_steps(ctx->rows, g->k));
+    bool simd = hr_k_simd();
+    size_t csz = hr_dtype_size(g->c.dt);
+    for (int64_t r = 0; r < ctx->rows; r += 6) {
+        int rows = ctx->rows - r < 6 ? (int)(ctx->rows - r) : 6;
+        tile_rows(rows, g->k, ctx->x32 + r * ctx->ldx, ctx->ldx, panel, y, &pf);
+        for (int i = 0; i < rows; i++) {
+            float *yi = y + i * PN;
+            if (g->bias)
+                for (int c = 0; c < nj; c++) yi[c] += bias[c];
+            int64_t row = ctx->ldc >= 0 ? (r + i) * ctx->ldc : hr_gemm_row_offset(g, true, r + i);
+            hr_k_store_f32(g->c.base + (row + j0 * g->c.cs) * (int64_t)csz, g->c.dt, yi, nj, g->c.cs, simd);
+        }
+    }
+}
+
+hr_status hr_gemm_panel_run_avx2(const hr_gemm *g, int64_t rows) {
+    /* A's rows widened once, into the caller's scratch (the unit reads
+     * packed panels only, so no task asks for its own) */
+    float *x32 = hr_gemm_thread_scratch((size_t)rows * (size_t)g->k * 4);
+    if (!x32)
+        return hr_error(HR_ERR_OOM, "gemm: out of memory for %lld x %lld activations", (long long)rows,
+                        (long long)g->k);
+    for (int64_t r = 0; r < rows; r++) {
+        const char *src = g->a.base + hr_gemm_row_offset(g, false, r) * 2;
+        float *dst = x32 + r * g->k;
+        if (g->a.cs == 1)
+            hr_gemm_row_f32_avx2(dst, src, HR_BF16, g->k);
+        else
+            for (int64_t p = 0; p < g->k; p++) dst[p] = hr_bf16_to_f32(((const uint16_t *)src)[p * g->a.cs]);
+    }
+    panel_ctx ctx = {.g = g, .unit = avx2_unit, .x32 = x32, .ldx = g->k, .rows = rows, .packed = g->b_panels};
+    return hr_gemm_panel_dispatch(&ctx);
+}
+
+void hr_gemm_pack_panel_avx2(const uint16_t *w, int64_t ldw, int nj, int64_t kc, uint32_t *panel) {
+    int64_t full = kc / 2, kp = (kc + 1) / 2;
+    memset(panel, 0, (size_t)kp * PN * 4);
+    int g = 0;
+    /* eight weight rows at a time: 8 x 8 u32 register transposes */
+    for (; g + 8 <= nj; g += 8) hr_gemm_transpose8_avx2((const char *)(w + g * ldw), ldw * 2, full, panel + g, PN);
+    for (int j = g; j < nj; j++)
+        for (int64_t p = 0; p < full; p++) memcpy(panel + p * PN + j, w + j * ldw + 2 * p, 4);
+    if (kc & 1)
+        for (int j = 0; j < nj; j++) panel[full * PN + j] = w[j * ldw + kc - 1]; /* zero partner */
+}
