@@ -261,6 +261,89 @@ static void axpy_f32(float *y, float a, const float *x, int64_t n, bool avx2) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* Eight elements of a K or V row (f32, bf16 or f16) as f32. */
+static inline __attribute__((always_inline)) __m256 kv_load8(const char *p, hr_dtype dt) {
+    switch (dt) {
+    case HR_BF16:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    case HR_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    default: return _mm256_loadu_ps((const float *)p);
+    }
+}
+
+/* Four sums of the lanes of a0..a3, in that order. */
+static inline __m128 hsum4x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* st[r * BK + j] = q row r . key j, for j < nk and R (1 or 2) rows of q
+ * (f32, d apart); key j at k + j * ldk bytes, d elements of dt, d a
+ * multiple of 8. Four keys at a time, read and widened in registers (each
+ * serves both rows), the four sums reduced together; the next unit's K/V
+ * prefetched four keys per four (pf NULL: not in this pass). */
+static inline __attribute__((always_inline)) void qk_rows_avx2(int R, const float *q, int64_t d, const char *k,
+                                                               int64_t ldk, hr_dtype dt, int nk, float *st,
+                                                               attn_pf *pf) {
+    size_t esz = hr_dtype_size(dt);
+    for (int j = 0; j < nk; j += 4) {
+        if (pf) hr_attn_pf_step(pf, nk - j < 4 ? nk - j : 4);
+        const char *kr[4];
+        for (int i = 0; i < 4; i++) kr[i] = k + (int64_t)(j + i < nk ? j + i : j) * ldk;
+        __m256 acc[2][4];
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < 4; i++) acc[r][i] = _mm256_setzero_ps();
+        for (int64_t e = 0; e < d; e += 8) {
+            __m256 qv[2];
+            for (int r = 0; r < R; r++) qv[r] = _mm256_loadu_ps(q + r * d + e);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                __m256 kv = kv_load8(kr[i] + e * (int64_t)esz, dt);
+                for (int r = 0; r < R; r++) acc[r][i] = _mm256_fmadd_ps(qv[r], kv, acc[r][i]);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            float sum[4];
+            _mm_storeu_ps(sum, hsum4x8(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+            for (int i = 0; i < 4 && j + i < nk; i++) st[r * BK + j + i] = sum[i];
+        }
+    }
+}
+
+/* o[r][e] += sum over keys j < nk of p[r * BK + j] * v_j[e], for R (1 or
+ * 2) rows, 32 features at a time held in registers across the keys (one
+ * load and store of o per block, not per key); value j at v + j * ldv
+ * bytes, dv elements of dt, dv a multiple of 32. A key whose probability
+ * is zero in every row (masked) is skipped, so its values are not read. */
+static inline __attribute__((always_inline)) void pv_rows_avx2(int R, float *o, int64_t dv, const char *v,
+                                                               int64_t ldv, hr_dtype dt, int nk, const float *p) {
+    size_t esz = hr_dtype_size(dt);
+    for (int64_t e = 0; e < dv; e += 32) {
+        __m256 acc[2][4];
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < 4; i++) acc[r][i] = _mm256_loadu_ps(o + r * dv + e + 8 * i);
+        for (int j = 0; j < nk; j++) {
+            if (p[j] == 0.0f && (R == 1 || p[BK + j] == 0.0f)) continue;
+            const char *vr = v + j * ldv + e * (int64_t)esz;
+            __m256 pr[2];
+            for (int r = 0; r < R; r++) pr[r] = _mm256_set1_ps(p[r * BK + j]);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                __m256 vv = kv_load8(vr + 8 * i * (int64_t)esz, dt);
+                for (int r = 0; r < R; r++) acc[r][i] = _mm256_fmadd_ps(pr[r], vv, acc[r][i]);
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < 4; i++) _mm256_storeu_ps(o + r * dv + e + 8 * i, acc[r][i]);
+    }
+}
+
+/* Whether a decode unit's K and V rows take the kernels above: AVX2, rows
+ * feature-contiguous, head dims in whole vectors. */
+static bool kv_direct_avx2(const attn_ctx *c) {
+    return c->avx2 && c->k->strides[3] == 1 && c->v->strides[3] == 1 && c->d % 8 == 0 && c->dv % 32 == 0;
+}
+
 /* Unit (batch, kv head, split): every query row of the pair against the
  * split's keys, one key row at a time straight from K and V. With a few
  * rows, packing K/V into GEMM panels costs more than the products it
@@ -278,13 +361,26 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     int64_t lo, hi;
     hr_attn_decode_start(c, s, sp, o, &lo, &hi);
     attn_pf pf = hr_attn_pf_init(c, s);
+    bool direct = kv_direct_avx2(c);
+    int64_t ldk = c->k->strides[2] * (int64_t)hr_dtype_size(c->k->dtype);
+    int64_t ldv = c->v->strides[2] * (int64_t)hr_dtype_size(c->v->dtype);
     for (int64_t j0 = lo; j0 < hi; j0 += BK) {
         int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
         if (c->mask && !(nk = hr_attn_block_keys(c, bi, kvh, 0, rows, j0, nk))) continue;
-        for (int j = 0; j < nk; j++) {
-            hr_attn_pf_step(&pf, 1);
-            load_row(c, kr, c->k, bi, kvh, j0 + j, d);
-            for (int64_t r = 0; r < rows; r++) s->st[r * BK + j] = dot_f32(q + r * d, kr, d, c->avx2);
+        if (direct) {
+            const char *k0 = hr_attn_at(c->k, bi, kvh, j0);
+            for (int64_t r = 0; r < rows; r += 2) {
+                if (rows - r >= 2)
+                    qk_rows_avx2(2, q + r * d, d, k0, ldk, c->k->dtype, nk, s->st + r * BK, r ? NULL : &pf);
+                else
+                    qk_rows_avx2(1, q + r * d, d, k0, ldk, c->k->dtype, nk, s->st + r * BK, r ? NULL : &pf);
+            }
+        } else {
+            for (int j = 0; j < nk; j++) {
+                hr_attn_pf_step(&pf, 1);
+                load_row(c, kr, c->k, bi, kvh, j0 + j, d);
+                for (int64_t r = 0; r < rows; r++) s->st[r * BK + j] = dot_f32(q + r * d, kr, d, c->avx2);
+            }
         }
         for (int64_t r = 0; r < rows; r++) {
             float *p = s->st + r * BK;
@@ -293,6 +389,16 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
             float corr = hr_attn_softmax_step(c, s, p, nk, r);
             if (corr != 1.0f)
                 for (int64_t e = 0; e < dv; e++) o[r * dv + e] *= corr;
+        }
+        if (direct) {
+            const char *v0 = hr_attn_at(c->v, bi, kvh, j0);
+            for (int64_t r = 0; r < rows; r += 2) {
+                if (rows - r >= 2)
+                    pv_rows_avx2(2, o + r * dv, dv, v0, ldv, c->v->dtype, nk, s->st + r * BK);
+                else
+                    pv_rows_avx2(1, o + r * dv, dv, v0, ldv, c->v->dtype, nk, s->st + r * BK);
+            }
+            continue;
         }
         for (int j = 0; j < nk; j++) {
             load_row(c, vr, c->v, bi, kvh, j0 + j, dv);
