@@ -59,12 +59,14 @@ static hr_tensor *packed_copy_of(const hr_tensor *w) {
     return p;
 }
 
-/* Odd shapes around the panel (64 weight rows), the tile (6 rows of x) and
- * odd K: packed linear + bias equals the exact sum, as the weight itself. */
+/* Odd shapes around the panel (64 weight rows), the tile (6 rows of x), odd
+ * K and the AVX2 route's passes of 512 rows: packed linear + bias equals
+ * the exact sum, as the weight itself. */
 static void test_packed_linear_exact(void **state) {
     if (!have_kernels()) skip();
     static const int64_t shapes[][3] = {{1, 1, 1},   {1, 15, 17},  {5, 17, 15},   {6, 64, 4097}, {7, 65, 33},
-                                        {13, 130, 1}, {64, 100, 1024}, {300, 70, 4097}, {2, 4097, 16}};
+                                        {13, 130, 1}, {64, 100, 1024}, {300, 70, 4097}, {2, 4097, 16},
+                                        {1030, 70, 33}};
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
         float *xv = malloc(sizeof(float) * m * k), *wv = malloc(sizeof(float) * n * k), *bv = malloc(sizeof(float) * n);

@@ -270,7 +270,7 @@ hr_status hr_gemm_panel_dispatch(panel_ctx *ctx) {
     const hr_gemm *g = ctx->g;
     /* C's rows evenly spaced (a linear's output): each row's offset without
      * the batch walk, which every row of every unit would repeat */
-    if (!hr_gemm_rows_even(g, true, ctx->rows, &ctx->ldc)) ctx->ldc = -1;
+    if (!hr_gemm_rows_even(g, true, ctx->row0 + ctx->rows, &ctx->ldc)) ctx->ldc = -1;
     ctx->units = (g->n + PN - 1) / PN;
     atomic_init(&ctx->failed, 0);
     int64_t tasks = hr_parallel_threads_for(ctx->rows * g->n * g->k, HR_GRAIN_MATMUL);

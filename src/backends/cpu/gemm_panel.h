@@ -32,6 +32,7 @@ struct panel_ctx {
     hr_panel_unit_fn unit;
     const uint16_t *x; /* row r of A at x + r * ldx (bf16) */
     const float *x32;  /* or, for the AVX2 unit, at x32 + r * ldx (f32) */
+    int64_t row0;      /* the AVX2 unit: x32's row r is row row0 + r of A and C */
     int64_t ldx, rows;
     int64_t units;          /* of PN weight rows */
     const uint32_t *packed; /* B's panels made at load, or NULL: pack per call */

@@ -141,29 +141,41 @@ static void avx2_unit(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uin
             float *yi = y + i * PN;
             if (g->bias)
                 for (int c = 0; c < nj; c++) yi[c] += bias[c];
-            int64_t row = ctx->ldc >= 0 ? (r + i) * ctx->ldc : hr_gemm_row_offset(g, true, r + i);
+            int64_t ri = ctx->row0 + r + i, row = ctx->ldc >= 0 ? ri * ctx->ldc : hr_gemm_row_offset(g, true, ri);
             hr_k_store_f32(g->c.base + (row + j0 * g->c.cs) * (int64_t)csz, g->c.dt, yi, nj, g->c.cs, simd);
         }
     }
 }
 
+/* Rows of A widened per pass: the f32 copy of x stays bounded (16 MiB at
+ * K = 8192) at any prompt length; each pass streams the weights again,
+ * which at 512 rows costs a few percent of the pass's math. */
+#define X32_ROWS 512
+
 hr_status hr_gemm_panel_run_avx2(const hr_gemm *g, int64_t rows) {
-    /* A's rows widened once, into the caller's scratch (the unit reads
-     * packed panels only, so no task asks for its own) */
-    float *x32 = hr_gemm_thread_scratch((size_t)rows * (size_t)g->k * 4);
+    int64_t chunk = rows < X32_ROWS ? rows : X32_ROWS;
+    /* A's rows widened into the caller's scratch (the unit reads packed
+     * panels only, so no task asks for its own) */
+    float *x32 = hr_gemm_thread_scratch((size_t)chunk * (size_t)g->k * 4);
     if (!x32)
-        return hr_error(HR_ERR_OOM, "gemm: out of memory for %lld x %lld activations", (long long)rows,
+        return hr_error(HR_ERR_OOM, "gemm: out of memory for %lld x %lld activations", (long long)chunk,
                         (long long)g->k);
-    for (int64_t r = 0; r < rows; r++) {
-        const char *src = g->a.base + hr_gemm_row_offset(g, false, r) * 2;
-        float *dst = x32 + r * g->k;
-        if (g->a.cs == 1)
-            hr_gemm_row_f32_avx2(dst, src, HR_BF16, g->k);
-        else
-            for (int64_t p = 0; p < g->k; p++) dst[p] = hr_bf16_to_f32(((const uint16_t *)src)[p * g->a.cs]);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+        for (int64_t r = 0; r < n; r++) {
+            const char *src = g->a.base + hr_gemm_row_offset(g, false, r0 + r) * 2;
+            float *dst = x32 + r * g->k;
+            if (g->a.cs == 1)
+                hr_gemm_row_f32_avx2(dst, src, HR_BF16, g->k);
+            else
+                for (int64_t p = 0; p < g->k; p++) dst[p] = hr_bf16_to_f32(((const uint16_t *)src)[p * g->a.cs]);
+        }
+        panel_ctx ctx = {.g = g, .unit = avx2_unit, .x32 = x32, .ldx = g->k, .row0 = r0, .rows = n,
+                         .packed = g->b_panels};
+        hr_status st = hr_gemm_panel_dispatch(&ctx);
+        if (st != HR_OK) return st;
     }
-    panel_ctx ctx = {.g = g, .unit = avx2_unit, .x32 = x32, .ldx = g->k, .rows = rows, .packed = g->b_panels};
-    return hr_gemm_panel_dispatch(&ctx);
+    return HR_OK;
 }
 
 void hr_gemm_pack_panel_avx2(const uint16_t *w, int64_t ldw, int nj, int64_t kc, uint32_t *panel) {
