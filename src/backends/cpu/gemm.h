@@ -90,7 +90,8 @@ void hr_gemm_pack_panel(const uint16_t *w, int64_t ldw, int nj, int64_t kc, uint
 void hr_gemm_pack_panel_avx2(const uint16_t *w, int64_t ldw, int nj, int64_t kc, uint32_t *panel);
 
 /* The panel route on AVX2 + FMA (gemm_panel_avx2.c): bf16 A against the
- * packed panels g->b_panels, A's rows widened to f32 once per call. */
+ * packed panels g->b_panels, A's rows widened to f32 once per call, in
+ * passes of up to 512 rows. */
 hr_status hr_gemm_panel_run_avx2(const hr_gemm *g, int64_t rows);
 /* Its tile for the fused linear node: y[r][0..64) = x row r . panel over
  * k for r < rows (1..6), x f32 rows ldx apart; the route's bits. */

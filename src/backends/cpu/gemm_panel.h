@@ -76,7 +76,7 @@ static inline void pf_lines(pf_panel *pf) {
 pf_panel hr_gemm_panel_next_stream(const panel_ctx *ctx, int64_t next, int64_t steps);
 
 /* Runs ctx->unit over every unit, split across the pool (ctx's g, unit,
- * x or x32, ldx, rows, packed and amx set; the rest is filled in). */
+ * x or x32, row0, ldx, rows, packed and amx set; the rest is filled in). */
 hr_status hr_gemm_panel_dispatch(panel_ctx *ctx);
 
 #endif

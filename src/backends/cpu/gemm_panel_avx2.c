@@ -6,11 +6,11 @@
  * AVX2 has no bf16 dot product, so the pairs are split instead: a panel
  * vector holds eight columns' (even, odd) bf16 pairs, and the even
  * elements are its u32 lanes shifted left by 16, the odd ones the lanes
- * with the low half masked off: two single-uop conversions (each with its
- * load folded in) per sixteen f32 products, where widening packed bf16
- * takes a lane-crossing shuffle per eight. A's rows are widened to f32
- * once per call, so a tile broadcasts x[r][2p] against the even vectors
- * and x[r][2p + 1] against the odd ones with plain loads.
+ * shifted right by 16 and back: three shifts per sixteen f32 products,
+ * where widening packed bf16 takes a lane-crossing shuffle per eight. A's
+ * rows are widened to f32 once per call (in passes of X32_ROWS), so a tile
+ * broadcasts x[r][2p] against the even vectors and x[r][2p + 1] against
+ * the odd ones with plain loads.
  *
  * Tiles (16 ymm registers): six rows x 16 columns (12 accumulators, two
  * panel vectors, one broadcast), four per panel; two rows x 32; one row x
@@ -26,7 +26,6 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_panel.h"
 #include "core/error.h"
-#include "core/half.h"
 #include "core/iter.h"
 
 #define PN HR_GEMM_PANEL_N
@@ -168,7 +167,7 @@ hr_status hr_gemm_panel_run_avx2(const hr_gemm *g, int64_t rows) {
             if (g->a.cs == 1)
                 hr_gemm_row_f32_avx2(dst, src, HR_BF16, g->k);
             else
-                for (int64_t p = 0; p < g->k; p++) dst[p] = hr_bf16_to_f32(((const uint16_t *)src)[p * g->a.cs]);
+                hr_load_f32(dst, src, HR_BF16, g->k, g->a.cs);
         }
         panel_ctx ctx = {.g = g, .unit = avx2_unit, .x32 = x32, .ldx = g->k, .row0 = r0, .rows = n,
                          .packed = g->b_panels};

@@ -264,8 +264,7 @@ static void axpy_f32(float *y, float a, const float *x, int64_t n, bool avx2) {
 /* Eight elements of a K or V row (f32, bf16 or f16) as f32. */
 static inline __attribute__((always_inline)) __m256 kv_load8(const char *p, hr_dtype dt) {
     switch (dt) {
-    case HR_BF16:
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    case HR_BF16: return hr_bf16x8_load(p);
     case HR_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
     default: return _mm256_loadu_ps((const float *)p);
     }
