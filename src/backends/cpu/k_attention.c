@@ -92,6 +92,14 @@ static void pack_kv(const attn_ctx *c, const hr_tensor *t, int64_t bi, int64_t h
                     bool transposed, float *dst, float *row) {
     int npad = (n + NR - 1) / NR * NR;
     int j = 0;
+    if (!transposed && width % NR == 0) {
+        /* a V row's panel rows are its own runs of NR features: copied whole */
+        for (; j < n; j++) {
+            load_row(c, row, t, bi, hh, r0 + j, width);
+            for (int64_t e = 0; e < width; e += NR) memcpy(dst + (e / NR) * BK * NR + j * NR, row + e, NR * 4);
+        }
+        return;
+    }
     if (transposed && c->avx2)
         for (; j + 8 <= n; j += 8) {
             for (int i = 0; i < 8; i++) load_row(c, row + i * width, t, bi, hh, r0 + j + i, width);
@@ -175,16 +183,19 @@ static void attn_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     int64_t rows = c->rep * c->s;
     int64_t r0 = rb * BQ, nq = rows - r0 < BQ ? rows - r0 : BQ, nqpad = (nq + MR - 1) / MR * MR;
     int64_t d = c->d, ldo = c->dvpad;
+    /* locals, so the loops below do not reload them after every store
+     * (a float store may alias the structs' fields) and vectorize */
+    float scale = c->scale, *row = s->row, *ot = s->ot;
     for (int64_t i = 0; i < nqpad; i++) {
         if (i < nq) {
             int64_t r = r0 + i;
-            load_row(c, s->row, c->q, bi, kvh * c->rep + r % c->rep, r / c->rep, d);
-            for (int64_t e = 0; e < d; e++) s->row[e] *= c->scale;
+            load_row(c, row, c->q, bi, kvh * c->rep + r % c->rep, r / c->rep, d);
+            for (int64_t e = 0; e < d; e++) row[e] *= scale;
         } else {
-            memset(s->row, 0, sizeof(float) * (size_t)d);
+            memset(row, 0, sizeof(float) * (size_t)d);
         }
         float *panel = s->qp + (i / MR) * d * MR + i % MR;
-        for (int64_t e = 0; e < d; e++) panel[e * MR] = s->row[e];
+        for (int64_t e = 0; e < d; e++) panel[e * MR] = row[e];
         s->m[i] = -INFINITY;
         s->l[i] = 0.0f;
     }
@@ -215,7 +226,7 @@ static void attn_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
                 memset(p, 0, sizeof(float) * (size_t)nk);
             }
             if (corr != 1.0f)
-                for (int64_t e = 0; e < ldo; e++) s->ot[i * ldo + e] *= corr;
+                for (int64_t e = 0; e < ldo; e++) ot[i * ldo + e] *= corr;
             float *panel = s->pp + (i / MR) * BK * MR + i % MR;
             for (int j = 0; j < nk; j++) panel[j * MR] = p[j];
         }
@@ -226,8 +237,8 @@ static void attn_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     for (int64_t i = 0; i < nq; i++) {
         int64_t r = r0 + i;
         float inv = s->l[i] > 0 ? 1.0f / s->l[i] : 0.0f;
-        float *oi = s->ot + i * ldo;
-        for (int64_t e = 0; e < c->dv; e++) oi[e] *= inv;
+        float *oi = ot + i * ldo;
+        for (int64_t e = 0, dv = c->dv; e < dv; e++) oi[e] *= inv;
         hr_store_f32(hr_attn_at(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep), c->o->dtype, oi, c->dv,
                      c->o->strides[3]);
     }
