@@ -28,6 +28,7 @@
 #include "backends/cpu/gemm_panel.h"
 #include "core/error.h"
 #include "core/iter.h"
+#include "core/threadpool.h"
 
 #define PN HR_GEMM_PANEL_N
 #define INLINE_ static inline __attribute__((always_inline))
@@ -269,31 +270,62 @@ static void avx2_unit(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uin
  * which at 512 rows costs a few percent of the pass's math. */
 #define X32_ROWS 512
 
+/* A's rows [r0, r0 + n) as f32 into x32: row-major (ldx = k), or in
+ * groups of six interleaved for the widened form; split over the pool by
+ * groups. */
+typedef struct {
+    const hr_gemm *g;
+    float *x32;
+    int64_t r0, n;
+    bool grouped;
+} widen_job;
+
+/* Elements of a row widened per step of the interleave: six rows' runs
+ * (6 KB) stay in L1 while they are woven. */
+#define XC 256
+
+static void widen_row(const hr_gemm *g, int64_t r, int64_t i0, int64_t len, float *dst) {
+    const char *src = g->a.base + (hr_gemm_row_offset(g, false, r) + i0 * g->a.cs) * 2;
+    if (g->a.cs == 1)
+        hr_gemm_row_f32_avx2(dst, src, HR_BF16, len);
+    else
+        hr_load_f32(dst, src, HR_BF16, len, g->a.cs);
+}
+
+static void widen_task(void *arg, int ith, int nth) {
+    const widen_job *j = arg;
+    int64_t k = j->g->k, b, e;
+    hr_split_range((j->n + 5) / 6, ith, nth, &b, &e);
+    for (int64_t r6 = 6 * b; r6 < 6 * e && r6 < j->n; r6 += 6) {
+        int64_t R = j->n - r6 < 6 ? j->n - r6 : 6;
+        if (!j->grouped) {
+            for (int64_t r = 0; r < R; r++) widen_row(j->g, j->r0 + r6 + r, 0, k, j->x32 + (r6 + r) * k);
+            continue;
+        }
+        float run[6][XC], *grp = j->x32 + r6 * k;
+        for (int64_t i0 = 0; i0 < k; i0 += XC) {
+            int64_t len = k - i0 < XC ? k - i0 : XC;
+            for (int64_t r = 0; r < R; r++) widen_row(j->g, j->r0 + r6 + r, i0, len, run[r]);
+            for (int64_t i = 0; i < len; i++)
+                for (int64_t r = 0; r < R; r++) grp[(i0 + i) * R + r] = run[r][i];
+        }
+    }
+}
+
 hr_status hr_gemm_panel_run_avx2(const hr_gemm *g, int64_t rows) {
     int64_t chunk = rows < X32_ROWS ? rows : X32_ROWS, k = g->k;
     /* A's rows widened into the caller's scratch (the unit reads packed
-     * panels only, so no task asks for its own), one more row for the
-     * row being interleaved into its group */
-    float *x32 = hr_gemm_thread_scratch((size_t)(chunk + 1) * (size_t)k * 4);
+     * panels only, so no task asks for its own) */
+    float *x32 = hr_gemm_thread_scratch((size_t)chunk * (size_t)k * 4);
     if (!x32)
         return hr_error(HR_ERR_OOM, "gemm: out of memory for %lld x %lld activations", (long long)chunk,
                         (long long)k);
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
-        bool grouped = wide_form(n);
-        for (int64_t r = 0; r < n; r++) {
-            const char *src = g->a.base + hr_gemm_row_offset(g, false, r0 + r) * 2;
-            float *dst = grouped ? x32 + chunk * k : x32 + r * k;
-            if (g->a.cs == 1)
-                hr_gemm_row_f32_avx2(dst, src, HR_BF16, k);
-            else
-                hr_load_f32(dst, src, HR_BF16, k, g->a.cs);
-            if (grouped) {
-                int64_t r6 = r / 6 * 6, R = n - r6 < 6 ? n - r6 : 6;
-                float *grp = x32 + r6 * k + (r - r6);
-                for (int64_t i = 0; i < k; i++) grp[i * R] = dst[i];
-            }
-        }
+        widen_job job = {.g = g, .x32 = x32, .r0 = r0, .n = n, .grouped = wide_form(n)};
+        int tasks = hr_parallel_threads_for(n * k, HR_GRAIN_ELTWISE);
+        if (tasks > (n + 5) / 6) tasks = (int)((n + 5) / 6);
+        hr_parallel_run(widen_task, &job, tasks);
         panel_ctx ctx = {.g = g, .unit = avx2_unit, .x32 = x32, .ldx = k, .row0 = r0, .rows = n,
                          .packed = g->b_panels};
         hr_status st = hr_gemm_panel_dispatch(&ctx);
