@@ -8,7 +8,7 @@
 # build), BENCH_MODELS (default: both shapes), BENCH_ENGINES (default: all),
 # BENCH_CASE_SPEC (name:batch:prompt:gen list), BENCH_RUN_TIMEOUT (seconds per engine
 # process, default 420), BENCH_BUDGET (seconds for all model cases, default
-# 2700: later runs are recorded as skipped), BENCH_THREADS (default 2),
+# 4500: later runs are recorded as skipped), BENCH_THREADS (default 2),
 # BENCH_RESULTS (output folder, default bench/results), BENCH_SKIP_INSTALL=1
 # (use the packages already in .venv).
 set -uo pipefail
@@ -19,7 +19,7 @@ BUILD=${HUBRT_BUILD:-build}
 HUBRT=$ROOT/$BUILD/hubrt
 THREADS=${BENCH_THREADS:-2}
 RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-420}
-BUDGET=${BENCH_BUDGET:-2700}
+BUDGET=${BENCH_BUDGET:-4500}
 MODELS=${BENCH_MODELS:-"qwen3-0.6b-shaped llama-3.2-1b-shaped smollm2-135m-shaped"}
 ENGINES=${BENCH_ENGINES:-"hubrt hubrt-compiled hubrt-xla_cpu transformers-eager transformers-compile llama.cpp"}
 RESULTS=${BENCH_RESULTS:-$ROOT/bench/results}
