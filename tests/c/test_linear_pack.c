@@ -60,13 +60,13 @@ static hr_tensor *packed_copy_of(const hr_tensor *w) {
 }
 
 /* Odd shapes around the panel (64 weight rows), the tile (6 rows of x), odd
- * K and the AVX2 route's passes of 512 rows: packed linear + bias equals
- * the exact sum, as the weight itself. */
+ * K, the AVX2 route's widened form (from 24 rows) and its passes of 512
+ * rows: packed linear + bias equals the exact sum, as the weight itself. */
 static void test_packed_linear_exact(void **state) {
     if (!have_kernels()) skip();
     static const int64_t shapes[][3] = {{1, 1, 1},   {1, 15, 17},  {5, 17, 15},   {6, 64, 4097}, {7, 65, 33},
-                                        {13, 130, 1}, {64, 100, 1024}, {300, 70, 4097}, {2, 4097, 16},
-                                        {1030, 70, 33}};
+                                        {13, 130, 1}, {23, 70, 33}, {24, 70, 33}, {64, 100, 1024},
+                                        {300, 70, 4097}, {2, 4097, 16}, {1030, 70, 33}};
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
         float *xv = malloc(sizeof(float) * m * k), *wv = malloc(sizeof(float) * n * k), *bv = malloc(sizeof(float) * n);
@@ -92,59 +92,72 @@ static void test_packed_linear_exact(void **state) {
     }
 }
 
-/* x as a batch [2, 3, k] and as a non-contiguous view (rows copied first):
- * same bits as the same rows contiguous. */
-static void test_packed_linear_batched_and_strided(void **state) {
-    if (!have_kernels()) skip();
-    int64_t k = 37, n = 70;
+/* x as a batch [2, h, k] and as non-contiguous views (rows 2k apart, and
+ * a transposed x whose elements are m apart; each copied first): same bits
+ * as the same rows contiguous; into views of C likewise. h = 3 and 15: on
+ * AVX2, 6 rows take the bf16 tiles and 30 the widened form. */
+static void check_batched_and_strided(int64_t h) {
+    int64_t k = 37, n = 70, m = 2 * h;
     hr_tensor *w = bf16_tensor(2, (int64_t[]){n, k}, 4, true, NULL), *wp = packed_copy_of(w);
-    hr_tensor *x = bf16_tensor(3, (int64_t[]){2, 3, k}, 5, true, NULL), *flat = NULL, *wide = NULL;
-    assert_int_equal(hr_tensor_reshape(x, 2, (int64_t[]){6, k}, &flat), HR_OK);
+    hr_tensor *x = bf16_tensor(3, (int64_t[]){2, h, k}, 5, true, NULL), *flat = NULL, *wide = NULL;
+    assert_int_equal(hr_tensor_reshape(x, 2, (int64_t[]){m, k}, &flat), HR_OK);
     hr_tensor *y3 = NULL, *y2 = NULL, *yt = NULL;
     assert_int_equal(hr_linear(x, wp, NULL, &y3), HR_OK);
     assert_int_equal(hr_linear(flat, wp, NULL, &y2), HR_OK);
     uint16_t *a = read_bf16(y3), *b = read_bf16(y2);
-    assert_memory_equal(a, b, 2 * 6 * (size_t)n);
-    /* rows 2*k apart: a slice of a [6, 2k] tensor */
-    hr_tensor *big = bf16_tensor(2, (int64_t[]){6, 2 * k}, 6, true, NULL), *cont = NULL;
+    assert_memory_equal(a, b, 2 * (size_t)(m * n));
+    /* rows 2*k apart: a slice of a [m, 2k] tensor */
+    hr_tensor *big = bf16_tensor(2, (int64_t[]){m, 2 * k}, 6, true, NULL), *cont = NULL;
     assert_int_equal(hr_tensor_narrow(big, 1, 0, k, &wide), HR_OK);
-    assert_int_equal(hr_tensor_empty(NULL, HR_BF16, 2, (int64_t[]){6, k}, &cont), HR_OK);
+    assert_int_equal(hr_tensor_empty(NULL, HR_BF16, 2, (int64_t[]){m, k}, &cont), HR_OK);
     assert_int_equal(hr_copy_(cont, wide), HR_OK);
     assert_int_equal(hr_linear(wide, wp, NULL, &yt), HR_OK);
     hr_tensor *yc = NULL;
     assert_int_equal(hr_linear(cont, wp, NULL, &yc), HR_OK);
     uint16_t *c = read_bf16(yt), *d = read_bf16(yc);
-    assert_memory_equal(c, d, 2 * 6 * (size_t)n);
+    assert_memory_equal(c, d, 2 * (size_t)(m * n));
+    /* x transposed: a [k, m] tensor's transpose, its elements m apart */
+    hr_tensor *xkm = bf16_tensor(2, (int64_t[]){k, m}, 11, true, NULL), *xtv = NULL, *xtc = NULL, *ytv = NULL,
+              *ytc = NULL;
+    assert_int_equal(hr_tensor_transpose(xkm, 0, 1, &xtv), HR_OK);
+    assert_int_equal(hr_tensor_empty(NULL, HR_BF16, 2, (int64_t[]){m, k}, &xtc), HR_OK);
+    assert_int_equal(hr_copy_(xtc, xtv), HR_OK);
+    assert_int_equal(hr_linear(xtv, wp, NULL, &ytv), HR_OK);
+    assert_int_equal(hr_linear(xtc, wp, NULL, &ytc), HR_OK);
+    uint16_t *tv = read_bf16(ytv), *tc = read_bf16(ytc);
+    assert_memory_equal(tv, tc, 2 * (size_t)(m * n));
+    free(tv), free(tc);
+    hr_tensor_free(xkm), hr_tensor_free(xtv), hr_tensor_free(xtc), hr_tensor_free(ytv), hr_tensor_free(ytc);
     /* into views of C: rows 2n apart, and a transposed one (columns apart) */
     hr_op lin;
     assert_int_equal(hr_op_find("linear", &lin), HR_OK);
     hr_tensor *wide_out = NULL, *rows_view = NULL, *tall = NULL, *cols_view = NULL;
-    assert_int_equal(hr_tensor_zeros(NULL, HR_BF16, 2, (int64_t[]){6, 2 * n}, &wide_out), HR_OK);
+    assert_int_equal(hr_tensor_zeros(NULL, HR_BF16, 2, (int64_t[]){m, 2 * n}, &wide_out), HR_OK);
     assert_int_equal(hr_tensor_narrow(wide_out, 1, n, n, &rows_view), HR_OK);
-    assert_int_equal(hr_tensor_zeros(NULL, HR_BF16, 2, (int64_t[]){n, 6}, &tall), HR_OK);
+    assert_int_equal(hr_tensor_zeros(NULL, HR_BF16, 2, (int64_t[]){n, m}, &tall), HR_OK);
     assert_int_equal(hr_tensor_transpose(tall, 0, 1, &cols_view), HR_OK);
     const hr_tensor *in[2] = {cont, wp};
     assert_int_equal(hr_op_run(lin, NULL, in, 2, &rows_view, 1), HR_OK);
     assert_int_equal(hr_op_run(lin, NULL, in, 2, &cols_view, 1), HR_OK);
     uint16_t *e = read_bf16(wide_out), *f = read_bf16(tall);
-    for (int64_t i = 0; i < 6; i++)
+    for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             assert_int_equal(e[i * 2 * n + j], 0);
             assert_int_equal(e[i * 2 * n + n + j], d[i * n + j]);
-            assert_int_equal(f[j * 6 + i], d[i * n + j]);
+            assert_int_equal(f[j * m + i], d[i * n + j]);
         }
     free(e), free(f);
-    /* a batch whose rows are not evenly spaced: [2, 3] of a [2, 4] grid */
+    /* a batch whose rows are not evenly spaced: [2, h] of a [2, h + 1] grid */
     hr_tensor *grid = NULL, *uneven = NULL;
-    assert_int_equal(hr_tensor_zeros(NULL, HR_BF16, 3, (int64_t[]){2, 4, n}, &grid), HR_OK);
-    assert_int_equal(hr_tensor_narrow(grid, 1, 0, 3, &uneven), HR_OK);
+    assert_int_equal(hr_tensor_zeros(NULL, HR_BF16, 3, (int64_t[]){2, h + 1, n}, &grid), HR_OK);
+    assert_int_equal(hr_tensor_narrow(grid, 1, 0, h, &uneven), HR_OK);
     const hr_tensor *in3[2] = {x, wp};
     assert_int_equal(hr_op_run(lin, NULL, in3, 2, &uneven, 1), HR_OK);
     uint16_t *g = read_bf16(grid);
     for (int64_t bi = 0; bi < 2; bi++)
-        for (int64_t r = 0; r < 4; r++)
+        for (int64_t r = 0; r <= h; r++)
             for (int64_t j = 0; j < n; j++)
-                assert_int_equal(g[(bi * 4 + r) * n + j], r < 3 ? a[(bi * 3 + r) * n + j] : 0);
+                assert_int_equal(g[(bi * (h + 1) + r) * n + j], r < h ? a[(bi * h + r) * n + j] : 0);
     free(g);
     hr_tensor_free(grid), hr_tensor_free(uneven);
     hr_tensor_free(wide_out), hr_tensor_free(rows_view), hr_tensor_free(tall), hr_tensor_free(cols_view);
@@ -152,6 +165,12 @@ static void test_packed_linear_batched_and_strided(void **state) {
     hr_tensor_free(w), hr_tensor_free(wp), hr_tensor_free(x), hr_tensor_free(flat), hr_tensor_free(wide);
     hr_tensor_free(big), hr_tensor_free(cont), hr_tensor_free(y3), hr_tensor_free(y2);
     hr_tensor_free(yt), hr_tensor_free(yc);
+}
+
+static void test_packed_linear_batched_and_strided(void **state) {
+    if (!have_kernels()) skip();
+    check_batched_and_strided(3);
+    check_batched_and_strided(15);
 }
 
 /* With full-mantissa data, row i of a 200-row call has the same bits as
