@@ -60,12 +60,12 @@ static hr_tensor *packed_copy_of(const hr_tensor *w) {
 }
 
 /* Odd shapes around the panel (64 weight rows), the tile (6 rows of x), odd
- * K, the AVX2 route's widened form (from 24 rows) and its passes of 512
+ * K, the AVX2 route's widened form (from 64 rows) and its passes of 512
  * rows: packed linear + bias equals the exact sum, as the weight itself. */
 static void test_packed_linear_exact(void **state) {
     if (!have_kernels()) skip();
     static const int64_t shapes[][3] = {{1, 1, 1},   {1, 15, 17},  {5, 17, 15},   {6, 64, 4097}, {7, 65, 33},
-                                        {13, 130, 1}, {23, 70, 33}, {24, 70, 33}, {64, 100, 1024},
+                                        {13, 130, 1}, {63, 70, 33}, {64, 70, 33}, {64, 100, 1024},
                                         {300, 70, 4097}, {2, 4097, 16}, {1030, 70, 33}};
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
@@ -94,8 +94,8 @@ static void test_packed_linear_exact(void **state) {
 
 /* x as a batch [2, h, k] and as non-contiguous views (rows 2k apart, and
  * a transposed x whose elements are m apart; each copied first): same bits
- * as the same rows contiguous; into views of C likewise. h = 3 and 15: on
- * AVX2, 6 rows take the bf16 tiles and 30 the widened form. */
+ * as the same rows contiguous; into views of C likewise. h = 3 and 33: on
+ * AVX2, 6 rows take the bf16 tiles and 66 the widened form. */
 static void check_batched_and_strided(int64_t h) {
     int64_t k = 37, n = 70, m = 2 * h;
     hr_tensor *w = bf16_tensor(2, (int64_t[]){n, k}, 4, true, NULL), *wp = packed_copy_of(w);
@@ -170,7 +170,7 @@ static void check_batched_and_strided(int64_t h) {
 static void test_packed_linear_batched_and_strided(void **state) {
     if (!have_kernels()) skip();
     check_batched_and_strided(3);
-    check_batched_and_strided(15);
+    check_batched_and_strided(33);
 }
 
 /* With full-mantissa data, row i of a 200-row call has the same bits as

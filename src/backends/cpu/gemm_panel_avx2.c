@@ -118,8 +118,7 @@ static void tile_rows(int rows, int64_t k, const float *x, int64_t ldx, const ui
  * bf16 tiles split each panel vector again for every group (three shifts
  * beside its twelve FMAs). A's rows come in groups of six interleaved
  * ([K][6]), so a tile's broadcasts walk one stream. Same products, same
- * chain per output: the bits of the bf16 tiles. Qwen3 decode at batch 64,
- * 2 threads, alternated runs: 103-110 tok/s against 81-101. */
+ * chain per output: the bits of the bf16 tiles. */
 #define WQ (PN / 4) /* columns per quarter */
 
 /* acc[r] += x[r] * the 16 widened weights at w, r < R. */
@@ -172,9 +171,10 @@ static void widen_block(const uint32_t *panel, int64_t p0, int64_t n, float *wid
 #define WIDE_ROWS 96
 /* Rows from which the widened form pays: its passes share each widening
  * (three shifts and two stores per panel vector) among rows / 6 groups.
- * One thread, Qwen3 shapes, best of 60 alternated: 12 and 16 rows ran
- * 7-14% slower widened, 24 to 64 rows 2-8% faster. */
-#define WIDE_MIN_ROWS 24
+ * One thread, Qwen3 shapes, best of 8 alternated against the bf16 tiles
+ * alone: 12-16 rows 7-14% slower widened, 30-48 rows within 2% either
+ * way, 64 rows 3-4% faster, 96 rows (K = 3072) 6%, 512 rows 2%. */
+#define WIDE_MIN_ROWS 64
 
 static bool wide_form(int64_t rows) { return rows >= WIDE_MIN_ROWS; }
 
