@@ -169,8 +169,10 @@ def test_sdpa_strided_views(dtype):
     assert_close(out_bshd, want.transpose(1, 2))
 
 
-def test_sdpa_value_dim_differs():
-    q, k, v = qkv(1, 2, 1, 4, 6, 64, dv=40)
+# decode-sized, and in query blocks (each V panel's last run of 16 features partly padded)
+@pytest.mark.parametrize("s,t", [(4, 6), (40, 70)])
+def test_sdpa_value_dim_differs(s, t):
+    q, k, v = qkv(1, 2, 1, s, t, 64, dv=40)
     want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
     assert_close(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v)), want)
 

@@ -200,6 +200,9 @@ void hr_gemv_load_x(char *dst, const char *src, hr_dtype dt, int64_t k, int64_t 
 
 /* dst[0..n) = n contiguous elements of src (f32, bf16 or f16) as f32. */
 void hr_gemm_row_f32_avx2(float *dst, const void *src, hr_dtype dt, int64_t n);
+/* dst[0..n) = n elements of src, stride apart, as f32: through
+ * hr_gemm_row_f32_avx2 when avx2 and contiguous, else hr_load_f32. */
+void hr_gemm_load_f32(float *dst, const void *src, hr_dtype dt, int64_t n, int64_t stride, bool avx2);
 
 /* dst[p * ldd + i] = 32-bit element p of row i (i < 8, p < n); row i
  * starts at src + i * lds bytes. */

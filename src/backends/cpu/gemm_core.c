@@ -86,13 +86,6 @@ static inline uint16_t elem_u16(const hr_gemm_mat *x, int64_t off, int64_t i, in
 
 /* ---- packing ---- */
 
-/* n elements at src, stride apart, as f32. */
-static void load_row(const family *f, float *dst, const char *src, hr_dtype dt, int64_t n, int64_t stride) {
-    if (f->avx2 && stride == 1)
-        hr_gemm_row_f32_avx2(dst, src, dt, n);
-    else
-        hr_load_f32(dst, src, dt, n, stride);
-}
 
 /* A rows [i0, i0+mc) x k [k0, k0+kc) into panels [mc/mr][kc][mr] f32;
  * rows past m are zero. rowbuf holds kc floats. */
@@ -103,7 +96,7 @@ static void pack_a_f32(const hr_gemm *g, const family *f, int64_t off, int64_t i
     for (int64_t i = 0; i < mpad; i++) {
         float *panel = ap + (i / mr) * kc * mr + i % mr;
         if (i < mc && i0 + i < g->m) {
-            load_row(f, rowbuf, elem(&g->a, off, i0 + i, k0), g->a.dt, kc, g->a.cs);
+            hr_gemm_load_f32(rowbuf, elem(&g->a, off, i0 + i, k0), g->a.dt, kc, g->a.cs, f->avx2);
             for (int64_t p = 0; p < kc; p++) panel[p * mr] = rowbuf[p];
         } else {
             for (int64_t p = 0; p < kc; p++) panel[p * mr] = 0.0f;
@@ -123,13 +116,14 @@ static void pack_b_f32(const hr_gemm *g, const family *f, int64_t off, int64_t k
             float *panel = bp + (j / nr) * kc * nr + j % nr;
             if (f->avx2 && j + 8 <= nc && (j % nr) + 8 <= nr) {
                 /* eight columns (weight rows) at once, transposed in registers */
-                for (int i = 0; i < 8; i++) load_row(f, buf + i * kc, elem(&g->b, off, k0, j0 + j + i), g->b.dt, kc, 1);
+                for (int i = 0; i < 8; i++)
+                    hr_gemm_load_f32(buf + i * kc, elem(&g->b, off, k0, j0 + j + i), g->b.dt, kc, 1, f->avx2);
                 hr_gemm_transpose8_avx2((const char *)buf, kc * 4, kc, (uint32_t *)panel, nr);
                 j += 8;
                 continue;
             }
             if (j < nc) {
-                load_row(f, buf, elem(&g->b, off, k0, j0 + j), g->b.dt, kc, 1);
+                hr_gemm_load_f32(buf, elem(&g->b, off, k0, j0 + j), g->b.dt, kc, 1, f->avx2);
                 for (int64_t p = 0; p < kc; p++) panel[p * nr] = buf[p];
             } else {
                 for (int64_t p = 0; p < kc; p++) panel[p * nr] = 0.0f;
@@ -142,7 +136,7 @@ static void pack_b_f32(const hr_gemm *g, const family *f, int64_t off, int64_t k
         int64_t w = nc - jb < nr ? nc - jb : nr;
         float *panel = bp + (jb / nr) * kc * nr;
         for (int64_t p = 0; p < kc; p++) {
-            load_row(f, panel + p * nr, elem(&g->b, off, k0 + p, j0 + jb), g->b.dt, w, g->b.cs);
+            hr_gemm_load_f32(panel + p * nr, elem(&g->b, off, k0 + p, j0 + jb), g->b.dt, w, g->b.cs, f->avx2);
             for (int64_t j = w; j < nr; j++) panel[p * nr + j] = 0.0f;
         }
     }

@@ -87,6 +87,13 @@ void hr_gemm_row_f32_avx2(float *dst, const void *src, hr_dtype dt, int64_t n) {
     for (; i < n; i++) dst[i] = load_scalar(src, dt, i);
 }
 
+void hr_gemm_load_f32(float *dst, const void *src, hr_dtype dt, int64_t n, int64_t stride, bool avx2) {
+    if (avx2 && stride == 1)
+        hr_gemm_row_f32_avx2(dst, src, dt, n);
+    else
+        hr_load_f32(dst, src, dt, n, stride);
+}
+
 /* dst[p * ldd + i] = element p of row i, for 8 rows of n 32-bit elements;
  * row i starts at src + i * lds bytes. 8 x 8 blocks are transposed in
  * registers, so packing a K-contiguous B writes whole panel rows. */

@@ -16,11 +16,12 @@
  * panel vectors, one broadcast), four per panel; two rows x 32; one row x
  * all 64, so a lone row reads each 256-byte panel row whole, in order, as
  * it streams from memory. From WIDE_MIN_ROWS rows, the panel is widened
- * to f32 once per K block and pass instead (wide_rows). Every output's sum is the same chain whatever
- * the tile: per K pair, even product then odd product, fused
- * multiply-adds in K order, the lone last element of an odd K after them,
- * so a row has the same bits in a batch of 1 or of 500, and the fused
- * linear node (hr_gemm_panel_rows_avx2) gives the route's bits. */
+ * to f32 once per K block and pass instead (wide_rows). Every output's
+ * sum is the same chain whatever the tile: per K pair, even product then
+ * odd product, fused multiply-adds in K order, the lone last element of an
+ * odd K after them, so a row has the same bits in a batch of 1 or of 500,
+ * and the fused linear node (hr_gemm_panel_rows_avx2) gives the route's
+ * bits. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -285,11 +286,8 @@ typedef struct {
 #define XC 256
 
 static void widen_row(const hr_gemm *g, int64_t r, int64_t i0, int64_t len, float *dst) {
-    const char *src = g->a.base + (hr_gemm_row_offset(g, false, r) + i0 * g->a.cs) * 2;
-    if (g->a.cs == 1)
-        hr_gemm_row_f32_avx2(dst, src, HR_BF16, len);
-    else
-        hr_load_f32(dst, src, HR_BF16, len, g->a.cs);
+    hr_gemm_load_f32(dst, g->a.base + (hr_gemm_row_offset(g, false, r) + i0 * g->a.cs) * 2, HR_BF16, len, g->a.cs,
+                     true);
 }
 
 static void widen_task(void *arg, int ith, int nth) {

@@ -78,10 +78,7 @@ void hr_attn_mask_row(const attn_ctx *c, float *tmp, float *p, int64_t bi, int64
 /* One row of head (bi, hh) of t, width elements from row r, as f32. */
 static void load_row(const attn_ctx *c, float *dst, const hr_tensor *t, int64_t bi, int64_t hh, int64_t r,
                      int64_t width) {
-    if (c->avx2 && t->strides[3] == 1)
-        hr_gemm_row_f32_avx2(dst, hr_attn_at(t, bi, hh, r), t->dtype, width);
-    else
-        hr_load_f32(dst, hr_attn_at(t, bi, hh, r), t->dtype, width, t->strides[3]);
+    hr_gemm_load_f32(dst, hr_attn_at(t, bi, hh, r), t->dtype, width, t->strides[3], c->avx2);
 }
 
 /* Converts rows [r0, r0+n) of head (bi, hh) of t into NR-wide panels:
@@ -90,37 +87,35 @@ static void load_row(const attn_ctx *c, float *dst, const hr_tensor *t, int64_t 
  * (panel element (row, feature)). row holds 8 rows of width floats. */
 static void pack_kv(const attn_ctx *c, const hr_tensor *t, int64_t bi, int64_t hh, int64_t r0, int n, int64_t width,
                     bool transposed, float *dst, float *row) {
-    int npad = (n + NR - 1) / NR * NR;
-    int j = 0;
-    if (!transposed && width % NR == 0) {
-        /* a V row's panel rows are its own runs of NR features: copied whole */
-        for (; j < n; j++) {
+    if (!transposed) {
+        /* a V row's panel rows are its own runs of NR features, copied
+         * whole; the last run's padded features are zero */
+        for (int j = 0; j < n; j++) {
             load_row(c, row, t, bi, hh, r0 + j, width);
-            for (int64_t e = 0; e < width; e += NR) memcpy(dst + (e / NR) * BK * NR + j * NR, row + e, NR * 4);
+            for (int64_t e = 0; e < width; e += NR) {
+                float *run = dst + (e / NR) * BK * NR + j * NR;
+                int64_t len = width - e < NR ? width - e : NR;
+                memcpy(run, row + e, sizeof(float) * (size_t)len);
+                memset(run + len, 0, sizeof(float) * (size_t)(NR - len));
+            }
         }
         return;
     }
-    if (transposed && c->avx2)
+    int npad = (n + NR - 1) / NR * NR, j = 0;
+    if (c->avx2)
         for (; j + 8 <= n; j += 8) {
             for (int i = 0; i < 8; i++) load_row(c, row + i * width, t, bi, hh, r0 + j + i, width);
             hr_gemm_transpose8_avx2((const char *)row, width * 4, width,
                                     (uint32_t *)(dst + (j / NR) * width * NR + j % NR), NR);
         }
-    for (; j < (transposed ? npad : n); j++) {
+    for (; j < npad; j++) { /* the padded keys are zero */
         if (j < n)
             load_row(c, row, t, bi, hh, r0 + j, width);
         else
             memset(row, 0, sizeof(float) * (size_t)width);
-        if (transposed) {
-            float *panel = dst + (j / NR) * width * NR + j % NR;
-            for (int64_t e = 0; e < width; e++) panel[e * NR] = row[e];
-        } else {
-            for (int64_t e = 0; e < width; e++) dst[(e / NR) * BK * NR + j * NR + e % NR] = row[e];
-        }
+        float *panel = dst + (j / NR) * width * NR + j % NR;
+        for (int64_t e = 0; e < width; e++) panel[e * NR] = row[e];
     }
-    if (!transposed && width % NR) /* zero the padded features of the last panel */
-        for (int jr = 0; jr < n; jr++)
-            for (int64_t e = width; e < (width + NR - 1) / NR * NR; e++) dst[(e / NR) * BK * NR + jr * NR + e % NR] = 0;
 }
 
 /* How many keys of [j0, j0+nk) the block's rows need: up to the last one
