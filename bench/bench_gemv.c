@@ -10,8 +10,12 @@
  *
  * Built by `make` (CMake target bench_gemv in the build folder).
  * Run: B/bench_gemv [--model qwen3|smollm2|all] [--rows R] [--threads T]
- *                   [--mib M] [--samples S] [--huge]
- * --huge: madvise(MADV_HUGEPAGE) on the weights (THP is "madvise" here). */
+ *                   [--mib M] [--samples S] [--huge] [--pack]
+ * --huge: madvise(MADV_HUGEPAGE) on the weights (THP is "madvise" here).
+ * --pack: the weights packed by hr_linear_pack first, as the model loader
+ * packs them, so hr_linear reads their panels (the route a checkpoint's
+ * bf16 weights take) instead of the weights in place (the skinny route:
+ * weights a model owns after a cast or a GGUF dequantization). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -73,10 +77,19 @@ static double read_pass(const char *p, size_t n, int nth) {
 
 /* ---- one shape ---- */
 
-static void bench_shape(const bench_linear_shape *s, int rows, int nth, size_t total, int samples, bool huge) {
+static void bench_shape(const bench_linear_shape *s, int rows, int nth, size_t total, int samples, bool huge,
+                        bool pack) {
     size_t wbytes = (size_t)(s->n * s->k) * 2, count, bytes;
     char *buf;
     hr_tensor **w = bench_weights("bench_gemv", s->n, s->k, total, huge, &count, &buf, &bytes);
+    for (size_t i = 0; pack && i < count; i++) {
+        bool packed;
+        bench_check("bench_gemv", hr_linear_pack(w[i], &packed), "pack");
+        if (!packed) {
+            fprintf(stderr, "bench_gemv: --pack: this CPU or ISA setting packs no weights\n");
+            exit(2);
+        }
+    }
     int64_t xshape[2] = {rows, s->k}, yshape[2] = {rows, s->n};
     uint16_t *xh = malloc((size_t)(rows * s->k) * 2);
     for (int64_t i = 0; i < rows * s->k; i++) xh[i] = (uint16_t)(0x3c00u | (i & 127));
@@ -119,7 +132,7 @@ int main(int argc, char **argv) {
     const char *model = "all";
     int rows = 1, nth = 2, samples = 7;
     size_t mib = 512;
-    bool huge = false;
+    bool huge = false, pack = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--rows") && i + 1 < argc) rows = atoi(argv[++i]);
@@ -127,9 +140,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--samples") && i + 1 < argc) samples = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--huge")) huge = true;
+        else if (!strcmp(argv[i], "--pack")) pack = true;
         else {
             fprintf(stderr, "usage: %s [--model qwen3|smollm2|all] [--rows R] [--threads T] [--mib M] "
-                            "[--samples S] [--huge]\n", argv[0]);
+                            "[--samples S] [--huge] [--pack]\n", argv[0]);
             return 2;
         }
     }
@@ -138,14 +152,14 @@ int main(int argc, char **argv) {
         return 2;
     }
     bench_check("bench_gemv", hr_set_num_threads(nth), "threads");
-    printf("isa %s, %d threads, %zu MiB of weights per shape%s\n", hr_cpu_isa_name(hr_cpu_isa_get()), nth,
-           mib, huge ? ", huge pages" : "");
+    printf("isa %s, %d threads, %zu MiB of weights per shape%s%s\n", hr_cpu_isa_name(hr_cpu_isa_get()), nth,
+           mib, huge ? ", huge pages" : "", pack ? ", packed (panels)" : ", in place");
     bool all = !strcmp(model, "all");
     if (all || !strcmp(model, "qwen3"))
         for (size_t i = 0; i < sizeof BENCH_QWEN3 / sizeof *BENCH_QWEN3; i++)
-            bench_shape(&BENCH_QWEN3[i], rows, nth, mib << 20, samples, huge);
+            bench_shape(&BENCH_QWEN3[i], rows, nth, mib << 20, samples, huge, pack);
     if (all || !strcmp(model, "smollm2"))
         for (size_t i = 0; i < sizeof SMOLLM2 / sizeof *SMOLLM2; i++)
-            bench_shape(&SMOLLM2[i], rows, nth, mib << 20, samples, huge);
+            bench_shape(&SMOLLM2[i], rows, nth, mib << 20, samples, huge, pack);
     return 0;
 }
