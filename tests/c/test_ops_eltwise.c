@@ -47,6 +47,51 @@ static void test_inplace_alias(void **state) {
     hr_tensor_free(b);
 }
 
+/* An output sharing part of an input's memory, or writing one place
+ * twice, is refused before anything is written; exactly the input's view
+ * (in place) and disjoint views of one buffer run. */
+static void test_output_overlap(void **state) {
+    float v[16], got[16];
+    for (int i = 0; i < 16; i++) v[i] = (float)(i + 1);
+    hr_tensor *t = test_from_f32(1, (int64_t[]){16}, v), *a = NULL, *b = NULL, *c = NULL;
+    assert_int_equal(hr_tensor_narrow(t, 0, 0, 8, &a), HR_OK);
+    assert_int_equal(hr_tensor_narrow(t, 0, 4, 8, &b), HR_OK); /* a's second half and more */
+    assert_int_equal(hr_tensor_narrow(t, 0, 8, 8, &c), HR_OK); /* just past a */
+    hr_tensor *outs[1] = {b};
+    expect_error(hr_op_run(HR_OP_add, NULL, IN_(a, a), 2, outs, 1), HR_ERR_INVALID_ARG,
+                 "output 0 overlaps input 0 in part (bytes [16, 48) and [0, 32)");
+    read_f32(t, got, 16);
+    for (int i = 0; i < 16; i++) assert_true(got[i] == v[i]); /* nothing written */
+    /* the other way round: the output before the input */
+    outs[0] = a;
+    expect_error(hr_op_run(HR_OP_neg, NULL, IN_(b), 1, outs, 1), HR_ERR_INVALID_ARG, "overlaps input 0 in part");
+    outs[0] = c; /* disjoint, one buffer */
+    assert_int_equal(hr_op_run(HR_OP_add, NULL, IN_(a, a), 2, outs, 1), HR_OK);
+    outs[0] = a; /* in place */
+    assert_int_equal(hr_op_run(HR_OP_add, NULL, IN_(a, a), 2, outs, 1), HR_OK);
+    read_f32(t, got, 16);
+    for (int i = 0; i < 8; i++) assert_true(got[i] == 2 * v[i] && got[8 + i] == 2 * v[i]);
+    /* interleaved views are not compared (not contiguous) and do not share
+     * an element: odd = -even runs */
+    hr_tensor *even = NULL, *odd = NULL;
+    assert_int_equal(hr_tensor_slice(t, 0, 0, 16, 2, &even), HR_OK);
+    assert_int_equal(hr_tensor_slice(t, 0, 1, 16, 2, &odd), HR_OK);
+    outs[0] = odd;
+    assert_int_equal(hr_op_run(HR_OP_neg, NULL, IN_(even), 1, outs, 1), HR_OK);
+    read_f32(t, got, 16);
+    for (int i = 0; i < 16; i += 2) assert_true(got[i + 1] == -got[i]);
+    /* a broadcast output writes each place several times */
+    hr_tensor *row = NULL, *wide = NULL, *x = NULL;
+    assert_int_equal(hr_tensor_zeros(NULL, HR_F32, 2, (int64_t[]){1, 4}, &row), HR_OK);
+    assert_int_equal(hr_tensor_expand(row, 2, (int64_t[]){3, 4}, &wide), HR_OK);
+    assert_int_equal(hr_tensor_zeros(NULL, HR_F32, 2, (int64_t[]){3, 4}, &x), HR_OK);
+    outs[0] = wide;
+    expect_error(hr_op_run(HR_OP_exp, NULL, IN_(x), 1, outs, 1), HR_ERR_INVALID_ARG,
+                 "output 0 is broadcast along dim 0 (stride 0)");
+    hr_tensor *views[] = {a, b, c, even, odd, row, wide, x, t};
+    for (size_t i = 0; i < sizeof views / sizeof *views; i++) hr_tensor_free(views[i]);
+}
+
 static void test_copy_wrapper_broadcasts_and_casts(void **state) {
     float sv[4] = {1.00390625f, -2.5f, 3.0f, 1e-3f};
     hr_tensor *src = test_from_f32(1, (int64_t[]){4}, sv), *dst = NULL;
@@ -237,6 +282,7 @@ int main(void) {
         cmocka_unit_test(test_index_copy_inplace),
         cmocka_unit_test(test_attr_errors),
         cmocka_unit_test(test_size_zero),
+        cmocka_unit_test(test_output_overlap),
         cmocka_unit_test(test_simd_matches_scalar),
         cmocka_unit_test(test_vector_transcendentals),
         cmocka_unit_test(test_thread_count_changes_no_bits),
