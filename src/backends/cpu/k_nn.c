@@ -50,7 +50,7 @@ static void round_to(hr_dtype dt, float *x, int64_t n) {
             memcpy(&u, x + i, sizeof u);
             v8u r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
             v8u nan = (u & 0x7fffffffu) > 0x7f800000u;
-            r = (nan & (u | 0x00400000u)) | (~nan & r);
+            r = (nan & ((u | 0x00400000u) & 0xffff0000u)) | (~nan & r); /* as hr_f32_to_bf16 */
             memcpy(x + i, &r, sizeof r);
         }
         for (; i < n; i++) x[i] = hr_bf16_to_f32(hr_f32_to_bf16(x[i]));
