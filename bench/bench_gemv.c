@@ -14,8 +14,9 @@
  * --huge: madvise(MADV_HUGEPAGE) on the weights (THP is "madvise" here).
  * --pack: the weights packed by hr_linear_pack first, as the model loader
  * packs them, so hr_linear reads their panels (the route a checkpoint's
- * bf16 weights take) instead of the weights in place (the skinny route:
- * weights a model owns after a cast or a GGUF dequantization). */
+ * bf16 weights take) instead of the weights in place (the GEMV route up to
+ * 16 rows: weights a model owns after a cast or a GGUF
+ * dequantization, f16 and f32 weights). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif

@@ -56,32 +56,20 @@ static hr_status validate(hr_op op, const hr_tensor *const *in, int n_in, hr_ten
     return HR_OK;
 }
 
-/* The element span [lo, hi] of t's view in its buffer (t has elements). */
-static void view_span(const hr_tensor *t, int64_t *lo, int64_t *hi) {
-    *lo = *hi = t->offset;
-    for (int d = 0; d < t->ndim; d++) {
-        int64_t reach = (t->shape[d] - 1) * t->strides[d];
-        if (reach < 0) *lo += reach;
-        else *hi += reach;
-    }
-}
-
-/* a and b name the same elements (a cast between same-size dtypes runs in
- * place too). */
-static bool same_view(const hr_tensor *a, const hr_tensor *b) {
-    if (hr_dtype_size(a->dtype) != hr_dtype_size(b->dtype) || a->ndim != b->ndim || a->offset != b->offset)
-        return false;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d] || (a->shape[d] > 1 && a->strides[d] != b->strides[d])) return false;
-    return true;
+/* The bytes [*b0, *b1) of a contiguous view in its buffer. */
+static void contiguous_bytes(const hr_tensor *t, int64_t *b0, int64_t *b1) {
+    int64_t sz = (int64_t)hr_dtype_size(t->dtype);
+    *b0 = t->offset * sz;
+    *b1 = *b0 + hr_shape_numel(t->ndim, t->shape) * sz;
 }
 
 /* An output given by the caller must not write one place twice (a
  * broadcast dimension), nor share part of its memory with an input: the
  * kernels read and write in their own order, so the result would depend
- * on it. An output that is exactly an input's view runs in place (the
- * eltwise ops, index_copy into a cache); views too tangled to compare
- * cheaply (not both contiguous) are let through, as torch does. */
+ * on it. An output that is exactly an input's view (the same bytes and
+ * shape; a cast between same-size dtypes too) runs in place (the eltwise
+ * ops, index_copy into a cache); views too tangled to compare cheaply (not
+ * both contiguous) are let through, as torch does. */
 static hr_status check_overlap(const char *name, const hr_tensor *const *in, int n_in, const hr_tensor *o, int i) {
     if (hr_shape_numel(o->ndim, o->shape) == 0) return HR_OK;
     for (int d = 0; d < o->ndim; d++)
@@ -91,21 +79,15 @@ static hr_status check_overlap(const char *name, const hr_tensor *const *in, int
                             "would be written to one place; give a tensor with its own storage",
                             name, i, d);
     if (!hr_tensor_is_contiguous(o)) return HR_OK;
-    size_t osz = hr_dtype_size(o->dtype);
-    int64_t olo, ohi;
-    view_span(o, &olo, &ohi);
+    int64_t a0, a1, b0, b1;
+    contiguous_bytes(o, &a0, &a1);
     for (int j = 0; j < n_in; j++) {
         const hr_tensor *t = in[j];
-        if (t->buf != o->buf || hr_shape_numel(t->ndim, t->shape) == 0 || !hr_tensor_is_contiguous(t) ||
-            same_view(t, o))
-            continue;
-        size_t tsz = hr_dtype_size(t->dtype);
-        int64_t tlo, thi;
-        view_span(t, &tlo, &thi);
-        /* bytes [lo, hi) of each */
-        int64_t a0 = olo * (int64_t)osz, a1 = (ohi + 1) * (int64_t)osz;
-        int64_t b0 = tlo * (int64_t)tsz, b1 = (thi + 1) * (int64_t)tsz;
-        if (a0 < b1 && b0 < a1)
+        if (t->buf != o->buf || hr_shape_numel(t->ndim, t->shape) == 0 || !hr_tensor_is_contiguous(t)) continue;
+        contiguous_bytes(t, &b0, &b1);
+        bool same = a0 == b0 && a1 == b1 && t->ndim == o->ndim &&
+                    !memcmp(t->shape, o->shape, sizeof(int64_t) * (size_t)o->ndim);
+        if (!same && a0 < b1 && b0 < a1)
             return hr_error(HR_ERR_INVALID_ARG,
                             "op '%s': output %d overlaps input %d in part (bytes [%lld, %lld) and [%lld, %lld) "
                             "of one buffer); write to separate storage, or to exactly the input's view to "
