@@ -173,3 +173,40 @@ def test_disk_cache_across_processes(tmp_path):
     assert fourth.stdout == f"{misses} {misses} {row}"
     off = run_python(STATS_CODE, HUBRT_CACHE="0", HUBRT_CACHE_DIR=str(tmp_path / "off"))
     assert off.returncode == 0 and not (tmp_path / "off").exists()
+
+
+def test_bf16_writes_move_bits(tmp_path):
+    """A bf16 KV-cache write lowers to a scatter and a dynamic_update_slice
+    on the bits (i16): XLA's CPU compiler widens bf16 data movement to f32,
+    which for a write into one layer's slice widened the whole flat cache
+    and narrowed it back. A transposed output with a size-1 dim
+    (attention's [b, h, s, d] stored as [b, s, h, d]) is one transpose and
+    dynamic_update_slice, not a per-element scatter."""
+    need_plugin()
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (f"import sys; sys.path.insert(0, {here!r})\n"
+            "import torch, hubrt\n"
+            "from oracle import to_hr, to_torch\n"
+            "dev = lambda t: to_hr(t).to('xla_cpu')\n"
+            "g = torch.Generator().manual_seed(0)\n"
+            "cache = torch.zeros(2, 1, 3, 8, 4, dtype=torch.bfloat16)  # [layer, b, kv head, slot, d]\n"
+            "c = dev(cache)\n"
+            "step = torch.randn(1, 3, 1, 4, generator=g).to(torch.bfloat16)\n"
+            "hubrt.ops.index_copy_(c.select(0, 1), 2, dev(torch.tensor([5])), dev(step))\n"
+            "cache[1].index_copy_(2, torch.tensor([5]), step)\n"
+            "assert torch.equal(to_torch(c.to('cpu')), cache)\n"
+            "x = torch.randn(1, 3, 4, 2, generator=g).to(torch.bfloat16)  # [b, h, s, d]\n"
+            "out = dev(torch.zeros(1, 4, 3, 2, dtype=torch.bfloat16))  # [b, s, h, d]\n"
+            "hubrt.ops.call('add', dev(x), dev(x), out=out.transpose(1, 2))\n"
+            "assert torch.equal(to_torch(out.to('cpu')), (x + x).transpose(1, 2))\n"
+            "print('ok')\n")
+    r = run_python(code, HUBRT_DUMP_DIR=str(tmp_path), HUBRT_CACHE="0")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    texts = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    moves = [line for t in texts.values() for line in t.splitlines()
+             if "dynamic_update_slice" in line or "scatter_dimension_numbers" in line]
+    assert any("scatter_dimension_numbers" in line for line in moves), sorted(texts)
+    for line in moves:
+        assert "xi16>" in line and "bf16>" not in line, line
+    adds = [t for n, t in texts.items() if n.startswith("add-")]
+    assert len(adds) == 1 and "stablehlo.scatter" not in adds[0], sorted(texts)

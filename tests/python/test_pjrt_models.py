@@ -4,6 +4,7 @@ and compiled; the compiled forward is one StableHLO module per shape, run
 with the KV cache donated (updated in place), and found on disk by a new
 process."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from pjrt_util import pjrt_delta, pjrt_stats
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 NAMES = ["tiny-llama", "tiny-qwen3"]
+BF16 = "tiny-qwen3-bf16-trained"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -28,7 +30,7 @@ def setup():
         hubrt.from_numpy(np.zeros(1, np.float32)).to("xla_cpu")
     except HubrtError as e:
         pytest.skip(f"xla_cpu PJRT plugin unavailable (pip install xla-cpu-pjrt): {e}")
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_fixtures.py"), "tiny", "--only", *NAMES],
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_fixtures.py"), "tiny", "--only", *NAMES, BF16],
                    check=True, capture_output=True)
 
 
@@ -115,3 +117,37 @@ def test_new_process_loads_plans_and_executables_from_disk(tmp_path):
     # the second process captures nothing and compiles nothing: plans and executables come from disk
     assert (compiles2, plan_hits2, graphs2) == ("0", "2", "2")
     assert int(exe_hits2) == int(misses2)
+
+
+BF16_RUN = """
+import hubrt, numpy as np
+ids = np.random.default_rng(7).integers(3, 500, (2, 20))
+args = dict(max_new_tokens=24, do_sample=False, eos_token_id=[])
+xla = hubrt.AutoModelForCausalLM.from_pretrained({path!r}, dtype="bfloat16", device_map="xla_cpu")
+got = xla.generate(ids, cache_implementation="static", **args)
+want = hubrt.AutoModelForCausalLM.from_pretrained({path!r}, dtype="bfloat16").generate(ids, **args)
+print((np.asarray(got) == np.asarray(want)).mean())
+"""
+
+
+def test_bf16_compiled_generation_and_cache_held_as_bits(tmp_path):
+    """A bf16 model (grouped query heads) compiled on xla_cpu generates
+    what the cpu device does (trained weights, so bf16 rounding does not
+    flip its picks), and the compiled modules hold the donated bf16 KV
+    cache as i16 bits from argument to result: one bitcast back per
+    result, not one per layer's write (XLA's CPU compiler copied the
+    whole cache for each)."""
+    code = "import sys; sys.path.insert(0, {!r})\n".format(str(Path(__file__).parent))
+    code += BF16_RUN.format(path=str(FIX / BF16))
+    env = dict(os.environ, HUBRT_DUMP_DIR=str(tmp_path), HUBRT_CACHE="0")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout.split()[-1]) >= 0.99, r.stdout
+    graphs = [p.read_text() for p in tmp_path.glob("forward-*.mlir")]
+    assert len(graphs) >= 2, sorted(p.name for p in tmp_path.iterdir())
+    for text in graphs:
+        donated = set(re.findall(r"tensor<(\d+)xbf16> \{tf\.aliasing_output", text))
+        assert donated, text[:2000]
+        for n in donated:
+            back = re.findall(rf"bitcast_convert.*-> tensor<{n}xbf16>", text)
+            assert len(back) <= 2, (n, len(back))  # k and v caches of one size: one each

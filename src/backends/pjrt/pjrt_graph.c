@@ -202,7 +202,7 @@ static char *build_graph(void *ctx) {
     if (!res) hr_shlo_fail(&b, HR_ERR_OOM, "PJRT graph: out of memory");
     for (int r = 0; r < g->x->n_results && b.status == HR_OK; r++) {
         int v = g->x->result_value[r];
-        res[r] = contents(&b, p, s, v, decl_dtype(&s[v]));
+        res[r] = hr_shlo_bits_as(&b, contents(&b, p, s, v, decl_dtype(&s[v])), decl_dtype(&s[v]));
     }
     char *text = b.status == HR_OK ? hr_shlo_finish(&b, "hubrt_graph", res, g->x->n_results) : NULL;
     free(res);

@@ -86,6 +86,13 @@ hr_shlo_value hr_shlo_gather_flat(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_v
  * positions along dim (index_vector_dim as in StableHLO). */
 hr_shlo_value hr_shlo_scatter(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value idx, hr_shlo_value upd,
                               const int *window_dims, int n_window, int dim, int index_vector_dim);
+/* A 16-bit float array's bits as i16 (same shape), and back with
+ * hr_shlo_bits_as; other dtypes pass through. Data movement (scatter,
+ * dynamic_update_slice) runs on the bits: XLA's CPU compiler widens bf16
+ * and f16 ops to f32, and a dynamic_update_slice of a layer's KV rows
+ * widened the whole flat cache to f32 and back for every layer. */
+hr_shlo_value hr_shlo_bits(hr_shlo_builder *b, hr_shlo_value v);
+hr_shlo_value hr_shlo_bits_as(hr_shlo_builder *b, hr_shlo_value v, hr_dtype dt);
 /* Flat scatter (overwrite): v[idx[i]] = upd[i] for 1-D v. */
 hr_shlo_value hr_shlo_scatter_flat(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value idx,
                                    hr_shlo_value upd);

@@ -31,8 +31,15 @@ bool hr_shlo_view_is_full(const hr_shlo_view *v) {
     return v->contiguous && !v->has_offset && n == v->buf_bytes;
 }
 
-/* The storage dtype a buffer is reinterpreted as (bool bytes stay ui8). */
-static hr_dtype storage_dtype(hr_dtype dt) { return dt == HR_BOOL ? HR_U8 : dt; }
+/* The storage dtype a buffer is reinterpreted as: bool bytes stay ui8,
+ * bf16 and f16 are held as their bits (i16) from argument to result, so
+ * the writes into them (KV-cache rows) move bits and a read converts only
+ * what it reads (hr_shlo_bits: XLA's CPU compiler widens 16-bit float data
+ * movement to f32, and copies the whole array for a bitcast between
+ * writes). */
+static hr_dtype storage_dtype(hr_dtype dt) {
+    return dt == HR_BOOL ? HR_U8 : dt == HR_BF16 || dt == HR_F16 ? HR_I16 : dt;
+}
 
 /* The buffer bytes as a flat array of the view's storage dtype. */
 static hr_shlo_value bytes_to_flat(hr_shlo_builder *b, hr_shlo_value bytes, hr_dtype dt) {
@@ -131,6 +138,7 @@ static hr_shlo_value span_to_view(hr_shlo_builder *b, hr_shlo_value sp, const hr
 hr_shlo_value hr_shlo_flat_as(hr_shlo_builder *b, hr_shlo_value flat, hr_dtype dt) {
     hr_dtype st = storage_dtype(dt);
     if (flat.dt == st) return flat;
+    if (st == HR_I16 && (flat.dt == HR_BF16 || flat.dt == HR_F16)) return hr_shlo_bits(b, flat);
     if (flat.dt != HR_U8) flat = flat_to_bytes(b, flat);
     if (flat.shape[0] % (int64_t)hr_dtype_size(dt)) {
         hr_shlo_fail(b, HR_ERR_UNSUPPORTED, "a %lld-byte buffer read as %s is not a whole number of elements",
@@ -152,7 +160,7 @@ hr_shlo_value hr_shlo_view_get(hr_shlo_builder *b, const hr_shlo_view *v, hr_shl
     } else {
         r = hr_shlo_gather_flat(b, flat, view_indices(b, v, off));
     }
-    return v->dt == HR_BOOL ? hr_shlo_convert(b, r, HR_BOOL) : r;
+    return v->dt == HR_BOOL ? hr_shlo_convert(b, r, HR_BOOL) : hr_shlo_bits_as(b, r, v->dt);
 }
 
 hr_shlo_value hr_shlo_view_load(hr_shlo_builder *b, const hr_shlo_view *v) {
@@ -163,16 +171,24 @@ hr_shlo_value hr_shlo_view_load(hr_shlo_builder *b, const hr_shlo_view *v) {
 
 hr_shlo_value hr_shlo_view_put(hr_shlo_builder *b, const hr_shlo_view *v, hr_shlo_value flat, hr_shlo_value off,
                                hr_shlo_value val) {
-    val = hr_shlo_convert(b, val, storage_dtype(v->dt));
+    val = v->dt == HR_BOOL ? hr_shlo_convert(b, val, HR_U8) : hr_shlo_bits(b, hr_shlo_convert(b, val, v->dt));
     int64_t numel = hr_shape_numel(v->ndim, v->shape);
     if (hr_shlo_view_is_full(v)) return hr_shlo_reshape(b, val, 1, &numel);
-    int order[HR_MAX_DIMS], n;
-    if (v->contiguous || (dense_order(v, order, &n) && n == v->ndim)) {
+    int order[HR_MAX_DIMS], n, sized = 0;
+    for (int d = 0; d < v->ndim; d++) sized += v->shape[d] > 1;
+    /* dims of size 1 have stride 0 here but write one place each; a dim of
+     * more than one at stride 0 would write one place several times */
+    if (v->contiguous || (dense_order(v, order, &n) && n == sized)) {
         /* A dense (possibly transposed) output: one dynamic_update_slice. */
         if (!v->contiguous) {
-            int perm[HR_MAX_DIMS];
-            for (int i = 0; i < n; i++) perm[i] = order[i];
-            val = hr_shlo_transpose(b, val, perm);
+            /* val without its size-1 dims, then the stepped dims from the
+             * largest stride down */
+            int pos[HR_MAX_DIMS], perm[HR_MAX_DIMS], k = 0;
+            int64_t stepped[HR_MAX_DIMS];
+            for (int d = 0; d < v->ndim; d++)
+                if (v->strides[d] != 0) pos[d] = k, stepped[k++] = v->shape[d];
+            for (int i = 0; i < n; i++) perm[i] = pos[order[i]];
+            val = hr_shlo_transpose(b, hr_shlo_reshape(b, val, n, stepped), perm);
         }
         if (off.id < 0) off = hr_shlo_const_i64(b, 0);
         hr_shlo_value in[3] = {flat, hr_shlo_reshape(b, val, 1, &numel), off};
