@@ -215,16 +215,19 @@ def test_linear(dtype, bias):
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("causal,window,softcap,mask", [(True, 0, 0.0, None), (False, 0, 0.0, "bool"),
                                                         (True, 3, 0.0, None), (False, 0, 5.0, "add")])
-def test_sdpa(dtype, causal, window, softcap, mask):
-    q = rand(1, 4, 3, 8, dtype=dtype)
-    k, v = rand(1, 2, 7, 8, dtype=dtype, seed=10), rand(1, 2, 7, 8, dtype=dtype, seed=11)
+@pytest.mark.parametrize("batch,hq,hkv", [(1, 4, 2), (2, 6, 2), (2, 3, 3)])
+def test_sdpa(dtype, causal, window, softcap, mask, batch, hq, hkv):
+    """Grouped query heads (2 and 3 per kv head) and plain multi-head."""
+    q = rand(batch, hq, 3, 8, dtype=dtype)
+    k, v = rand(batch, hkv, 7, 8, dtype=dtype, seed=10), rand(batch, hkv, 7, 8, dtype=dtype, seed=11)
     m = None
     if mask == "bool":
-        m = torch.rand(1, 1, 3, 7, generator=torch.Generator().manual_seed(3)) > 0.3
+        m = torch.rand(batch, 1, 3, 7, generator=torch.Generator().manual_seed(3)) > 0.3
         m[..., 0] = True
     elif mask == "add":
-        m = rand(1, 4, 3, 7, lo=-1, hi=0, seed=12)
-    qf, kf, vf = q.float(), k.float().repeat_interleave(2, 1), v.float().repeat_interleave(2, 1)
+        m = rand(1, hq, 3, 7, lo=-1, hi=0, seed=12)
+    g = hq // hkv
+    qf, kf, vf = q.float(), k.float().repeat_interleave(g, 1), v.float().repeat_interleave(g, 1)
     s = qf @ kf.transpose(-1, -2) / 8 ** 0.5
     if softcap:
         s = torch.tanh(s / softcap) * softcap

@@ -1,5 +1,7 @@
 /* StableHLO lowerings of matmul, linear and scaled dot-product attention:
- * dot_general in f32 (f64 stays f64), results stored in the input dtype. */
+ * dot_general in f32 (f64 stays f64; bf16 operands of linear and of the
+ * attention scores stay bf16 with an f32 result), results stored in the
+ * input dtype. */
 #include <math.h>
 #include <stdio.h>
 
@@ -72,6 +74,13 @@ static hr_status lower_linear(hr_shlo_builder *b, const void *attrs, const hr_sh
     return b->status;
 }
 
+/* [b, h, s, x] <-> [b, hkv, (h / hkv) s, x]: query head h = kv g + j is
+ * row j s + i of its kv head's group, a reshape only (dims split and
+ * merged in order). */
+static hr_shlo_value heads_as(hr_shlo_builder *b, hr_shlo_value v, int64_t h, int64_t rows) {
+    return hr_shlo_reshape(b, v, 4, (int64_t[]){v.shape[0], h, rows, v.shape[3]});
+}
+
 /* k/v [b, hkv, t, d] -> [b, hq, t, d]: head h reads kv head h / (hq / hkv). */
 static hr_shlo_value repeat_kv(hr_shlo_builder *b, hr_shlo_value kv, int64_t hq) {
     int64_t g = hq / kv.shape[1];
@@ -88,10 +97,23 @@ static hr_status lower_sdpa(hr_shlo_builder *b, const void *attrs, const hr_shlo
                             const hr_tensor_meta *m, hr_shlo_value *out, int n_out) {
     static const hr_attrs_sdpa none = {0};
     const hr_attrs_sdpa *a = attrs ? attrs : &none;
-    hr_shlo_value q = up(b, in[0]);
-    int64_t hq = q.shape[1], s = q.shape[2], t = in[1].shape[2], d = q.shape[3];
-    hr_shlo_value k = repeat_kv(b, up(b, in[1]), hq), v = repeat_kv(b, up(b, in[2]), hq);
-    hr_shlo_value sc = dot(b, q, k, 2, 3, 3); /* [b, hq, s, t] */
+    int64_t hq = in[0].shape[1], s = in[0].shape[2], t = in[1].shape[2], d = in[0].shape[3];
+    int64_t hkv = in[1].shape[1], g = hkv > 0 ? hq / hkv : 1;
+    /* Grouped query heads: each kv head's g query heads are one [g s, d]
+     * block against its keys and values, which are read once, not
+     * repeated g times into copies. bf16 q and k stay bf16 with f32 scores
+     * (the same products and f32 sums as converting both first). */
+    bool grouped = g > 1 && g * hkv == hq && in[2].shape[1] == hkv;
+    bool bf16 = in[0].dt == HR_BF16 && in[1].dt == HR_BF16;
+    hr_shlo_value q = bf16 ? in[0] : up(b, in[0]), k = bf16 ? in[1] : up(b, in[1]), v = up(b, in[2]);
+    hr_shlo_value sc;
+    if (grouped) {
+        sc = dot(b, heads_as(b, q, hkv, g * s), k, 2, 3, 3); /* [b, hkv, g s, t] */
+        sc = heads_as(b, sc, hq, s);
+    } else {
+        sc = dot(b, q, repeat_kv(b, k, hq), 2, 3, 3); /* [b, hq, s, t] */
+        v = repeat_kv(b, v, hq);
+    }
     double scale = a->scale != 0 ? a->scale : 1.0 / sqrt((double)(d ? d : 1));
     sc = hr_shlo_binary(b, "multiply", sc, hr_shlo_splat(b, sc.dt, scale, sc.ndim, sc.shape));
     if (a->softcap > 0) {
@@ -129,7 +151,9 @@ static hr_status lower_sdpa(hr_shlo_builder *b, const void *attrs, const hr_shlo
     hr_shlo_value one = hr_shlo_splat(b, sc.dt, 1, 4, sc.shape);
     sum = hr_shlo_select(b, hr_shlo_compare(b, "EQ", sum, zero), one, sum);
     hr_shlo_value p = hr_shlo_binary(b, "divide", e, sum);
-    out[0] = hr_shlo_convert(b, dot(b, p, v, 2, 3, 2), m->dtype);
+    hr_shlo_value o = grouped ? heads_as(b, dot(b, heads_as(b, p, hkv, g * s), v, 2, 3, 2), hq, s)
+                              : dot(b, p, v, 2, 3, 2);
+    out[0] = hr_shlo_convert(b, o, m->dtype);
     return b->status;
 }
 
