@@ -204,6 +204,9 @@ class Detokenizer:
             self._h = None
 
 
+_NO_LIMIT = int(1e30)  # transformers' VERY_LARGE_INTEGER: no model_max_length
+
+
 class PreTrainedTokenizer:
     """The transformers-shaped face of a Tokenizer."""
 
@@ -212,24 +215,53 @@ class PreTrainedTokenizer:
         # As transformers 5: the clean-up is never applied to BPE models.
         self.clean_up_tokenization_spaces = (bool(tok._config.get("clean_up_tokenization_spaces", False))
                                              and tok.model_type != "BPE")
+        self.padding_side = tok._config.get("padding_side", "right")
+        self.truncation_side = tok._config.get("truncation_side", "right")
+        self.model_max_length = int(tok._config.get("model_max_length", _NO_LIMIT))
 
     @property
     def backend(self):
         return self._tok
 
-    def __call__(self, text, add_special_tokens=True, return_tensors=None, padding=False, return_offsets_mapping=False):
+    def __call__(self, text, add_special_tokens=True, return_tensors=None, padding=False, truncation=None,
+                 max_length=None, pad_to_multiple_of=None, padding_side=None, return_offsets_mapping=False):
+        """transformers' call: padding True/"longest" (to the batch's longest),
+        "max_length" or False; truncation True/"longest_first"/"only_first"
+        to max_length (the tokenizer's model_max_length when None), the
+        added special tokens kept; padding_side and truncation_side as the
+        attributes (from tokenizer_config.json) or padding_side here."""
         single = isinstance(text, str)
-        seqs = [self.encode(text, add_special_tokens)] if single else self._tok.encode_batch(text, add_special_tokens)
-        offsets = None
+        texts = [text] if single else list(text)
+        padding, truncation, max_length = self._strategies(padding, truncation, max_length)
         if return_offsets_mapping:
-            offsets = [self._tok.encode_with_offsets(t, add_special_tokens)[1] for t in ([text] if single else text)]
-        if padding and not single:
-            width = max((len(s) for s in seqs), default=0)
-            pad = self.pad_token_id if self.pad_token_id is not None else 0
-            masks = [[1] * len(s) + [0] * (width - len(s)) for s in seqs]
-            seqs = [s + [pad] * (width - len(s)) for s in seqs]
+            pairs = [self._tok.encode_with_offsets(t, add_special_tokens) for t in texts]
+            seqs, offsets = [list(p[0]) for p in pairs], [p[1] for p in pairs]
         else:
-            masks = [[1] * len(s) for s in seqs]
+            seqs, offsets = self._tok.encode_batch(texts, add_special_tokens), None
+        if truncation:
+            keep = [self._kept(t, s, max_length, add_special_tokens) for t, s in zip(texts, seqs)]
+            seqs = [[s[i] for i in k] for s, k in zip(seqs, keep)]
+            if offsets is not None:
+                offsets = [[o[i] for i in k] for o, k in zip(offsets, keep)]
+        masks = [[1] * len(s) for s in seqs]
+        width = max_length if padding == "max_length" else max((len(s) for s in seqs), default=0)
+        if padding != "do_not_pad" and width and pad_to_multiple_of:
+            width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
+        if padding != "do_not_pad" and self.pad_token_id is None:  # as transformers, even with nothing to pad
+            raise ValueError("Asking to pad but the tokenizer has no padding token (tokenizer_config.json "
+                             "names none)")
+        if padding != "do_not_pad" and any(len(s) < width for s in seqs):
+            side = padding_side or self.padding_side
+            if side not in ("left", "right"):
+                raise ValueError(f"padding_side must be 'left' or 'right', not {side!r}")
+
+            def pad(row, fill):
+                extra = [fill] * (width - len(row))
+                return extra + list(row) if side == "left" else list(row) + extra
+            seqs = [pad(s, self.pad_token_id) for s in seqs]
+            masks = [pad(m, 0) for m in masks]
+            if offsets is not None:
+                offsets = [pad(o, (0, 0)) for o in offsets]
         out = {"input_ids": seqs[0] if single else seqs, "attention_mask": masks[0] if single else masks}
         if offsets is not None:
             out["offset_mapping"] = offsets[0] if single else offsets
@@ -240,6 +272,44 @@ class PreTrainedTokenizer:
             import torch
             out = {k: torch.tensor([v] if single else v, dtype=torch.long) for k, v in out.items()}
         return out
+
+    def _strategies(self, padding, truncation, max_length):
+        """(padding, truncation, max_length) as transformers resolves them."""
+        if truncation is None and max_length is not None and padding is False:
+            truncation = True  # transformers warns and truncates (longest_first)
+        padding = {True: "longest", False: "do_not_pad", None: "do_not_pad"}.get(padding, padding)
+        if padding not in ("longest", "max_length", "do_not_pad"):
+            raise ValueError(f"padding must be True, False, 'longest', 'max_length' or 'do_not_pad', not {padding!r}")
+        if truncation in (None, False, "do_not_truncate"):
+            truncation = False
+        elif truncation in (True, "longest_first", "only_first"):
+            truncation = True
+        else:
+            raise ValueError(f"truncation {truncation!r} is not supported for single sequences")
+        if max_length is None and (truncation or padding == "max_length"):
+            max_length = self.model_max_length
+        return padding, truncation, max_length
+
+    def _kept(self, text, ids, max_length, add_special_tokens):
+        """Positions of ids kept under truncation to max_length: the added
+        special tokens stay and the text's tokens are cut from the
+        truncation side, as the tokenizers library truncates before the
+        post-processor adds them."""
+        if len(ids) <= max_length:
+            return range(len(ids))
+        body = self._tok.encode(text, False) if add_special_tokens else ids
+        start = next((p for p in range(len(ids) - len(body) + 1) if ids[p:p + len(body)] == body), None)
+        if start is None:  # the template changed the text's tokens: cut the whole sequence
+            start, body = 0, ids
+        room = max_length - (len(ids) - len(body))
+        if room < 0:
+            raise ValueError(f"max_length {max_length} is shorter than the {len(ids) - len(body)} special tokens "
+                             "added to every sequence")
+        if self.truncation_side not in ("left", "right"):
+            raise ValueError(f"truncation_side must be 'left' or 'right', not {self.truncation_side!r}")
+        cut = range(start, start + room) if self.truncation_side == "right" else \
+            range(start + len(body) - room, start + len(body))
+        return list(range(start)) + list(cut) + list(range(start + len(body), len(ids)))
 
     def encode(self, text, add_special_tokens=True):
         return self._tok.encode(text, add_special_tokens)

@@ -1,6 +1,7 @@
 """The transformers-shaped Python front end and the CLI: hubrt.AutoTokenizer
 against transformers.AutoTokenizer on the shared tokenizers, and `hubrt
 tokenize` / `hubrt detokenize` against the library."""
+import functools
 import json
 import os
 import subprocess
@@ -47,6 +48,58 @@ def test_matches_transformers(name):
     text = "Hello wörld 你好"
     assert ours(text, return_offsets_mapping=True)["offset_mapping"] == \
         [tuple(x) for x in ref(text, return_offsets_mapping=True)["offset_mapping"]]
+
+
+PAD_CASES = [
+    dict(padding=True),
+    dict(padding=True, padding_side="left"),
+    dict(padding=True, padding_side="right", pad_to_multiple_of=8),
+    dict(truncation=True, max_length=5),
+    dict(max_length=4),  # truncates (transformers warns)
+    dict(padding="max_length", truncation=True, max_length=12),
+    dict(padding="max_length", max_length=40),
+    dict(padding=True, truncation="longest_first", max_length=6, return_offsets_mapping=True),
+]
+
+
+@functools.lru_cache(maxsize=None)
+def both(name):
+    """(ours, transformers') for a shared tokenizer, and the defaults both
+    read from its tokenizer_config.json."""
+    transformers = pytest.importorskip("transformers")
+    path = shared(name)
+    ours, ref = AutoTokenizer.from_pretrained(path), transformers.AutoTokenizer.from_pretrained(str(path))
+    assert (ours.padding_side, ours.truncation_side, ours.model_max_length) == \
+        (ref.padding_side, ref.truncation_side, ref.model_max_length)
+    return ours, ref, ours.truncation_side
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3", "gemma3"])
+@pytest.mark.parametrize("case", range(len(PAD_CASES)))
+@pytest.mark.parametrize("side", [None, "left"])
+def test_padding_and_truncation_match_transformers(name, case, side):
+    """padding, truncation, max_length, pad_to_multiple_of, padding_side and
+    truncation_side (from tokenizer_config.json or set) as transformers
+    applies them; padding without a pad token fails in both."""
+    ours, ref, default_side = both(name)
+    ours.truncation_side = ref.truncation_side = side or default_side
+    kwargs = PAD_CASES[case]
+    batch = ["Hello world", "a b c d e f", "Hello wörld 你好, and a longer line of text than the rest"]
+    for texts in (batch, batch[2]):
+        try:
+            want = ref(texts, **kwargs)
+        except ValueError as e:
+            assert "pad" in str(e)
+            with pytest.raises(ValueError, match="pad"):
+                ours(texts, **kwargs)
+            continue
+        got = ours(texts, **kwargs)
+        assert got["input_ids"] == want["input_ids"], texts
+        assert got["attention_mask"] == want["attention_mask"]
+        if "offset_mapping" in want:
+            rows = want["offset_mapping"] if isinstance(texts, list) else [want["offset_mapping"]]
+            ours_rows = got["offset_mapping"] if isinstance(texts, list) else [got["offset_mapping"]]
+            assert ours_rows == [[tuple(x) for x in r] for r in rows]
 
 
 def test_call_shapes():
