@@ -205,6 +205,7 @@ class Detokenizer:
 
 
 _NO_LIMIT = int(1e30)  # transformers' VERY_LARGE_INTEGER: no model_max_length
+_LARGE = int(1e20)  # transformers' LARGE_INTEGER: a model_max_length from here on is no limit
 
 
 class PreTrainedTokenizer:
@@ -217,7 +218,7 @@ class PreTrainedTokenizer:
                                              and tok.model_type != "BPE")
         self.padding_side = tok._config.get("padding_side", "right")
         self.truncation_side = tok._config.get("truncation_side", "right")
-        self.model_max_length = int(tok._config.get("model_max_length", _NO_LIMIT))
+        self.model_max_length = int(tok._config.get("model_max_length") or _NO_LIMIT)
 
     @property
     def backend(self):
@@ -233,6 +234,9 @@ class PreTrainedTokenizer:
         single = isinstance(text, str)
         texts = [text] if single else list(text)
         padding, truncation, max_length = self._strategies(padding, truncation, max_length)
+        if truncation and padding != "do_not_pad" and pad_to_multiple_of and max_length % pad_to_multiple_of:
+            raise ValueError(f"Truncation and padding are both activated but truncation length ({max_length}) is not "
+                             f"a multiple of pad_to_multiple_of ({pad_to_multiple_of})")
         if return_offsets_mapping:
             pairs = [self._tok.encode_with_offsets(t, add_special_tokens) for t in texts]
             seqs, offsets = [list(p[0]) for p in pairs], [p[1] for p in pairs]
@@ -287,6 +291,8 @@ class PreTrainedTokenizer:
         else:
             raise ValueError(f"truncation {truncation!r} is not supported for single sequences")
         if max_length is None and (truncation or padding == "max_length"):
+            if self.model_max_length >= _LARGE:  # no limit to pad or cut to: transformers warns and does neither
+                return ("do_not_pad" if padding == "max_length" else padding), False, None
             max_length = self.model_max_length
         return padding, truncation, max_length
 
@@ -302,9 +308,8 @@ class PreTrainedTokenizer:
         if start is None:  # the template changed the text's tokens: cut the whole sequence
             start, body = 0, ids
         room = max_length - (len(ids) - len(body))
-        if room < 0:
-            raise ValueError(f"max_length {max_length} is shorter than the {len(ids) - len(body)} special tokens "
-                             "added to every sequence")
+        if room < 0:  # shorter than the added special tokens alone: the tokenizers library leaves it whole
+            return range(len(ids))
         if self.truncation_side not in ("left", "right"):
             raise ValueError(f"truncation_side must be 'left' or 'right', not {self.truncation_side!r}")
         cut = range(start, start + room) if self.truncation_side == "right" else \
