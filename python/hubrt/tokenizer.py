@@ -248,15 +248,15 @@ class PreTrainedTokenizer:
             if offsets is not None:
                 offsets = [[o[i] for i in k] for o, k in zip(offsets, keep)]
         masks = [[1] * len(s) for s in seqs]
-        width = max_length if padding == "max_length" else max((len(s) for s in seqs), default=0)
-        if padding != "do_not_pad" and width and pad_to_multiple_of:
-            width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
-        if padding != "do_not_pad" and self.pad_token_id is None:  # as transformers, even with nothing to pad
-            raise ValueError("Asking to pad but the tokenizer has no padding token (tokenizer_config.json "
-                             "names none)")
-        if padding != "do_not_pad" and any(len(s) < width for s in seqs):
+        if padding != "do_not_pad":
+            if self.pad_token_id is None:  # as transformers, even with nothing to pad
+                raise ValueError("Asking to pad but the tokenizer has no padding token (tokenizer_config.json "
+                                 "names none)")
+            width = max_length if padding == "max_length" else max((len(s) for s in seqs), default=0)
+            if width and pad_to_multiple_of:
+                width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
             side = padding_side or self.padding_side
-            if side not in ("left", "right"):
+            if side not in ("left", "right") and any(len(s) < width for s in seqs):
                 raise ValueError(f"padding_side must be 'left' or 'right', not {side!r}")
 
             def pad(row, fill):

@@ -91,6 +91,7 @@ hr_shlo_value hr_shlo_scatter(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value
  * dynamic_update_slice) runs on the bits: XLA's CPU compiler widens bf16
  * and f16 ops to f32, and a dynamic_update_slice of a layer's KV rows
  * widened the whole flat cache to f32 and back for every layer. */
+bool hr_shlo_float16(hr_dtype dt); /* bf16 or f16 */
 hr_shlo_value hr_shlo_bits(hr_shlo_builder *b, hr_shlo_value v);
 hr_shlo_value hr_shlo_bits_as(hr_shlo_builder *b, hr_shlo_value v, hr_dtype dt);
 /* Flat scatter (overwrite): v[idx[i]] = upd[i] for 1-D v. */

@@ -346,21 +346,22 @@ hr_shlo_value hr_shlo_gather_flat(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_v
     return hr_shlo_op(b, "gather", in, 2, attr, v.dt, idx.ndim, idx.shape);
 }
 
-static bool float16(hr_dtype dt) { return dt == HR_BF16 || dt == HR_F16; }
+bool hr_shlo_float16(hr_dtype dt) { return dt == HR_BF16 || dt == HR_F16; }
 
 hr_shlo_value hr_shlo_bits(hr_shlo_builder *b, hr_shlo_value v) {
-    return float16(v.dt) ? hr_shlo_op(b, "bitcast_convert", &v, 1, NULL, HR_I16, v.ndim, v.shape) : v;
+    return hr_shlo_float16(v.dt) ? hr_shlo_op(b, "bitcast_convert", &v, 1, NULL, HR_I16, v.ndim, v.shape) : v;
 }
 
 hr_shlo_value hr_shlo_bits_as(hr_shlo_builder *b, hr_shlo_value v, hr_dtype dt) {
-    return v.dt == HR_I16 && float16(dt) ? hr_shlo_op(b, "bitcast_convert", &v, 1, NULL, dt, v.ndim, v.shape) : v;
+    if (v.dt != HR_I16 || !hr_shlo_float16(dt)) return v;
+    return hr_shlo_op(b, "bitcast_convert", &v, 1, NULL, dt, v.ndim, v.shape);
 }
 
 hr_shlo_value hr_shlo_scatter(hr_shlo_builder *b, hr_shlo_value v, hr_shlo_value idx, hr_shlo_value upd,
                               const int *window_dims, int n_window, int dim, int index_vector_dim) {
     hr_shlo_value in[3] = {v, idx, upd};
     if (!ok(b, in, 3)) return bad_value;
-    if (float16(v.dt) && upd.dt == v.dt) /* an overwrite moves bits */
+    if (hr_shlo_float16(v.dt) && upd.dt == v.dt) /* an overwrite moves bits */
         return hr_shlo_bits_as(
             b, hr_shlo_scatter(b, hr_shlo_bits(b, v), idx, hr_shlo_bits(b, upd), window_dims, n_window, dim,
                                index_vector_dim),

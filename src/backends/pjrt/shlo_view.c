@@ -38,7 +38,7 @@ bool hr_shlo_view_is_full(const hr_shlo_view *v) {
  * movement to f32, and copies the whole array for a bitcast between
  * writes). */
 static hr_dtype storage_dtype(hr_dtype dt) {
-    return dt == HR_BOOL ? HR_U8 : dt == HR_BF16 || dt == HR_F16 ? HR_I16 : dt;
+    return dt == HR_BOOL ? HR_U8 : hr_shlo_float16(dt) ? HR_I16 : dt;
 }
 
 /* The buffer bytes as a flat array of the view's storage dtype. */
@@ -138,7 +138,7 @@ static hr_shlo_value span_to_view(hr_shlo_builder *b, hr_shlo_value sp, const hr
 hr_shlo_value hr_shlo_flat_as(hr_shlo_builder *b, hr_shlo_value flat, hr_dtype dt) {
     hr_dtype st = storage_dtype(dt);
     if (flat.dt == st) return flat;
-    if (st == HR_I16 && (flat.dt == HR_BF16 || flat.dt == HR_F16)) return hr_shlo_bits(b, flat);
+    if (st == HR_I16 && hr_shlo_float16(flat.dt)) return hr_shlo_bits(b, flat);
     if (flat.dt != HR_U8) flat = flat_to_bytes(b, flat);
     if (flat.shape[0] % (int64_t)hr_dtype_size(dt)) {
         hr_shlo_fail(b, HR_ERR_UNSUPPORTED, "a %lld-byte buffer read as %s is not a whole number of elements",
