@@ -49,8 +49,9 @@ struct panel_ctx {
  * 512). */
 #define PF_WINDOW 2
 
-/* The lines of the panel used next, prefetched a few per K step of this
- * one, so the misses spread over its math: a burst would fill the core's
+/* The lines of the panel used next, prefetched a few per step of this
+ * one (a K step; on AVX2 a tile call over one K block), so the misses
+ * spread over its math: a burst would fill the core's
  * miss buffers and stall the loads behind it. Packed: one contiguous
  * panel; packing per call: the next PN weight rows, too many streams for
  * the hardware prefetcher, one contiguous range when the rows are back to
@@ -58,8 +59,8 @@ struct panel_ctx {
  * addresses in general ones. */
 typedef struct pf_panel {
     const char *p, *end; /* next line, end of the range (p == end: done) */
-    int64_t wait;        /* K steps before the first line */
-    int64_t per_step;    /* lines per K step */
+    int64_t wait;        /* steps before the first line */
+    int64_t per_step;    /* lines per step */
 } pf_panel;
 
 static inline void pf_lines(pf_panel *pf) {

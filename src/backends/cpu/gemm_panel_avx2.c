@@ -136,14 +136,12 @@ INLINE_ void wide_step(int R, __m256 acc[6][2], const float *x, const float *w) 
 /* acc (R rows x 16 columns) over the widened quarter w's pairs [0, np),
  * then its pair np's even element when `lone`; x: the group's R rows
  * interleaved ([K][R]) from the block's first pair; y rows PN apart. */
-INLINE_ void tile_wide(int R, int64_t np, bool lone, const float *x, const float *w, float *y, bool add,
-                       pf_panel *pf) {
+INLINE_ void tile_wide(int R, int64_t np, bool lone, const float *x, const float *w, float *y, bool add) {
     __m256 acc[6][2];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
         for (int v = 0; v < 2; v++) acc[r][v] = add ? _mm256_loadu_ps(y + r * PN + 8 * v) : _mm256_setzero_ps();
     for (int64_t p = 0; p < np; p++) {
-        pf_lines(pf);
         wide_step(R, acc, x + 2 * p * R, w + p * 2 * WQ);
         wide_step(R, acc, x + (2 * p + 1) * R, w + p * 2 * WQ + WQ);
     }
@@ -172,10 +170,12 @@ static void widen_block(const uint32_t *panel, int64_t p0, int64_t n, float *wid
 #define WIDE_ROWS 96
 /* Rows from which the widened form pays: its passes share each widening
  * (three shifts and two stores per panel vector) among rows / 6 groups.
- * One thread, Qwen3 shapes, best of 8 alternated against the bf16 tiles
- * alone: 12-16 rows 7-14% slower widened, 30-48 rows within 2% either
- * way, 64 rows 3-4% faster, 96 rows (K = 3072) 6%, 512 rows 2%. */
-#define WIDE_MIN_ROWS 64
+ * One thread, Qwen3 shapes, calls of both forms alternated in one process
+ * (cold weights), widened against the bf16 tiles: 8-10 rows 6-11% slower,
+ * 12-14 rows -13% to +10% by shape, 16 rows 3-10% faster, 20 rows 8-10%,
+ * 32 rows 6-18%, 48 rows 16%. (Before its prefetches left the tiles'
+ * loop, the widened form broke even only from 30-48 rows.) */
+#define WIDE_MIN_ROWS 16
 
 static bool wide_form(int64_t rows) { return rows >= WIDE_MIN_ROWS; }
 
@@ -196,13 +196,14 @@ static void wide_rows(int64_t rows, int64_t k, const float *x, const uint32_t *p
                 int64_t R = rows - r < 6 ? rows - r : 6;
                 const float *xg = x + r * k + 2 * p0 * R;
                 float *yr = y + r * PN + q * WQ;
+                pf_lines(pf);
                 switch (R) {
-                case 1: tile_wide(1, np, lone, xg, w, yr, add, pf); break;
-                case 2: tile_wide(2, np, lone, xg, w, yr, add, pf); break;
-                case 3: tile_wide(3, np, lone, xg, w, yr, add, pf); break;
-                case 4: tile_wide(4, np, lone, xg, w, yr, add, pf); break;
-                case 5: tile_wide(5, np, lone, xg, w, yr, add, pf); break;
-                default: tile_wide(6, np, lone, xg, w, yr, add, pf); break;
+                case 1: tile_wide(1, np, lone, xg, w, yr, add); break;
+                case 2: tile_wide(2, np, lone, xg, w, yr, add); break;
+                case 3: tile_wide(3, np, lone, xg, w, yr, add); break;
+                case 4: tile_wide(4, np, lone, xg, w, yr, add); break;
+                case 5: tile_wide(5, np, lone, xg, w, yr, add); break;
+                default: tile_wide(6, np, lone, xg, w, yr, add); break;
                 }
             }
         }
@@ -214,11 +215,21 @@ void hr_gemm_panel_rows_avx2(int rows, int64_t k, const float *x, int64_t ldx, c
     tile_rows(rows, k, x, ldx, panel, y, &none);
 }
 
-/* K steps of the tiles over a unit's panel for `rows` rows: the prefetch
- * of the next unit spreads over them. */
+/* Steps of a unit's tiles for `rows` rows, over which the prefetch of the
+ * next unit's panel spreads: K steps for the bf16 tiles, tile calls for
+ * the widened form. */
 static int64_t unit_steps(int64_t rows, int64_t k) {
     int64_t groups = (rows + 5) / 6, per_group = rows == 1 ? 1 : rows == 2 ? 2 : 4;
-    return groups * per_group * (k / 2 > 0 ? k / 2 : 1);
+    if (!wide_form(rows)) return groups * per_group * (k / 2 > 0 ? k / 2 : 1);
+    /* The widened form issues its lines before each tile call (one group
+     * over one quarter's K block), not inside the tiles' loop, where the
+     * prefetches slowed the FMAs more than they saved: Qwen3-0.6B shape,
+     * batch 64, decode 80-85 -> 98-99 tok/s, prefill of 512 107-109 ->
+     * 115-127 (alternated runs, 2 threads). The bf16 tiles keep theirs
+     * per K step: at 16 rows a unit has 48 tile calls, and bursts of 43
+     * lines before each took decode from 65-67 to 55-59 tok/s. */
+    int64_t blocks = (k / 2 + KB - 1) / KB;
+    return groups * per_group * (blocks > 0 ? blocks : 1);
 }
 
 /* C's rows [r, r + rows) of the unit from their sums y (rows PN apart). */
