@@ -48,56 +48,53 @@ static void check(hr_status s, const char *what) { bench_check("bench_gemm", s, 
     "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",         \
         "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",    \
         "xmm23"
-#define PEAK_ITERS 4000000L /* x 24 instructions: ~0.2 s on one Zen 4 core (the FMA loop: 2x, x 12) */
+#define PEAK_ITERS 4000000L /* x 24 instructions: ~0.2 s on one Zen 4 core (the FMA loop: 8 x as many, x 12) */
 
 typedef struct peak_arg {
     double gflops;
 } peak_arg;
 
-/* One thread's best of three timed runs, in GFLOP/s (64 flop per zmm
- * vdpbf16ps: 16 lanes x 2 products x 2). */
-__attribute__((target("avx512f,avx512bf16"))) static void *peak_thread(void *arg) {
-    peak_arg *a = arg;
+/* PEAK_ITERS x 24 vdpbf16ps (64 flop per zmm one: 16 lanes x 2 products
+ * x 2). */
+__attribute__((target("avx512f,avx512bf16"))) static void dp_loop(void) {
     __asm__ volatile("vpxord %%zmm30, %%zmm30, %%zmm30\n\tvpxord %%zmm31, %%zmm31, %%zmm31" ::: "xmm30", "xmm31");
+    for (long i = 0; i < PEAK_ITERS; i++) __asm__ volatile(DP24 ::: CLOBBER24);
+}
+
+/* Without AVX512_BF16 the kernels widen bf16 and use f32 FMA (AVX2): the
+ * peak is then twelve independent ymm FMA chains per thread (16 flop each),
+ * as bench/probes/fma_avx2.c measures it for limits.py; 8 x PEAK_ITERS x
+ * 12 of them, the same flop as dp_loop. */
+#define FMA(n) "vfmadd231ps %%ymm14, %%ymm15, %%ymm" #n "\n\t"
+#define FMA12 FMA(0) FMA(1) FMA(2) FMA(3) FMA(4) FMA(5) FMA(6) FMA(7) FMA(8) FMA(9) FMA(10) FMA(11)
+#define CLOBBER12 "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11"
+
+__attribute__((target("avx2,fma"))) static void fma_loop(void) {
+    __asm__ volatile("vxorps %%ymm14, %%ymm14, %%ymm14\n\tvxorps %%ymm15, %%ymm15, %%ymm15" ::: "xmm14", "xmm15");
+    for (long i = 0; i < 8 * PEAK_ITERS; i++) __asm__ volatile(FMA12 ::: CLOBBER12);
+}
+
+static bool g_fma_peak; /* no AVX512_BF16: the AVX2 FMA loop */
+
+/* One thread's best of three timed runs of the peak loop, in GFLOP/s. */
+static void *peak_thread(void *arg) {
+    peak_arg *a = arg;
     a->gflops = 0;
     for (int rep = 0; rep < 3; rep++) {
         double t0 = bench_now_s();
-        for (long i = 0; i < PEAK_ITERS; i++) __asm__ volatile(DP24 ::: CLOBBER24);
+        (g_fma_peak ? fma_loop : dp_loop)();
         double g = 24.0 * 64.0 * (double)PEAK_ITERS / (bench_now_s() - t0) / 1e9;
         if (g > a->gflops) a->gflops = g;
     }
     return NULL;
 }
 
-/* Without AVX512_BF16 the kernels widen bf16 and use f32 FMA (AVX2): the
- * peak is then twelve independent ymm FMA chains per thread (16 flop each),
- * as bench/probes/fma_avx2.c measures it for limits.py. */
-#define FMA(n) "vfmadd231ps %%ymm14, %%ymm15, %%ymm" #n "\n\t"
-#define FMA12 FMA(0) FMA(1) FMA(2) FMA(3) FMA(4) FMA(5) FMA(6) FMA(7) FMA(8) FMA(9) FMA(10) FMA(11)
-#define CLOBBER12 "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11"
-
-__attribute__((target("avx2,fma"))) static void *peak_thread_fma(void *arg) {
-    peak_arg *a = arg;
-    __asm__ volatile("vxorps %%ymm14, %%ymm14, %%ymm14\n\tvxorps %%ymm15, %%ymm15, %%ymm15" ::: "xmm14", "xmm15");
-    a->gflops = 0;
-    for (int rep = 0; rep < 3; rep++) {
-        double t0 = bench_now_s();
-        for (long i = 0; i < 2 * PEAK_ITERS; i++) __asm__ volatile(FMA12 ::: CLOBBER12);
-        double g = 12.0 * 16.0 * 2.0 * (double)PEAK_ITERS / (bench_now_s() - t0) / 1e9;
-        if (g > a->gflops) a->gflops = g;
-    }
-    return NULL;
-}
-
-static bool g_fma_peak; /* no AVX512_BF16: the AVX2 FMA loop */
-
 /* Sum over nth threads running the loop at once. */
 static double peak_gflops(int nth) {
     pthread_t th[64];
     peak_arg args[64];
-    void *(*loop)(void *) = g_fma_peak ? peak_thread_fma : peak_thread;
-    for (int i = 1; i < nth; i++) pthread_create(&th[i], NULL, loop, &args[i]);
-    loop(&args[0]);
+    for (int i = 1; i < nth; i++) pthread_create(&th[i], NULL, peak_thread, &args[i]);
+    peak_thread(&args[0]);
     double total = args[0].gflops;
     for (int i = 1; i < nth; i++) {
         pthread_join(th[i], NULL);
