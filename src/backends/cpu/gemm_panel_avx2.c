@@ -62,6 +62,20 @@ INLINE_ void pair_step(int R, int NV, __m256 acc[6][8], const float *x, int64_t 
     }
 }
 
+/* A lone row reads its panel as one stream at a few FLOP per byte, so the
+ * core's out-of-order window holds only a few lines of loads ahead of the
+ * math; fetching the pair ROW_AHEAD rows on (1 KB) keeps more misses in
+ * flight. Packed Qwen3 shapes, one row, calls with and without alternated
+ * in one process, cold weights: 5-16% more GB/s at 2-6 pairs ahead on one
+ * thread and two, 4 best; 8 and more gained less. Past the panel's end it
+ * reads the next unit's or nothing (a prefetch never faults). */
+#define ROW_AHEAD 4
+
+INLINE_ void pf_ahead(const uint32_t *row) {
+    const char *b = (const char *)row;
+    for (int l = 0; l < PN * 4; l += 64) _mm_prefetch(b + l, _MM_HINT_T0);
+}
+
 /* y[r][c0 .. c0 + 8 NV) (+)= x row r . panel columns [c0, c0 + 8 NV) over
  * the K pairs [p0, p1), then K's lone last element when `lone`, r < R; with
  * `add` the sums start from y's (the K blocks before), else from zero. x
@@ -75,6 +89,7 @@ INLINE_ void tile(int R, int NV, int64_t p0, int64_t p1, bool lone, const float 
         for (int v = 0; v < NV; v++) acc[r][v] = add ? _mm256_loadu_ps(y + r * PN + c0 + 8 * v) : _mm256_setzero_ps();
     for (int64_t p = p0; p < p1; p++) {
         pf_lines(pf);
+        if (R == 1) pf_ahead(panel + (p + ROW_AHEAD) * PN);
         pair_step(R, NV, acc, x, ldx, p, (const __m256i *)(panel + p * PN + c0), false);
     }
     if (lone) pair_step(R, NV, acc, x, ldx, p1, (const __m256i *)(panel + p1 * PN + c0), true);
