@@ -61,11 +61,13 @@ static hr_tensor *packed_copy_of(const hr_tensor *w) {
 
 /* Odd shapes around the panel (64 weight rows), the tile (6 rows of x), odd
  * K, the AVX2 route's widened form (from 16 rows; 17 leaves a group of
- * five) and its passes of 512 rows: packed linear + bias equals the exact sum, as the weight itself. */
+ * five) and its passes of 512 rows: packed linear + bias equals the exact
+ * sum, as the weight itself. */
 static void test_packed_linear_exact(void **state) {
     if (!have_kernels()) skip();
-    static const int64_t shapes[][3] = {{1, 1, 1},   {1, 15, 17},  {5, 17, 15},   {6, 64, 4097}, {7, 65, 33},
-                                        {13, 130, 1}, {15, 64, 33}, {16, 65, 31}, {17, 64, 4097}, {63, 70, 33}, {64, 70, 33}, {64, 100, 1024},
+    static const int64_t shapes[][3] = {{1, 1, 1},      {1, 15, 17},    {5, 17, 15},   {6, 64, 4097}, {7, 65, 33},
+                                        {13, 130, 1},   {15, 64, 33},   {16, 65, 31},  {17, 64, 4097},
+                                        {63, 70, 33},   {64, 70, 33},   {64, 100, 1024},
                                         {300, 70, 4097}, {2, 4097, 16}, {1030, 70, 33}};
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
@@ -176,9 +178,9 @@ static void test_packed_linear_batched_and_strided(void **state) {
 /* With full-mantissa data, row i of a 200-row call has the same bits as
  * the same row alone and in 7-, 16- and 17-row calls (the unpacked routes
  * sum in another order at each of these counts; on AVX2 1 and 7 rows take
- * the bf16 tiles, the others the widened form, 17 with a group of five), and every unit is computed
- * once whatever the thread count (tasks claim units from both ends of
- * their segments). K even and odd (a lone last element). */
+ * the bf16 tiles, the others the widened form, 17 with a group of five),
+ * and every unit is computed once whatever the thread count (tasks claim
+ * units from both ends of their segments). K even and odd (a lone last element). */
 static void check_packed_rows_batch_invariant(int64_t k) {
     int64_t n = 300, m = 200;
     hr_tensor *w = bf16_tensor(2, (int64_t[]){n, k}, 7, true, NULL), *wp = packed_copy_of(w);

@@ -42,17 +42,18 @@ struct panel_ctx {
     atomic_int failed;
 };
 
-/* K steps per prefetched line: the prefetches run over the unit's last
- * PF_WINDOW x lines steps, not from its start, so that with many rows the
+/* Steps per prefetched line: the prefetches run over the unit's last
+ * PF_WINDOW x lines steps, not from its start (AVX2's widened form, whose
+ * steps are its few tile calls, spreads over all of them), so that with many rows the
  * x rows streaming through L2 meanwhile do not evict them before use
  * (Qwen3 shapes, one thread, cold weights: even at 64 rows, within 1% at
  * 512). */
 #define PF_WINDOW 2
 
 /* The lines of the panel used next, prefetched a few per step of this
- * one (a K step; on AVX2 a tile call over one K block), so the misses
- * spread over its math: a burst would fill the core's
- * miss buffers and stall the loads behind it. Packed: one contiguous
+ * one (a K step; for AVX2's widened form a tile call over one K block), so
+ * the misses spread over its math: a burst would fill the core's miss
+ * buffers and stall the loads behind it. Packed: one contiguous
  * panel; packing per call: the next PN weight rows, too many streams for
  * the hardware prefetcher, one contiguous range when the rows are back to
  * back (a linear's weight). Four registers, so that the tile keeps its row
@@ -71,7 +72,7 @@ static inline void pf_lines(pf_panel *pf) {
     for (int64_t i = 0; i < pf->per_step && pf->p < pf->end; i++, pf->p += 64) _mm_prefetch(pf->p, _MM_HINT_T1);
 }
 
-/* What unit `next` reads, as a prefetch stream over `steps` K steps
+/* What unit `next` reads, as a prefetch stream over `steps` steps
  * (nothing when `next` is past the end or one row group reads the panel:
  * the hardware prefetcher streams it best alone). */
 pf_panel hr_gemm_panel_next_stream(const panel_ctx *ctx, int64_t next, int64_t steps);

@@ -71,9 +71,11 @@ INLINE_ void pair_step(int R, int NV, __m256 acc[6][8], const float *x, int64_t 
  * reads the next unit's or nothing (a prefetch never faults). */
 #define ROW_AHEAD 4
 
-INLINE_ void pf_ahead(const uint32_t *row) {
-    const char *b = (const char *)row;
-    for (int l = 0; l < PN * 4; l += 64) _mm_prefetch(b + l, _MM_HINT_T0);
+/* The address is formed as an integer: past the last unit's panel it
+ * points outside the allocation, which C pointer arithmetic may not. */
+INLINE_ void pf_ahead(const uint32_t *panel, int64_t p) {
+    uintptr_t b = (uintptr_t)panel + (uintptr_t)((p + ROW_AHEAD) * PN * 4);
+    for (int l = 0; l < PN * 4; l += 64) _mm_prefetch((const char *)(b + (uintptr_t)l), _MM_HINT_T0);
 }
 
 /* y[r][c0 .. c0 + 8 NV) (+)= x row r . panel columns [c0, c0 + 8 NV) over
@@ -89,7 +91,7 @@ INLINE_ void tile(int R, int NV, int64_t p0, int64_t p1, bool lone, const float 
         for (int v = 0; v < NV; v++) acc[r][v] = add ? _mm256_loadu_ps(y + r * PN + c0 + 8 * v) : _mm256_setzero_ps();
     for (int64_t p = p0; p < p1; p++) {
         pf_lines(pf);
-        if (R == 1) pf_ahead(panel + (p + ROW_AHEAD) * PN);
+        if (R == 1) pf_ahead(panel, p);
         pair_step(R, NV, acc, x, ldx, p, (const __m256i *)(panel + p * PN + c0), false);
     }
     if (lone) pair_step(R, NV, acc, x, ldx, p1, (const __m256i *)(panel + p1 * PN + c0), true);
@@ -230,21 +232,33 @@ void hr_gemm_panel_rows_avx2(int rows, int64_t k, const float *x, int64_t ldx, c
     tile_rows(rows, k, x, ldx, panel, y, &none);
 }
 
-/* Steps of a unit's tiles for `rows` rows, over which the prefetch of the
- * next unit's panel spreads: K steps for the bf16 tiles, tile calls for
- * the widened form. */
+/* K steps of the bf16 tiles over a unit's panel for `rows` rows: the
+ * prefetch of the next unit spreads over them. */
 static int64_t unit_steps(int64_t rows, int64_t k) {
     int64_t groups = (rows + 5) / 6, per_group = rows == 1 ? 1 : rows == 2 ? 2 : 4;
-    if (!wide_form(rows)) return groups * per_group * (k / 2 > 0 ? k / 2 : 1);
-    /* The widened form issues its lines before each tile call (one group
-     * over one quarter's K block), not inside the tiles' loop, where the
-     * prefetches slowed the FMAs more than they saved: Qwen3-0.6B shape,
-     * batch 64, decode 80-85 -> 98-99 tok/s, prefill of 512 107-109 ->
-     * 115-127 (alternated runs, 2 threads). The bf16 tiles keep theirs
-     * per K step: at 16 rows a unit has 48 tile calls, and bursts of 43
-     * lines before each took decode from 65-67 to 55-59 tok/s. */
+    return groups * per_group * (k / 2 > 0 ? k / 2 : 1);
+}
+
+/* Tile calls of the widened form for `rows` rows (one group of six over
+ * one quarter's K block each). */
+static int64_t wide_calls(int64_t rows, int64_t k) {
     int64_t blocks = (k / 2 + KB - 1) / KB;
-    return groups * per_group * (blocks > 0 ? blocks : 1);
+    return (rows + 5) / 6 * 4 * (blocks > 0 ? blocks : 1);
+}
+
+/* The widened form's prefetch of the next unit: a few lines before each
+ * tile call, none inside the tiles' loop, where the prefetches and their
+ * test slowed the FMAs more than they saved (Qwen3-0.6B shape, 2 threads,
+ * alternated runs: batch-64 decode 80-85 -> 98-103 tok/s, prefill of 512
+ * 107-109 -> 115-127). At 16 rows and K = 1024 that is 48 calls and 43
+ * lines before each, a burst the bf16 tiles' per-K-step prefetch avoids,
+ * and still faster than them (WIDE_MIN_ROWS). With several passes the
+ * lines are fetched from the first on; spreading them over the last pass
+ * only, so that they do not wait in L2 under the earlier passes' x rows,
+ * measured no better (prefill of 512, three alternated runs: 115-142
+ * tok/s as here, 119-135 so). */
+static pf_panel wide_prefetch(const panel_ctx *ctx, int64_t next) {
+    return hr_gemm_panel_next_stream(ctx, next, wide_calls(ctx->rows, ctx->g->k));
 }
 
 /* C's rows [r, r + rows) of the unit from their sums y (rows PN apart). */
@@ -269,7 +283,6 @@ static void avx2_unit(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uin
     float bias[PN];
     if (g->bias) hr_load_f32(bias, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt), g->bias_dt, nj,
                              g->bias_s);
-    pf_panel pf = hr_gemm_panel_next_stream(ctx, next, unit_steps(ctx->rows, g->k));
     bool simd = hr_k_simd();
     const float *b = g->bias ? bias : NULL;
     if (wide_form(ctx->rows)) {
@@ -277,6 +290,7 @@ static void avx2_unit(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uin
         /* passes of whole groups: x's groups start at multiples of six rows */
         int64_t passes = (ctx->rows + WIDE_ROWS - 1) / WIDE_ROWS;
         int64_t per = ((ctx->rows + passes - 1) / passes + 5) / 6 * 6;
+        pf_panel pf = wide_prefetch(ctx, next);
         for (int64_t r = 0; r < ctx->rows; r += per) {
             int64_t rows = ctx->rows - r < per ? ctx->rows - r : per;
             wide_rows(rows, g->k, ctx->x32 + r * g->k, panel, y, &pf);
@@ -285,6 +299,7 @@ static void avx2_unit(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uin
         return;
     }
     float y[6 * PN];
+    pf_panel pf = hr_gemm_panel_next_stream(ctx, next, unit_steps(ctx->rows, g->k));
     for (int64_t r = 0; r < ctx->rows; r += 6) {
         int rows = ctx->rows - r < 6 ? (int)(ctx->rows - r) : 6;
         tile_rows(rows, g->k, ctx->x32 + r * ctx->ldx, ctx->ldx, panel, y, &pf);
