@@ -180,7 +180,8 @@ static void test_packed_linear_batched_and_strided(void **state) {
  * sum in another order at each of these counts; on AVX2 1 and 7 rows take
  * the bf16 tiles, the others the widened form, 17 with a group of five),
  * and every unit is computed once whatever the thread count (tasks claim
- * units from both ends of their segments). K even and odd (a lone last element). */
+ * units from both ends of their segments). K even and odd (a lone last
+ * element). */
 static void check_packed_rows_batch_invariant(int64_t k) {
     int64_t n = 300, m = 200;
     hr_tensor *w = bf16_tensor(2, (int64_t[]){n, k}, 7, true, NULL), *wp = packed_copy_of(w);

@@ -44,10 +44,10 @@ struct panel_ctx {
 
 /* Steps per prefetched line: the prefetches run over the unit's last
  * PF_WINDOW x lines steps, not from its start (AVX2's widened form, whose
- * steps are its few tile calls, spreads over all of them), so that with many rows the
- * x rows streaming through L2 meanwhile do not evict them before use
- * (Qwen3 shapes, one thread, cold weights: even at 64 rows, within 1% at
- * 512). */
+ * steps are its few tile calls, spreads over all of them), so that with
+ * many rows the x rows streaming through L2 meanwhile do not evict them
+ * before use (Qwen3 shapes, one thread, cold weights: even at 64 rows,
+ * within 1% at 512). */
 #define PF_WINDOW 2
 
 /* The lines of the panel used next, prefetched a few per step of this
