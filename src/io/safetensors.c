@@ -150,6 +150,13 @@ bool hr_safetensors_drop_pages(const hr_safetensors *st, const void *p, size_t n
     return true;
 }
 
+void hr_safetensors_drop_tensor(const hr_safetensors *st, const char *name) {
+    const st_entry *e = NULL;
+    if (st_lookup(st, name, &e) != HR_OK) return;
+    hr_safetensors_drop_pages(st, (const char *)st->map->addr + st->h.data_start + e->begin,
+                              (size_t)(e->end - e->begin));
+}
+
 hr_status hr_safetensors_tensor(const hr_safetensors *st, const char *name, hr_tensor **out) {
     if (!out) return hr_error(HR_ERR_INVALID_ARG, "hr_safetensors_tensor: out is NULL");
     *out = NULL;

@@ -7,14 +7,17 @@
  * tensor stays a view of the file, whose pages nothing reads again. Each
  * chunk's file pages are dropped once copied or packed, so peak memory
  * stays at the weights plus a chunk. Weights the loader made itself (cast
- * to another dtype, dequantized) are collapsed into huge pages where they
- * lie. HUBRT_WEIGHTS=mmap keeps the zero-copy views of the files;
- * HUBRT_PACK_WEIGHTS=0 copies linear weights as they are. */
+ * to another dtype, dequantized) stay where they lie, collapsed into huge
+ * pages, and linear ones among them get a packed copy beside them when
+ * that fits in the bytes the cast saved (pack_owned). HUBRT_WEIGHTS=mmap
+ * keeps the zero-copy views of the files; HUBRT_PACK_WEIGHTS=0 copies
+ * linear weights as they are. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/linear_pack.h"
 #include "core/anon_map.h"
 #include "core/error.h"
@@ -43,6 +46,22 @@ static void anon_release(void *ctx) {
 }
 
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* A mapping of `bytes` rounded up to whole huge pages, its one reference
+ * the caller's; NULL when out of memory. */
+static anon_map *anon_map_new(size_t bytes) {
+    anon_map *a = malloc(sizeof *a);
+    size_t len = align_up(bytes, HR_HUGE_PAGE);
+    void *addr = a ? hr_anon_map_huge(len) : NULL;
+    if (!addr) {
+        free(a);
+        return NULL;
+    }
+    atomic_init(&a->refs, 1);
+    a->addr = addr;
+    a->len = len;
+    return a;
+}
 
 /* A weight handle and the bytes of its packed copy when it is packed for
  * linear (linear_pack.h) instead of copied; 0 when copied. */
@@ -103,8 +122,9 @@ static hr_status move_weight(hr_model *m, anon_map *a, char *dst, hr_tensor **sl
 
 static void drop_chunk(void *ckpt, const void *src, size_t n) { hr_checkpoint_drop_pages(ckpt, src, n); }
 
-/* t packed into dst beside its file view, whose pages are dropped chunk by
- * chunk: linear reads the panels, nothing reads the file again. */
+/* t packed into dst beside its bytes: a file view's pages are dropped
+ * chunk by chunk (linear reads the panels, nothing reads the file again),
+ * a weight the loader made stays as it is. */
 static hr_status pack_weight(hr_model *m, anon_map *a, char *dst, const hr_tensor *t) {
     HR_TRY(hr_linear_pack_into(t, dst, anon_release, a, drop_chunk, m->ckpt));
     atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
@@ -125,17 +145,78 @@ static hr_status pack_mode(bool *pack) {
     return hr_error(HR_ERR_INVALID_ARG, "HUBRT_PACK_WEIGHTS=%s: expected '1' or '0'", e);
 }
 
+/* The weights the loader made itself (cast, dequantized), with the bytes
+ * of the packed copies of linear ones when `pack` (*n of them; free()). */
+static hr_status owned_slots(hr_model *m, bool pack, weight_slot **slots, size_t *n) {
+    size_t bytes;
+    *n = weight_slots(m, false, pack, NULL, &bytes);
+    *slots = *n ? malloc(*n * sizeof **slots) : NULL;
+    if (*n && !*slots) return hr_error(HR_ERR_OOM, "weights: out of memory listing %zu weights", *n);
+    weight_slots(m, false, pack, *slots, &bytes);
+    return HR_OK;
+}
+
+/* Whether an owned weight's packed copy fits in what making it saved: its
+ * bytes in the checkpoint, up to the padding of its last panel, hold both
+ * the weight and the copy (an f32 checkpoint run in bf16), so memory stays
+ * within the checkpoint's size. Weights cast from f16 or dequantized from
+ * GGUF blocks kept or grew their size, and are read as they are. The weight itself stays for its
+ * other readers (embedding rows, another ISA setting, a device copy). */
+static bool owned_pack_fits(const hr_model *m, const hr_tensor *t, size_t packed) {
+    hr_tensor_info info;
+    if (hr_checkpoint_info(m->ckpt, hr_tensor_name(t), &info) != HR_OK) return false;
+    return info.nbytes + hr_gemm_panel_bytes(t->shape[1]) >= hr_tensor_nbytes(t) + packed;
+}
+
+/* Packed copies of the owned linear weights that owned_pack_fits, in one
+ * anonymous huge-page mapping: the cast checkpoint's linears then take
+ * the panel route as a bf16 checkpoint's do (Qwen3-0.6B shape from f32,
+ * run in bf16: see docs/architecture.md). */
+static hr_status pack_owned(hr_model *m) {
+    weight_slot *slots;
+    size_t n, bytes = 0;
+    HR_TRY(owned_slots(m, true, &slots, &n));
+    size_t count = 0, over = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (slots[i].packed && !owned_pack_fits(m, *slots[i].t, slots[i].packed)) slots[i].packed = 0, over++;
+        count += slots[i].packed > 0;
+        bytes += align_up(slots[i].packed, ANON_ALIGN);
+    }
+    if (over) HR_LOG_DEBUG("weights: %zu cast or dequantized linear weights read as they are: a packed copy "
+                           "would outgrow their bytes in the checkpoint", over);
+    if (!bytes) {
+        free(slots);
+        return HR_OK;
+    }
+    anon_map *a = anon_map_new(bytes);
+    if (!a) {
+        free(slots);
+        return hr_error(HR_ERR_OOM, "weights: cannot map %zu bytes of anonymous memory for packed weights", bytes);
+    }
+    hr_status s = HR_OK;
+    char *dst = a->addr;
+    for (size_t i = 0; i < n && s == HR_OK; i++) {
+        if (!slots[i].packed) continue;
+        s = pack_weight(m, a, dst, *slots[i].t);
+        dst += align_up(slots[i].packed, ANON_ALIGN);
+    }
+    anon_release(a);
+    free(slots);
+    if (s == HR_OK) HR_LOG_DEBUG("weights: packed %zu cast or dequantized linear weights (%zu bytes)", count, bytes);
+    return s;
+}
+
 /* The device writes its buffers through 4 KiB pages (cpu_device.c says
  * why), so a weight the loader cast or dequantized sits in small pages:
  * each whole huge page of it is collapsed in place, a huge page at a time
- * (MADV_COLLAPSE, Linux 6.1+; elsewhere the weight stays as it is). */
+ * (MADV_COLLAPSE, Linux 6.1+; elsewhere the weight stays as it is). A
+ * weight with a packed copy is left alone: linear reads the copy. */
 static hr_status collapse_owned(hr_model *m) {
-    size_t bytes;
-    size_t n = weight_slots(m, false, false, NULL, &bytes);
-    weight_slot *slots = n ? malloc(n * sizeof *slots) : NULL;
-    if (n && !slots) return hr_error(HR_ERR_OOM, "weights: out of memory listing %zu weights", n);
-    weight_slots(m, false, false, slots, &bytes);
+    weight_slot *slots;
+    size_t n;
+    HR_TRY(owned_slots(m, false, &slots, &n));
     for (size_t i = 0; i < n; i++) {
+        if (hr_linear_panels(*slots[i].t)) continue;
         size_t p = (size_t)hr_tensor_ptr(*slots[i].t), end = p + hr_tensor_nbytes(*slots[i].t);
         size_t lo = align_up(p, HR_HUGE_PAGE), hi = end / HR_HUGE_PAGE * HR_HUGE_PAGE;
         if (hi <= lo) continue;
@@ -146,34 +227,50 @@ static hr_status collapse_owned(hr_model *m) {
     return HR_OK;
 }
 
+/* The file pages of the owned weights' stored bytes, which the cast read
+ * (and dropped) but reading their neighbours may have mapped again
+ * (fault-around): nothing reads them now. */
+static hr_status drop_owned_sources(hr_model *m) {
+    weight_slot *slots;
+    size_t n;
+    HR_TRY(owned_slots(m, false, &slots, &n));
+    for (size_t i = 0; i < n; i++) hr_checkpoint_drop_tensor(m->ckpt, hr_tensor_name(*slots[i].t));
+    free(slots);
+    return HR_OK;
+}
+
+static hr_status file_weights_to_anon(hr_model *m, bool pack);
+
 hr_status hr_model_weights_to_anon(hr_model *m) {
     bool copy, pack;
     HR_TRY(weights_mode_copy(&copy));
     HR_TRY(pack_mode(&pack));
     if (!copy || m->dev != hr_device_cpu()) return HR_OK;
+    if (pack) HR_TRY(pack_owned(m));
     HR_TRY(collapse_owned(m));
+    HR_TRY(file_weights_to_anon(m, pack));
+    return drop_owned_sources(m);
+}
+
+/* The weights that view the checkpoint's files, copied or packed into one
+ * anonymous huge-page mapping. */
+static hr_status file_weights_to_anon(hr_model *m, bool pack) {
     size_t bytes;
     size_t n = weight_slots(m, true, pack, NULL, &bytes);
     if (!n) return HR_OK;
     weight_slot *slots = malloc(n * sizeof *slots);
     const char **src = malloc(n * sizeof *src);
     size_t *src_n = malloc(n * sizeof *src_n);
-    anon_map *a = malloc(sizeof *a);
-    size_t len = align_up(bytes, HR_HUGE_PAGE);
-    void *addr = slots && src && src_n && a ? hr_anon_map_huge(len) : NULL;
-    if (!addr) {
+    anon_map *a = slots && src && src_n ? anon_map_new(bytes) : NULL;
+    if (!a) {
         free(slots);
         free(src);
         free(src_n);
-        free(a);
-        return hr_error(HR_ERR_OOM, "weights: cannot map %zu bytes of anonymous memory", len);
+        return hr_error(HR_ERR_OOM, "weights: cannot map %zu bytes of anonymous memory", bytes);
     }
-    atomic_init(&a->refs, 1);
-    a->addr = addr;
-    a->len = len;
     weight_slots(m, true, pack, slots, &bytes);
     hr_status s = HR_OK;
-    char *dst = addr;
+    char *dst = a->addr;
     for (size_t i = 0; i < n && s == HR_OK; i++) {
         src[i] = hr_tensor_ptr(*slots[i].t);
         src_n[i] = hr_tensor_nbytes(*slots[i].t);

@@ -87,6 +87,51 @@ def test_fused_decode_node_reads_panels_as_linear(checkpoint, monkeypatch, tmp_p
     np.testing.assert_array_equal(fused, plain)
 
 
+@pytest.fixture(scope="module")
+def f32_and_bf16(tmp_path_factory):
+    """One model saved twice: in f32 (transformers' default, as many
+    fine-tunes are) and rounded to bf16."""
+    torch.manual_seed(1)
+    cfg = LlamaConfig(vocab_size=1000, hidden_size=160, intermediate_size=200, num_hidden_layers=2,
+                      num_attention_heads=5, num_key_value_heads=1, head_dim=32, tie_word_embeddings=True)
+    model = LlamaForCausalLM(cfg)
+    root = tmp_path_factory.mktemp("cast")
+    model.save_pretrained(root / "f32")
+    model.to(torch.bfloat16).save_pretrained(root / "bf16")
+    return root / "f32", root / "bf16"
+
+
+def test_cast_weights_packed(f32_and_bf16, tmp_path, monkeypatch, capfd, packed_isa):
+    """An f32 checkpoint run in bf16: the cast weights get packed copies
+    too (they fit in the bytes the cast saved; the loader says so at debug
+    level), so the logits are the bf16 checkpoint's bit for bit, and the
+    f32 file's pages are let go once cast. HUBRT_PACK_WEIGHTS=0 packs none."""
+    f32, bf16 = f32_and_bf16
+    folder = tmp_path / "f32"
+    shutil.copytree(f32, folder)
+    ids = np.random.default_rng(4).integers(3, 1000, (3, 21))
+    few = ids[:, :1]
+    level = lib.hr_log_get_level()
+    lib.hr_log_set_level(0)  # debug
+    try:
+        capfd.readouterr()
+        model = hubrt.AutoModelForCausalLM.from_pretrained(folder, dtype="bfloat16")
+        # 7 linears in each of 2 layers, and the tied embedding
+        assert "packed 15 cast or dequantized linear weights" in capfd.readouterr().err
+        got, got_few = model(ids).logits, model(few).logits
+        assert file_rss_kb(folder / "model.safetensors") <= 8  # the header's page or two
+        ref = hubrt.AutoModelForCausalLM.from_pretrained(bf16)
+        np.testing.assert_array_equal(got, ref(ids).logits)
+        np.testing.assert_array_equal(got_few, ref(few).logits)
+        monkeypatch.setenv("HUBRT_PACK_WEIGHTS", "0")
+        capfd.readouterr()
+        plain = hubrt.AutoModelForCausalLM.from_pretrained(folder, dtype="bfloat16")(few).logits
+        assert "linear weights" not in capfd.readouterr().err
+    finally:
+        lib.hr_log_set_level(level)
+    assert rel_err(got_few, plain) < 0.01
+
+
 def test_pack_knob(checkpoint, monkeypatch):
     """HUBRT_PACK_WEIGHTS=0 copies the weights as they are: the logits are
     then the plain copy's (HUBRT_WEIGHTS=mmap reads the same bytes), bit for

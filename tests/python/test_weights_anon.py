@@ -88,10 +88,14 @@ def collapse_supported():
 
 
 @pytest.mark.skipif(not collapse_supported(), reason="needs THP and MADV_COLLAPSE (Linux 6.1)")
-def test_cast_weights_collapse_into_huge_pages(monkeypatch, tmp_path):
+@pytest.mark.parametrize("pack", ["0", "1"])
+def test_cast_weights_collapse_into_huge_pages(monkeypatch, tmp_path, pack):
     # An f32 checkpoint loaded as bf16: every weight is a buffer the loader
     # owns, written through 4 KiB pages; the two 4 MiB embedding matrices
-    # must end up in huge pages, and the logits must not change.
+    # must end up in huge pages (with packing, lm_head's packed copy, made
+    # in huge pages, stands for it), and the logits must not change: read
+    # as they are, not at all (the same bytes as the file views of
+    # HUBRT_WEIGHTS=mmap), packed, within rounding (the panel route).
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -103,8 +107,14 @@ def test_cast_weights_collapse_into_huge_pages(monkeypatch, tmp_path):
     monkeypatch.setenv("HUBRT_WEIGHTS", "mmap")
     want = logits(tmp_path, "bfloat16", ids)
     monkeypatch.delenv("HUBRT_WEIGHTS")
+    monkeypatch.setenv("HUBRT_PACK_WEIGHTS", pack)
     before = anon_huge_kb()
     model = hubrt.AutoModelForCausalLM.from_pretrained(tmp_path, dtype="bfloat16")
     grown = anon_huge_kb() - before
     assert grown >= 2 * 4096, f"AnonHugePages grew by {grown} kB"
-    np.testing.assert_array_equal(model(ids).logits, want)
+    got = model(ids).logits
+    if pack == "0":
+        np.testing.assert_array_equal(got, want)
+    else:
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 0.01
+        assert (got.argmax(-1) == want.argmax(-1)).sum() >= 6  # of 7: a near-tie may flip
