@@ -321,6 +321,7 @@ hr_status hr_checkpoint_tensor_as(const hr_checkpoint *ck, const char *name, hr_
     if (!e) return ck_missing(ck, name);
     if (ck->gguf) {
         HR_TRY(hr_gguf_dequant(ck->gguf, &ck->gguf->tensors[e->shard], dt, e->perm_heads, out));
+        hr_gguf_drop_tensor(ck->gguf, &ck->gguf->tensors[e->shard]); /* as a cast's, below */
         hr_tensor_set_name(*out, name);
         return HR_OK;
     }
@@ -343,7 +344,11 @@ hr_status hr_checkpoint_tensor_as(const hr_checkpoint *ck, const char *name, hr_
 
 void hr_checkpoint_drop_tensor(const hr_checkpoint *ck, const char *name) {
     const ck_entry *e = ck_find(ck, name);
-    if (e && !ck->gguf) hr_safetensors_drop_tensor(ck->shards[e->shard], name);
+    if (!e) return;
+    if (ck->gguf)
+        hr_gguf_drop_tensor(ck->gguf, &ck->gguf->tensors[e->shard]);
+    else
+        hr_safetensors_drop_tensor(ck->shards[e->shard], name);
 }
 
 bool hr_checkpoint_drop_pages(const hr_checkpoint *ck, const void *p, size_t n) {

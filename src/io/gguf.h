@@ -65,6 +65,10 @@ hr_status hr_gguf_parse(const char *label, const uint8_t *buf, size_t size, hr_g
 /* Maps `path` and parses it. */
 hr_status hr_gguf_open(const char *path, hr_gguf **out);
 void hr_gguf_close(hr_gguf *g);
+/* Drops the pages of t's stored bytes from this process when g maps its
+ * file (MADV_DONTNEED: read again, they come back from the file): for a
+ * loader done reading them. */
+void hr_gguf_drop_tensor(const hr_gguf *g, const gguf_tensor *t);
 
 const gguf_kv *hr_gguf_find(const hr_gguf *g, const char *key);
 long hr_gguf_tensor_index(const hr_gguf *g, const char *name);

@@ -42,9 +42,10 @@ long hr_st_find(const st_header *h, const char *name);
  * n == 0 only asks. For a loader that copied those bytes elsewhere. */
 bool hr_safetensors_drop_pages(const hr_safetensors *st, const void *p, size_t n);
 bool hr_checkpoint_drop_pages(const hr_checkpoint *ck, const void *p, size_t n);
-/* The pages of tensor `name`'s stored bytes, as hr_safetensors_drop_pages
- * (nothing for a GGUF file or an unknown name): for the loader, once the
- * tensor was cast and nothing reads the file's bytes of it again. */
+/* Drops the pages of tensor `name`'s stored bytes (as
+ * hr_safetensors_drop_pages; in a GGUF file, hr_gguf_drop_tensor; nothing
+ * for an unknown name): for the loader, once the tensor was cast or
+ * dequantized and nothing reads the file's bytes of it again. */
 void hr_safetensors_drop_tensor(const hr_safetensors *st, const char *name);
 void hr_checkpoint_drop_tensor(const hr_checkpoint *ck, const char *name);
 

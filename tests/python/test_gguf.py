@@ -114,6 +114,21 @@ def test_logits_match_transformers_gguf(hf_tokenizer):
     assert rel <= 1e-4, rel
 
 
+def test_file_pages_let_go(tmp_path):
+    """Dequantizing reads each tensor's blocks once: their pages are dropped
+    after, so a loaded model keeps little more of the file mapped than the
+    metadata (the tokenizer's arrays) where before it kept the whole file
+    beside the dequantized copy. A private copy of the file, so no other
+    test's map of it counts."""
+    import shutil
+    from test_weights_anon import file_rss_kb
+    path = tmp_path / GGUF.name
+    shutil.copyfile(GGUF, path)
+    model = hubrt.AutoModelForCausalLM.from_pretrained(path, dtype="bfloat16")
+    model(np.array([[1, 2, 3]]))
+    assert file_rss_kb(path) * 1024 < path.stat().st_size // 10, file_rss_kb(path)
+
+
 def test_greedy_answer_is_real_text():
     tok = hubrt_tokenizer(GGUF)
     model = hubrt.AutoModelForCausalLM.from_pretrained(GGUF, dtype="float32")
