@@ -160,8 +160,9 @@ static hr_status owned_slots(hr_model *m, bool pack, weight_slot **slots, size_t
  * bytes in the checkpoint, up to the padding of its last panel, hold both
  * the weight and the copy (an f32 checkpoint run in bf16), so memory stays
  * within the checkpoint's size. Weights cast from f16 or dequantized from
- * GGUF blocks kept or grew their size, and are read as they are. The weight itself stays for its
- * other readers (embedding rows, another ISA setting, a device copy). */
+ * GGUF blocks kept or grew their size, and are read as they are. The
+ * weight itself stays for its other readers (embedding rows, another ISA
+ * setting, a device copy). */
 static bool owned_pack_fits(const hr_model *m, const hr_tensor *t, size_t packed) {
     hr_tensor_info info;
     if (hr_checkpoint_info(m->ckpt, hr_tensor_name(t), &info) != HR_OK) return false;
@@ -239,19 +240,6 @@ static hr_status drop_owned_sources(hr_model *m) {
     return HR_OK;
 }
 
-static hr_status file_weights_to_anon(hr_model *m, bool pack);
-
-hr_status hr_model_weights_to_anon(hr_model *m) {
-    bool copy, pack;
-    HR_TRY(weights_mode_copy(&copy));
-    HR_TRY(pack_mode(&pack));
-    if (!copy || m->dev != hr_device_cpu()) return HR_OK;
-    if (pack) HR_TRY(pack_owned(m));
-    HR_TRY(collapse_owned(m));
-    HR_TRY(file_weights_to_anon(m, pack));
-    return drop_owned_sources(m);
-}
-
 /* The weights that view the checkpoint's files, copied or packed into one
  * anonymous huge-page mapping. */
 static hr_status file_weights_to_anon(hr_model *m, bool pack) {
@@ -291,4 +279,15 @@ static hr_status file_weights_to_anon(hr_model *m, bool pack) {
     free(src);
     free(src_n);
     return s == HR_OK ? HR_OK : hr_error_context(s, "copying weights to anonymous memory");
+}
+
+hr_status hr_model_weights_to_anon(hr_model *m) {
+    bool copy, pack;
+    HR_TRY(weights_mode_copy(&copy));
+    HR_TRY(pack_mode(&pack));
+    if (!copy || m->dev != hr_device_cpu()) return HR_OK;
+    if (pack) HR_TRY(pack_owned(m));
+    HR_TRY(collapse_owned(m));
+    HR_TRY(file_weights_to_anon(m, pack));
+    return drop_owned_sources(m);
 }
