@@ -12,6 +12,7 @@
  * stays valid: every other reader uses it. */
 typedef struct hr_packed_weight {
     int64_t offset, n, k;
+    hr_dtype dt; /* of the weight packed */
     const void *data;
     void (*release)(void *ctx); /* frees data; may be NULL */
     void *release_ctx;

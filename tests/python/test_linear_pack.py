@@ -1,9 +1,10 @@
 """Linear weights packed at load (the default for bf16 checkpoints on CPUs
-with AVX2 or more): logits as with the weights read as they are
-(HUBRT_WEIGHTS=mmap) and as transformers', the checkpoint's file pages let
-go (a tied embedding is read from its packed copy too), and the fused
-decode node of compiled plans giving the unfused plan's tokens. Shapes
-cross the 64-row panels: hidden 160, intermediate 200, vocab 1000."""
+with AVX2 or more, and for f16 ones under the AVX2 setting): logits as with
+the weights read as they are (HUBRT_WEIGHTS=mmap) and as transformers', the
+checkpoint's file pages let go (a tied embedding is read from its packed
+copy too), and the fused decode node of compiled plans giving the unfused
+plan's tokens. Shapes cross the 64-row panels: hidden 160, intermediate
+200, vocab 1000."""
 import shutil
 from pathlib import Path
 
@@ -21,13 +22,19 @@ pytestmark = pytest.mark.skipif(" avx2" not in Path("/proc/cpuinfo").read_text()
                                 reason="packing needs AVX2")
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
+TORCH_DTYPE = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
+@pytest.fixture(scope="module", params=[(False, "bf16"), (True, "bf16"), (False, "f16"), (True, "f16")],
+                ids=["untied", "tied", "untied-f16", "tied-f16"])
 def checkpoint(request, tmp_path_factory):
+    """bf16 checkpoints, and f16 ones (packed under the AVX2 setting, whose
+    kernel alone has f16 panels; read as they are under the others)."""
+    tied, dtype = request.param
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=1000, hidden_size=160, intermediate_size=200, num_hidden_layers=2,
-                      num_attention_heads=5, num_key_value_heads=1, head_dim=32,
-                      tie_word_embeddings=request.param)
-    model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+                      num_attention_heads=5, num_key_value_heads=1, head_dim=32, tie_word_embeddings=tied)
+    model = LlamaForCausalLM(cfg).to(TORCH_DTYPE[dtype])
     path = tmp_path_factory.mktemp("packed") / "model"
     model.save_pretrained(path)
     return path
@@ -52,7 +59,7 @@ def test_logits_packed_as_unpacked_and_transformers(checkpoint, monkeypatch, pac
     monkeypatch.setenv("HUBRT_WEIGHTS", "mmap")
     plain = hubrt.AutoModelForCausalLM.from_pretrained(checkpoint)(ids).logits
     with torch.no_grad():
-        hf = LlamaForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16).eval()
+        hf = LlamaForCausalLM.from_pretrained(checkpoint, dtype="auto").eval()
         want = hf(torch.tensor(ids)).logits.float().numpy()
     assert rel_err(got, plain) < 0.01
     assert (got.argmax(-1) == plain.argmax(-1)).mean() >= 0.95

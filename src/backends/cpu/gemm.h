@@ -88,14 +88,27 @@ static inline const uint32_t *hr_gemm_panel_at(const uint32_t *panels, int64_t k
  * AVX-512 only; hr_gemm_pack_panel_avx2 makes the same bytes on AVX2. */
 void hr_gemm_pack_panel(const uint16_t *w, int64_t ldw, int nj, int64_t kc, uint32_t *panel);
 void hr_gemm_pack_panel_avx2(const uint16_t *w, int64_t ldw, int nj, int64_t kc, uint32_t *panel);
+/* An f16 weight's panel (the AVX2 kernel's only): each pair row's 64 even
+ * halves, then its 64 odd ones, so that eight columns' evens (odds) are
+ * one F16C conversion; made from the pair layout in place. */
+void hr_gemm_panel_split_f16(uint32_t *panel, int64_t kc);
+/* Element (j, i) of a packed weight over k: row j's element i, from its
+ * pair (bf16) or its half row (f16). */
+static inline uint16_t hr_gemm_panel_elem(const uint32_t *panels, int64_t k, int64_t j, int64_t i, bool f16) {
+    const uint32_t *row = hr_gemm_panel_at(panels, k, j / HR_GEMM_PANEL_N) + i / 2 * HR_GEMM_PANEL_N;
+    if (f16) return ((const uint16_t *)row)[(i & 1) * HR_GEMM_PANEL_N + j % HR_GEMM_PANEL_N];
+    return (uint16_t)(row[j % HR_GEMM_PANEL_N] >> (16 * (i & 1)));
+}
 
 /* The panel route on AVX2 + FMA (gemm_panel_avx2.c): bf16 A against the
- * packed panels g->b_panels, A's rows widened to f32 once per call, in
- * passes of up to 512 rows. */
+ * packed panels g->b_panels (or f16 A against f16 panels), A's rows
+ * widened to f32 once per call, in passes of up to 512 rows. */
 hr_status hr_gemm_panel_run_avx2(const hr_gemm *g, int64_t rows);
 /* Its tile for the fused linear node: y[r][0..64) = x row r . panel over
- * k for r < rows (1..6), x f32 rows ldx apart; the route's bits. */
-void hr_gemm_panel_rows_avx2(int rows, int64_t k, const float *x, int64_t ldx, const uint32_t *panel, float *y);
+ * k for r < rows (1..6), x f32 rows ldx apart, the panel of bf16 (f16
+ * when `f16`) pairs; the route's bits. */
+void hr_gemm_panel_rows_avx2(int rows, int64_t k, const float *x, int64_t ldx, const uint32_t *panel, float *y,
+                             bool f16);
 /* Whether linear weights are packed into panels and read through them:
  * the ISA setting allows AVX2 (the build baseline) or more. */
 bool hr_gemm_use_panels(void);

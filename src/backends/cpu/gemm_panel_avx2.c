@@ -21,7 +21,11 @@
  * odd product, fused multiply-adds in K order, the lone last element of an
  * odd K after them, so a row has the same bits in a batch of 1 or of 500,
  * and the fused linear node (hr_gemm_panel_rows_avx2) gives the route's
- * bits. */
+ * bits.
+ *
+ * f16 weights (with f16 activations) take panels of the same size, each
+ * pair row's even halves before its odd ones (gemm.h), widened by F16C
+ * eight at a time (pair_f32); the rest is the bf16 code. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -34,24 +38,31 @@
 #define PN HR_GEMM_PANEL_N
 #define INLINE_ static inline __attribute__((always_inline))
 
-/* acc[r][v] += x[r] . panel columns [8v, 8v + 8) of pair p's vector row b
- * (NV vectors from b); `lone` takes the even element only. The odd
- * elements are cleared of their partners by a shift right and back, which
- * needs no mask register (the six-row tile uses all sixteen). Converted
+/* Columns [col, col + 8) of a panel's pair row `row`, their even (odd:
+ * odd) elements, as f32. bf16 pairs: the even element shifted up into its
+ * lane's high half is its f32; the odd one is cleared of its partner by a
+ * shift right and back, which needs no mask register (the six-row tile
+ * uses all sixteen). f16 panels hold each pair row's 64 even halves, then
+ * its 64 odd ones (gemm.h): eight of them are one F16C conversion. */
+INLINE_ __m256 pair_f32(const uint32_t *row, int col, bool odd, bool f16) {
+    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + (odd ? PN : 0) + col)));
+    __m256i raw = _mm256_loadu_si256((const __m256i *)(row + col));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(odd ? _mm256_srli_epi32(raw, 16) : raw, 16));
+}
+
+/* acc[r][v] += x[r] . panel columns [c0 + 8v, c0 + 8v + 8) of pair row
+ * `row` (pair p), v < NV; `lone` takes the even element only. Converted
  * four panel vectors at a time, so the one-row tile keeps 8 accumulators,
  * 4 panel vectors and the broadcast in registers. */
-INLINE_ void pair_step(int R, int NV, __m256 acc[6][8], const float *x, int64_t ldx, int64_t p, const __m256i *b,
-                       bool lone) {
+INLINE_ void pair_step(int R, int NV, __m256 acc[6][8], const float *x, int64_t ldx, int64_t p, const uint32_t *row,
+                       int c0, bool lone, bool f16) {
     for (int half = 0; half < 2; half++) {
         if (half && lone) break;
         for (int v0 = 0; v0 < NV; v0 += 4) {
             int nv = NV - v0 < 4 ? NV - v0 : 4;
             __m256 w[4];
 #pragma GCC unroll 4
-            for (int v = 0; v < nv; v++) {
-                __m256i raw = _mm256_loadu_si256(b + v0 + v);
-                w[v] = _mm256_castsi256_ps(_mm256_slli_epi32(half ? _mm256_srli_epi32(raw, 16) : raw, 16));
-            }
+            for (int v = 0; v < nv; v++) w[v] = pair_f32(row, c0 + 8 * (v0 + v), half, f16);
 #pragma GCC unroll 6
             for (int r = 0; r < R; r++) {
                 __m256 xv = _mm256_broadcast_ss(x + r * ldx + 2 * p + half);
@@ -83,7 +94,7 @@ INLINE_ void pf_ahead(const uint32_t *panel, int64_t p) {
  * `add` the sums start from y's (the K blocks before), else from zero. x
  * rows ldx apart (f32), y rows PN apart. */
 INLINE_ void tile(int R, int NV, int64_t p0, int64_t p1, bool lone, const float *x, int64_t ldx,
-                  const uint32_t *panel, int c0, float *y, bool add, pf_panel *pf) {
+                  const uint32_t *panel, int c0, float *y, bool add, pf_panel *pf, bool f16) {
     __m256 acc[6][8];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
@@ -92,9 +103,9 @@ INLINE_ void tile(int R, int NV, int64_t p0, int64_t p1, bool lone, const float 
     for (int64_t p = p0; p < p1; p++) {
         pf_lines(pf);
         if (R == 1) pf_ahead(panel, p);
-        pair_step(R, NV, acc, x, ldx, p, (const __m256i *)(panel + p * PN + c0), false);
+        pair_step(R, NV, acc, x, ldx, p, panel + p * PN, c0, false, f16);
     }
-    if (lone) pair_step(R, NV, acc, x, ldx, p1, (const __m256i *)(panel + p1 * PN + c0), true);
+    if (lone) pair_step(R, NV, acc, x, ldx, p1, panel + p1 * PN, c0, true, f16);
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
@@ -108,26 +119,35 @@ INLINE_ void tile(int R, int NV, int64_t p0, int64_t p1, bool lone, const float 
 /* y[r][0..64) = x row r . panel over k for r < rows (1..6), in the tiles
  * for that row count (each a constant in its copy, so the loops unroll),
  * K block by block. */
-static void tile_rows(int rows, int64_t k, const float *x, int64_t ldx, const uint32_t *panel, float *y,
-                      pf_panel *pf) {
+INLINE_ void tile_rows_of(int rows, int64_t k, const float *x, int64_t ldx, const uint32_t *panel, float *y,
+                          pf_panel *pf, bool f16) {
     int64_t kp = k / 2;
     for (int64_t p0 = 0; p0 < kp || (p0 == 0 && (k & 1)); p0 += KB) {
         int64_t p1 = kp - p0 < KB ? kp : p0 + KB;
         bool lone = p1 == kp && (k & 1), add = p0 > 0;
         switch (rows) {
-        case 1: tile(1, 8, p0, p1, lone, x, ldx, panel, 0, y, add, pf); continue;
+        case 1: tile(1, 8, p0, p1, lone, x, ldx, panel, 0, y, add, pf, f16); continue;
         case 2:
-            for (int c0 = 0; c0 < PN; c0 += 32) tile(2, 4, p0, p1, lone, x, ldx, panel, c0, y, add, pf);
+            for (int c0 = 0; c0 < PN; c0 += 32) tile(2, 4, p0, p1, lone, x, ldx, panel, c0, y, add, pf, f16);
             continue;
         default: break;
         }
         for (int c0 = 0; c0 < PN; c0 += 16) switch (rows) {
-            case 3: tile(3, 2, p0, p1, lone, x, ldx, panel, c0, y, add, pf); break;
-            case 4: tile(4, 2, p0, p1, lone, x, ldx, panel, c0, y, add, pf); break;
-            case 5: tile(5, 2, p0, p1, lone, x, ldx, panel, c0, y, add, pf); break;
-            default: tile(6, 2, p0, p1, lone, x, ldx, panel, c0, y, add, pf); break;
+            case 3: tile(3, 2, p0, p1, lone, x, ldx, panel, c0, y, add, pf, f16); break;
+            case 4: tile(4, 2, p0, p1, lone, x, ldx, panel, c0, y, add, pf, f16); break;
+            case 5: tile(5, 2, p0, p1, lone, x, ldx, panel, c0, y, add, pf, f16); break;
+            default: tile(6, 2, p0, p1, lone, x, ldx, panel, c0, y, add, pf, f16); break;
             }
     }
+}
+
+/* tile_rows_of with the weights' type a constant in each copy. */
+static void tile_rows(int rows, int64_t k, const float *x, int64_t ldx, const uint32_t *panel, float *y,
+                      pf_panel *pf, bool f16) {
+    if (f16)
+        tile_rows_of(rows, k, x, ldx, panel, y, pf, true);
+    else
+        tile_rows_of(rows, k, x, ldx, panel, y, pf, false);
 }
 
 /* The widened form, for many rows: each K block of the panel is widened to
@@ -170,17 +190,23 @@ INLINE_ void tile_wide(int R, int64_t np, bool lone, const float *x, const float
 
 /* Pairs [p0, p0 + n) of the panel into wide, quarter by quarter
  * ([4][n][2][WQ] f32). */
-static void widen_block(const uint32_t *panel, int64_t p0, int64_t n, float *wide) {
+INLINE_ void widen_block_of(const uint32_t *panel, int64_t p0, int64_t n, float *wide, bool f16) {
     for (int64_t p = 0; p < n; p++)
         for (int q = 0; q < 4; q++) {
             float *dst = wide + (q * n + p) * 2 * WQ;
             for (int v = 0; v < 2; v++) {
-                __m256i raw = _mm256_loadu_si256((const __m256i *)(panel + (p0 + p) * PN + q * WQ + 8 * v));
-                _mm256_store_ps(dst + 8 * v, _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16)));
-                _mm256_store_ps(dst + WQ + 8 * v,
-                                _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(raw, 16), 16)));
+                const uint32_t *row = panel + (p0 + p) * PN;
+                _mm256_store_ps(dst + 8 * v, pair_f32(row, q * WQ + 8 * v, false, f16));
+                _mm256_store_ps(dst + WQ + 8 * v, pair_f32(row, q * WQ + 8 * v, true, f16));
             }
         }
+}
+
+static void widen_block(const uint32_t *panel, int64_t p0, int64_t n, float *wide, bool f16) {
+    if (f16)
+        widen_block_of(panel, p0, n, wide, true);
+    else
+        widen_block_of(panel, p0, n, wide, false);
 }
 
 /* Rows of C per widened pass: their 64 sums stay on the stack (24 KB). */
@@ -200,13 +226,14 @@ static bool wide_form(int64_t rows) { return rows >= WIDE_MIN_ROWS; }
  * by block, each widened once; x: A's rows in groups of six, each group
  * interleaved ([K][6], the last [K][rows % 6]), so a tile's broadcasts
  * walk one contiguous stream. */
-static void wide_rows(int64_t rows, int64_t k, const float *x, const uint32_t *panel, float *y, pf_panel *pf) {
+static void wide_rows(int64_t rows, int64_t k, const float *x, const uint32_t *panel, float *y, pf_panel *pf,
+                      bool f16) {
     _Alignas(32) float wide[4 * (KB + 1) * 2 * WQ];
     int64_t kp = k / 2;
     for (int64_t p0 = 0; p0 < kp || (p0 == 0 && (k & 1)); p0 += KB) {
         int64_t p1 = kp - p0 < KB ? kp : p0 + KB, np = p1 - p0;
         bool lone = p1 == kp && (k & 1), add = p0 > 0;
-        widen_block(panel, p0, np + lone, wide);
+        widen_block(panel, p0, np + lone, wide, f16);
         for (int q = 0; q < 4; q++) {
             const float *w = wide + q * (np + lone) * 2 * WQ;
             for (int64_t r = 0; r < rows; r += 6) {
@@ -227,9 +254,10 @@ static void wide_rows(int64_t rows, int64_t k, const float *x, const uint32_t *p
     }
 }
 
-void hr_gemm_panel_rows_avx2(int rows, int64_t k, const float *x, int64_t ldx, const uint32_t *panel, float *y) {
+void hr_gemm_panel_rows_avx2(int rows, int64_t k, const float *x, int64_t ldx, const uint32_t *panel, float *y,
+                             bool f16) {
     pf_panel none = {0};
-    tile_rows(rows, k, x, ldx, panel, y, &none);
+    tile_rows(rows, k, x, ldx, panel, y, &none, f16);
 }
 
 /* K steps of the bf16 tiles over a unit's panel for `rows` rows: the
@@ -283,7 +311,7 @@ static void avx2_unit(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uin
     float bias[PN];
     if (g->bias) hr_load_f32(bias, g->bias + j0 * g->bias_s * (int64_t)hr_dtype_size(g->bias_dt), g->bias_dt, nj,
                              g->bias_s);
-    bool simd = hr_k_simd();
+    bool simd = hr_k_simd(), f16 = g->b.dt == HR_F16;
     const float *b = g->bias ? bias : NULL;
     if (wide_form(ctx->rows)) {
         float y[WIDE_ROWS * PN];
@@ -293,7 +321,7 @@ static void avx2_unit(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uin
         pf_panel pf = wide_prefetch(ctx, next);
         for (int64_t r = 0; r < ctx->rows; r += per) {
             int64_t rows = ctx->rows - r < per ? ctx->rows - r : per;
-            wide_rows(rows, g->k, ctx->x32 + r * g->k, panel, y, &pf);
+            wide_rows(rows, g->k, ctx->x32 + r * g->k, panel, y, &pf, f16);
             store_rows(ctx, r, rows, j0, nj, y, b, simd);
         }
         return;
@@ -302,7 +330,7 @@ static void avx2_unit(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uin
     pf_panel pf = hr_gemm_panel_next_stream(ctx, next, unit_steps(ctx->rows, g->k));
     for (int64_t r = 0; r < ctx->rows; r += 6) {
         int rows = ctx->rows - r < 6 ? (int)(ctx->rows - r) : 6;
-        tile_rows(rows, g->k, ctx->x32 + r * ctx->ldx, ctx->ldx, panel, y, &pf);
+        tile_rows(rows, g->k, ctx->x32 + r * ctx->ldx, ctx->ldx, panel, y, &pf, f16);
         store_rows(ctx, r, rows, j0, nj, y, b, simd);
     }
 }
@@ -327,7 +355,7 @@ typedef struct {
 #define XC 256
 
 static void widen_row(const hr_gemm *g, int64_t r, int64_t i0, int64_t len, float *dst) {
-    hr_gemm_load_f32(dst, g->a.base + (hr_gemm_row_offset(g, false, r) + i0 * g->a.cs) * 2, HR_BF16, len, g->a.cs,
+    hr_gemm_load_f32(dst, g->a.base + (hr_gemm_row_offset(g, false, r) + i0 * g->a.cs) * 2, g->a.dt, len, g->a.cs,
                      true);
 }
 
@@ -383,4 +411,13 @@ void hr_gemm_pack_panel_avx2(const uint16_t *w, int64_t ldw, int nj, int64_t kc,
         for (int64_t p = 0; p < full; p++) memcpy(panel + p * PN + j, w + j * ldw + 2 * p, 4);
     if (kc & 1)
         for (int j = 0; j < nj; j++) panel[full * PN + j] = w[j * ldw + kc - 1]; /* zero partner */
+}
+
+void hr_gemm_panel_split_f16(uint32_t *panel, int64_t kc) {
+    for (int64_t p = 0; p < (kc + 1) / 2; p++) {
+        uint32_t pairs[PN], *row = panel + p * PN;
+        memcpy(pairs, row, sizeof pairs);
+        uint16_t *h = (uint16_t *)row;
+        for (int j = 0; j < PN; j++) h[j] = (uint16_t)pairs[j], h[PN + j] = (uint16_t)(pairs[j] >> 16);
+    }
 }

@@ -66,7 +66,8 @@ typedef struct fl_ctx {
     int64_t first_unit[HR_FUSED_MAX_LINEARS + 1]; /* units of CHUNK columns, per linear */
     bool simd;
     hr_gemm_amx_fn amx; /* the panel route's AMX kernel, or NULL */
-    bool panels;        /* bf16 x and weights read through their panels, as the linear op would */
+    bool panels;        /* x and weights read through their panels, as the linear op would (bf16; f16
+                         * under the AVX2 setting, whose kernel alone has f16 panels) */
 } fl_ctx;
 
 /* y[r][0..nc) = x[r] . w[j] rows c0.., for every row r. */
@@ -75,14 +76,14 @@ static void fl_product(const fl_ctx *c, int j, int64_t c0, int64_t nc, float (*y
     size_t wsz = hr_dtype_size(w->dtype);
     int64_t ldw = w->strides[0];
     const char *wp = (const char *)hr_tensor_ptr(w) + c0 * ldw * (int64_t)wsz;
-    const uint32_t *panels = c->panels ? hr_linear_panels(w) : NULL;
+    const uint32_t *panels = c->panels && w->dtype == c->f->x->dtype ? hr_linear_panels(w) : NULL;
     /* as the linear op reads a packed weight: one panel per chunk */
     if (panels && c->xsz == 2)
         hr_gemm_panel_rows(c->amx, c->rows, c->k, (const uint16_t *)c->x, c->k,
                            hr_gemm_panel_at(panels, c->k, c0 / HR_GEMM_PANEL_N), &y[0][0]);
     else if (panels)
         hr_gemm_panel_rows_avx2(c->rows, c->k, (const float *)c->x, c->k,
-                                hr_gemm_panel_at(panels, c->k, c0 / HR_GEMM_PANEL_N), &y[0][0]);
+                                hr_gemm_panel_at(panels, c->k, c0 / HR_GEMM_PANEL_N), &y[0][0], w->dtype == HR_F16);
     else
         for (int r = 0; r < c->rows; r += c->group)
             c->fn(c->k, c->rows - r < c->group ? c->rows - r : c->group, c->x + (size_t)r * (size_t)c->k * c->xsz,
@@ -143,7 +144,9 @@ static void fl_worker(void *arg, int ith, int nth) {
 
 hr_status hr_cpu_fused_linear(const hr_fused_linear *f) {
     fl_ctx c = {.f = f, .k = f->x->shape[f->x->ndim - 1], .simd = hr_cpu_isa_get() >= HR_ISA_AVX2,
-                .amx = hr_gemm_amx_kernel(), .panels = f->x->dtype == HR_BF16 && hr_gemm_use_panels()};
+                .amx = hr_gemm_amx_kernel(),
+                .panels = hr_gemm_use_panels() && (f->x->dtype == HR_BF16 ||
+                                                   (f->x->dtype == HR_F16 && !hr_gemm_use_avx512_bf16()))};
     int64_t rows, xrs, orows;
     if (!hr_fused_rows(f->x, &rows, &xrs))
         return hr_error(HR_ERR_INVALID_ARG, "fused linear: input rows are not evenly strided");

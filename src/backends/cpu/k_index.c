@@ -78,17 +78,11 @@ typedef struct {
     const uint32_t *panels; /* w packed for linear (a tied lm_head): rows read from there */
 } emb_ctx;
 
-/* Row id of a [V, H] bf16 weight from its linear panels (linear_pack.h:
- * the pair p of row j at panel j / 64, p * 64 + j % 64), so a weight whose
- * own bytes were let go after packing is not read back in. */
-static void packed_row(uint16_t *dst, int64_t ds, const uint32_t *panels, int64_t id, int64_t hidden) {
-    int64_t kp = (hidden + 1) / 2;
-    const uint32_t *src = hr_gemm_panel_at(panels, hidden, id / HR_GEMM_PANEL_N) + id % HR_GEMM_PANEL_N;
-    for (int64_t p = 0; p < kp; p++) {
-        uint32_t v = src[p * HR_GEMM_PANEL_N];
-        dst[2 * p * ds] = (uint16_t)v;
-        if (2 * p + 1 < hidden) dst[(2 * p + 1) * ds] = (uint16_t)(v >> 16);
-    }
+/* Row id of a [V, H] bf16 or f16 weight from its linear panels
+ * (hr_gemm_panel_elem), so a weight whose own bytes were let go after
+ * packing is not read back in. */
+static void packed_row(uint16_t *dst, int64_t ds, const uint32_t *panels, int64_t id, int64_t hidden, bool f16) {
+    for (int64_t i = 0; i < hidden; i++) dst[i * ds] = hr_gemm_panel_elem(panels, hidden, id, i, f16);
 }
 
 static void emb_body(void *vctx, int ith, int nth) {
@@ -103,7 +97,8 @@ static void emb_body(void *vctx, int ith, int nth) {
         int64_t id = load_index(ip + nd_offset(t, ids->ndim, ids->shape, ids->strides) * (int64_t)isz, ids->dtype);
         int64_t o = nd_offset(t, ids->ndim, out->shape, out->strides);
         if (c->panels)
-            packed_row((uint16_t *)(op + o * (int64_t)size), out->strides[out->ndim - 1], c->panels, id, hidden);
+            packed_row((uint16_t *)(op + o * (int64_t)size), out->strides[out->ndim - 1], c->panels, id, hidden,
+                       w->dtype == HR_F16);
         else
             hr_k_copy_row(op + o * (int64_t)size, out->strides[out->ndim - 1],
                           wp + id * w->strides[0] * (int64_t)size, w->strides[1], hidden, size);

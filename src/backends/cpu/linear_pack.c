@@ -1,6 +1,7 @@
-/* Linear weights packed once into K-pair panels (gemm.h's panel layout):
- * the panel route then serves every row count from the same bytes, with
- * no transposes per call, and the panels stream from memory contiguously.
+/* Linear weights (bf16; f16 for the AVX2 kernel) packed once into K-pair
+ * panels (gemm.h's panel layout): the panel route then serves every row
+ * count from the same bytes, with no transposes per call, and the panels
+ * stream from memory contiguously.
  * The packed copy lives beside the weight in its buffer; the weight's own
  * bytes stay as they were for every other reader (embedding rows, a
  * device copy, another ISA). */
@@ -20,10 +21,13 @@
  * K = 1024), what the loader's peak memory exceeds the weights by. */
 #define CHUNK_UNITS 16
 
+/* bf16 weights for every panel kernel; f16 ones for the AVX2 kernel only
+ * (F16C; AVX-512 BF16 and AMX have no f16 products), so under that ISA
+ * setting only. */
 static bool packable(const hr_tensor *w) {
-    return w && w->dtype == HR_BF16 && w->ndim == 2 && w->shape[0] > 0 && w->shape[1] > 0 &&
-           w->strides[1] == 1 && w->strides[0] == w->shape[1] && w->buf->device == hr_device_cpu() &&
-           hr_gemm_use_panels();
+    return w && (w->dtype == HR_BF16 || (w->dtype == HR_F16 && !hr_gemm_use_avx512_bf16())) && w->ndim == 2 &&
+           w->shape[0] > 0 && w->shape[1] > 0 && w->strides[1] == 1 && w->strides[0] == w->shape[1] &&
+           w->buf->device == hr_device_cpu() && hr_gemm_use_panels();
 }
 
 size_t hr_linear_pack_bytes(const hr_tensor *w) {
@@ -35,7 +39,7 @@ typedef struct pack_ctx {
     const uint16_t *w;
     int64_t n, k, u0, units;
     uint32_t *dst;
-    bool avx512;
+    bool avx512, f16;
 } pack_ctx;
 
 static void pack_worker(void *arg, int ith, int nth) {
@@ -50,6 +54,7 @@ static void pack_worker(void *arg, int ith, int nth) {
             hr_gemm_pack_panel(c->w + j0 * c->k, c->k, nj, c->k, panel);
         else
             hr_gemm_pack_panel_avx2(c->w + j0 * c->k, c->k, nj, c->k, panel);
+        if (c->f16) hr_gemm_panel_split_f16(panel, c->k);
     }
 }
 
@@ -57,11 +62,12 @@ hr_status hr_linear_pack_into(const hr_tensor *w, void *dst, void (*release)(voi
                               void (*chunk_done)(void *arg, const void *src, size_t n), void *arg) {
     if (!hr_linear_pack_bytes(w))
         return hr_error(HR_ERR_UNSUPPORTED, "linear pack: weight '%s' is not a contiguous 2-D bf16 tensor on "
-                        "a CPU (and ISA setting) with AVX2 or more", hr_tensor_name(w));
+                        "a CPU (and ISA setting) with AVX2 or more, nor an f16 one under the AVX2 setting",
+                        hr_tensor_name(w));
     hr_packed_weight *p = calloc(1, sizeof *p);
     if (!p) return hr_error(HR_ERR_OOM, "linear pack: out of memory");
     pack_ctx c = {.w = hr_tensor_ptr(w), .n = w->shape[0], .k = w->shape[1], .dst = dst,
-                  .avx512 = hr_gemm_use_avx512_bf16()};
+                  .avx512 = hr_gemm_use_avx512_bf16(), .f16 = w->dtype == HR_F16};
     int64_t units = (c.n + HR_GEMM_PANEL_N - 1) / HR_GEMM_PANEL_N;
     size_t row_bytes = (size_t)c.k * 2;
     for (c.u0 = 0; c.u0 < units; c.u0 += CHUNK_UNITS) {
@@ -74,8 +80,8 @@ hr_status hr_linear_pack_into(const hr_tensor *w, void *dst, void (*release)(voi
             chunk_done(arg, (const char *)c.w + (size_t)r0 * row_bytes, (size_t)(r1 - r0) * row_bytes);
         }
     }
-    *p = (hr_packed_weight){.offset = w->offset, .n = c.n, .k = c.k, .data = dst, .release = release,
-                            .release_ctx = ctx};
+    *p = (hr_packed_weight){.offset = w->offset, .n = c.n, .k = c.k, .dt = w->dtype, .data = dst,
+                            .release = release, .release_ctx = ctx};
     hr_buffer_drop_packed(w->buf);
     atomic_store_explicit(&w->buf->packed, p, memory_order_release);
     return HR_OK;
@@ -84,7 +90,7 @@ hr_status hr_linear_pack_into(const hr_tensor *w, void *dst, void (*release)(voi
 const uint32_t *hr_linear_panels(const hr_tensor *w) {
     const hr_buffer *b = w->buf->origin ? w->buf->origin : w->buf;
     const hr_packed_weight *p = atomic_load_explicit(&b->packed, memory_order_acquire);
-    if (!p || p->offset != w->offset || w->dtype != HR_BF16 || w->ndim != 2 || w->shape[0] != p->n ||
+    if (!p || p->offset != w->offset || w->dtype != p->dt || w->ndim != 2 || w->shape[0] != p->n ||
         w->shape[1] != p->k || w->strides[0] != p->k || w->strides[1] != 1)
         return NULL;
     return p->data;
