@@ -184,11 +184,13 @@ HR_API hr_status hr_topk(const hr_tensor *x, int64_t k, int64_t dim, bool larges
 HR_API hr_status hr_linear(const hr_tensor *x, const hr_tensor *weight,
                            const hr_tensor *bias, hr_tensor **out);
 /* Keeps beside weight ([out, in] bf16, contiguous, in CPU memory; or f16
- * under the AVX2 ISA setting) a copy in the layout the CPU linear kernels
- * read fastest, where this CPU has them (AVX2 and FMA or more): linear on
- * this weight reads the copy from then on, at any row count, and a row's
- * result no longer depends on how many rows share the call. *packed says whether a copy was made (false: none applies, and
- * linear reads the weight as before). The copy takes the weight's bytes
+ * where AVX-512 BF16 is not in use, by the CPU or the ISA setting) a copy
+ * in the layout the CPU linear kernels read fastest, where this CPU has
+ * them (AVX2 and FMA or more): linear on this weight reads the copy from
+ * then on (an f16 one while AVX-512 BF16 stays unused), at any row count,
+ * and a row's result no longer depends on how many rows share the call.
+ * *packed says whether a copy was made (false: none applies, and linear
+ * reads the weight as before). The copy takes the weight's bytes
  * again and goes with its storage; an op that writes the weight drops it,
  * and a write through a raw pointer (DLPack) needs hr_linear_pack again.
  * Models loaded on the CPU pack their linear weights themselves. */

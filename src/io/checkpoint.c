@@ -321,7 +321,6 @@ hr_status hr_checkpoint_tensor_as(const hr_checkpoint *ck, const char *name, hr_
     if (!e) return ck_missing(ck, name);
     if (ck->gguf) {
         HR_TRY(hr_gguf_dequant(ck->gguf, &ck->gguf->tensors[e->shard], dt, e->perm_heads, out));
-        hr_gguf_drop_tensor(ck->gguf, &ck->gguf->tensors[e->shard]); /* as a cast's, below */
         hr_tensor_set_name(*out, name);
         return HR_OK;
     }
@@ -332,14 +331,18 @@ hr_status hr_checkpoint_tensor_as(const hr_checkpoint *ck, const char *name, hr_
         return HR_OK;
     }
     hr_status s = hr_cast(t, dt, out);
-    /* Nothing reads the stored bytes again once cast (a reader that does
-     * faults them back in from the page cache): without this an f32
-     * checkpoint run in bf16 kept both, 1.5x its bytes resident. */
-    hr_safetensors_drop_pages(ck->shards[e->shard], hr_tensor_data(t), hr_tensor_nbytes(t));
     hr_tensor_free(t);
     if (s != HR_OK) return hr_error_context(s, "%s: casting '%s' to %s", ck->path, name, hr_dtype_name(dt));
     hr_tensor_set_name(*out, name);
     return HR_OK;
+}
+
+size_t hr_checkpoint_stored_bytes(const hr_checkpoint *ck, const char *name) {
+    const ck_entry *e = ck_find(ck, name);
+    if (!e) return 0;
+    if (ck->gguf) return (size_t)ck->gguf->tensors[e->shard].nbytes;
+    hr_tensor_info info;
+    return hr_safetensors_info(ck->shards[e->shard], name, &info) == HR_OK ? info.nbytes : 0;
 }
 
 void hr_checkpoint_drop_tensor(const hr_checkpoint *ck, const char *name) {

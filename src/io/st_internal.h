@@ -48,6 +48,10 @@ bool hr_checkpoint_drop_pages(const hr_checkpoint *ck, const void *p, size_t n);
  * dequantized and nothing reads the file's bytes of it again. */
 void hr_safetensors_drop_tensor(const hr_safetensors *st, const char *name);
 void hr_checkpoint_drop_tensor(const hr_checkpoint *ck, const char *name);
+/* Bytes tensor `name` takes in its file (a GGUF tensor's quantized blocks,
+ * where hr_checkpoint_info gives its size dequantized to f32); 0 when
+ * there is none of that name. */
+size_t hr_checkpoint_stored_bytes(const hr_checkpoint *ck, const char *name);
 
 /* Reads a whole file of at most `max` bytes into a NUL-terminated malloc'd
  * buffer (*len excludes the NUL). */

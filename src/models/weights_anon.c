@@ -17,7 +17,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "backends/cpu/gemm.h"
 #include "backends/cpu/linear_pack.h"
 #include "core/anon_map.h"
 #include "core/error.h"
@@ -157,16 +156,14 @@ static hr_status owned_slots(hr_model *m, bool pack, weight_slot **slots, size_t
 }
 
 /* Whether an owned weight's packed copy fits in what making it saved: its
- * bytes in the checkpoint, up to the padding of its last panel, hold both
- * the weight and the copy (an f32 checkpoint run in bf16), so memory stays
- * within the checkpoint's size. Weights cast from f16 or dequantized from
- * GGUF blocks kept or grew their size, and are read as they are. The
- * weight itself stays for its other readers (embedding rows, another ISA
- * setting, a device copy). */
-static bool owned_pack_fits(const hr_model *m, const hr_tensor *t, size_t packed) {
-    hr_tensor_info info;
-    if (hr_checkpoint_info(m->ckpt, hr_tensor_name(t), &info) != HR_OK) return false;
-    return info.nbytes + hr_gemm_panel_bytes(t->shape[1]) >= hr_tensor_nbytes(t) + packed;
+ * bytes in the checkpoint are at least twice its own (an f32 checkpoint
+ * run in bf16), so the weight and the copy (its bytes again, and the
+ * padding of its last panel) stay within the checkpoint's size. Weights
+ * cast from f16 or dequantized from GGUF blocks kept or grew their size,
+ * and are read as they are. The weight itself stays for its other readers
+ * (embedding rows, another ISA setting, a device copy). */
+static bool owned_pack_fits(const hr_model *m, const hr_tensor *t) {
+    return hr_checkpoint_stored_bytes(m->ckpt, hr_tensor_name(t)) >= 2 * hr_tensor_nbytes(t);
 }
 
 /* Packed copies of the owned linear weights that owned_pack_fits, in one
@@ -179,7 +176,7 @@ static hr_status pack_owned(hr_model *m) {
     HR_TRY(owned_slots(m, true, &slots, &n));
     size_t count = 0, over = 0;
     for (size_t i = 0; i < n; i++) {
-        if (slots[i].packed && !owned_pack_fits(m, *slots[i].t, slots[i].packed)) slots[i].packed = 0, over++;
+        if (slots[i].packed && !owned_pack_fits(m, *slots[i].t)) slots[i].packed = 0, over++;
         count += slots[i].packed > 0;
         bytes += align_up(slots[i].packed, ANON_ALIGN);
     }

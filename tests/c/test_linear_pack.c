@@ -3,7 +3,8 @@
  * result has the same bits at any row count; a write through an op drops
  * the copy; machines or ISA settings without the kernels read the weight
  * itself. bf16 weights under every ISA setting the CPU has, and f16 ones
- * under AVX2 (the one kernel with f16 panels). */
+ * under AVX2 (the one kernel with f16 panels; a higher setting reads the
+ * weight itself). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -319,6 +320,38 @@ static void test_pack_applies_only_where_read(void **state) {
     hr_tensor_free(f), hr_tensor_free(v), hr_tensor_free(w), hr_tensor_free(t);
 }
 
+static hr_cpu_isa g_best; /* the CPU's best ISA setting */
+
+/* f16 panels are the AVX2 kernel's: packed under that setting, then read
+ * under a higher one (AVX-512 BF16, AMX), linear and embedding read the
+ * weight itself, exactly. Runs where the CPU has more than AVX2. */
+static void test_f16_panels_unread_above_avx2(void **state) {
+    if (g_dt != HR_F16 || g_best <= HR_ISA_AVX2 || !have_kernels()) skip();
+    int64_t n = 70, k = 33;
+    float xv[3 * 33], wv[70 * 33];
+    hr_tensor *w = half_tensor(2, (int64_t[]){n, k}, 18, false, wv), *wp = packed_copy_of(w);
+    hr_tensor *x = half_tensor(2, (int64_t[]){3, k}, 19, false, xv), *y = NULL, *e = NULL, *ids = NULL;
+    int64_t ids_v[3] = {0, 64, 69};
+    assert_int_equal(hr_tensor_from_host(NULL, HR_I64, 1, (int64_t[]){3}, ids_v, sizeof ids_v, &ids), HR_OK);
+    hr_cpu_isa saved = hr_cpu_isa_get();
+    assert_int_equal(hr_cpu_isa_set(g_best), HR_OK);
+    assert_int_equal(hr_linear(x, wp, NULL, &y), HR_OK);
+    assert_int_equal(hr_embedding(wp, ids, &e), HR_OK);
+    assert_int_equal(hr_cpu_isa_set(saved), HR_OK);
+    uint16_t *got = read_half(y), *rows = read_half(e), *wh = read_half(w);
+    for (int64_t i = 0; i < 3; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            float s = 0;
+            for (int64_t p = 0; p < k; p++) s += xv[i * k + p] * wv[j * k + p];
+            assert_int_equal(got[i * n + j], to_half(s));
+        }
+        assert_memory_equal(rows + i * k, wh + ids_v[i] * k, 2 * (size_t)k);
+    }
+    free(got), free(rows), free(wh);
+    hr_tensor_free(w), hr_tensor_free(wp), hr_tensor_free(x), hr_tensor_free(y), hr_tensor_free(e),
+        hr_tensor_free(ids);
+}
+
 /* The same tests with the panel route on the AMX kernel: the tiles where
  * the CPU has them, else their emulator (HUBRT_AMX_EMULATE=1, set in main
  * before the features are read; it needs AVX-512 BF16); and on the AVX2
@@ -346,7 +379,7 @@ static int back_to_bf16(void **state) {
 
 int main(void) {
     setenv("HUBRT_AMX_EMULATE", "1", 0);
-    hr_cpu_isa best = hr_cpu_isa_get();
+    hr_cpu_isa best = g_best = hr_cpu_isa_get();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_packed_linear_exact),
         cmocka_unit_test(test_packed_linear_batched_and_strided),
@@ -354,6 +387,7 @@ int main(void) {
         cmocka_unit_test(test_packed_copy_is_what_is_read),
         cmocka_unit_test(test_write_drops_packed_copy),
         cmocka_unit_test(test_pack_applies_only_where_read),
+        cmocka_unit_test(test_f16_panels_unread_above_avx2),
     };
     int failed = cmocka_run_group_tests_name("best ISA", tests, NULL, NULL);
     const hr_cpu_features *f = hr_cpu_features_get();

@@ -114,17 +114,28 @@ def test_logits_match_transformers_gguf(hf_tokenizer):
     assert rel <= 1e-4, rel
 
 
-def test_file_pages_let_go(tmp_path):
+def test_file_pages_let_go_and_nothing_packed(tmp_path, capfd):
     """Dequantizing reads each tensor's blocks once: their pages are dropped
     after, so a loaded model keeps little more of the file mapped than the
     metadata (the tokenizer's arrays) where before it kept the whole file
     beside the dequantized copy. A private copy of the file, so no other
-    test's map of it counts."""
+    test's map of it counts. The dequantized bf16 linears outgrew their
+    Q4_1/Q8_0 blocks, so none gets a packed copy too (the loader says so at
+    debug level)."""
     import shutil
+    from hubrt._lib import lib
     from test_weights_anon import file_rss_kb
     path = tmp_path / GGUF.name
     shutil.copyfile(GGUF, path)
-    model = hubrt.AutoModelForCausalLM.from_pretrained(path, dtype="bfloat16")
+    level = lib.hr_log_get_level()
+    lib.hr_log_set_level(0)  # debug
+    try:
+        capfd.readouterr()
+        model = hubrt.AutoModelForCausalLM.from_pretrained(path, dtype="bfloat16")
+        err = capfd.readouterr().err
+    finally:
+        lib.hr_log_set_level(level)
+    assert "linear weights read as they are" in err and "weights: packed" not in err, err[-2000:]
     model(np.array([[1, 2, 3]]))
     assert file_rss_kb(path) * 1024 < path.stat().st_size // 10, file_rss_kb(path)
 

@@ -1,5 +1,5 @@
 """Linear weights packed at load (the default for bf16 checkpoints on CPUs
-with AVX2 or more, and for f16 ones under the AVX2 setting): logits as with
+with AVX2 or more, and for f16 ones without AVX-512 BF16): logits as with
 the weights read as they are (HUBRT_WEIGHTS=mmap) and as transformers', the
 checkpoint's file pages let go (a tied embedding is read from its packed
 copy too), and the fused decode node of compiled plans giving the unfused
@@ -28,8 +28,8 @@ TORCH_DTYPE = {"bf16": torch.bfloat16, "f16": torch.float16}
 @pytest.fixture(scope="module", params=[(False, "bf16"), (True, "bf16"), (False, "f16"), (True, "f16")],
                 ids=["untied", "tied", "untied-f16", "tied-f16"])
 def checkpoint(request, tmp_path_factory):
-    """bf16 checkpoints, and f16 ones (packed under the AVX2 setting, whose
-    kernel alone has f16 panels; read as they are under the others)."""
+    """bf16 checkpoints, and f16 ones (packed where the AVX2 kernel, which
+    alone has f16 panels, runs the panel route; read as they are elsewhere)."""
     tied, dtype = request.param
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=1000, hidden_size=160, intermediate_size=200, num_hidden_layers=2,
@@ -79,13 +79,15 @@ def test_file_pages_let_go(checkpoint, tmp_path, monkeypatch):
     assert file_rss_kb(folder / "model.safetensors") <= 8  # the header's page or two
 
 
-def test_fused_decode_node_reads_panels_as_linear(checkpoint, monkeypatch, tmp_path, packed_isa):
+@pytest.mark.parametrize("batch", [3, 9])
+def test_fused_decode_node_reads_panels_as_linear(checkpoint, monkeypatch, tmp_path, packed_isa, batch):
     """HUBRT_FUSE=1 compiled decode (q/k/v and gate/up in one pass, up to 4
-    rows) gives the unfused plan's tokens bit for bit: both read the same
-    panels in the same order. Random weights make near-ties common, so a
-    fused sum off by one rounding would change some of the 72 tokens."""
+    bf16 rows, 16 f16 ones: 9 takes the AVX2 tile twice) gives the unfused
+    plan's tokens bit for bit: both read the same panels in the same order.
+    Random weights make near-ties common, so a fused sum off by one
+    rounding would change some of the 24 tokens per row."""
     monkeypatch.setenv("HUBRT_CACHE_DIR", str(tmp_path / "cache"))
-    ids = np.random.default_rng(2).integers(3, 1000, (3, 11))
+    ids = np.random.default_rng(2).integers(3, 1000, (batch, 11))
     args = dict(max_new_tokens=24, do_sample=False, eos_token_id=[], cache_implementation="static")
     monkeypatch.setenv("HUBRT_FUSE", "1")
     fused = hubrt.AutoModelForCausalLM.from_pretrained(checkpoint).generate(ids, **args)

@@ -47,9 +47,10 @@ bool hr_fused_linear_fits(const hr_tensor *x, const hr_tensor *w, const hr_tenso
     if (!hr_fused_rows(x, &rows, &rs) || !hr_fused_rows(out, &orows, &ors)) return false;
     for (int d = 0; d + 1 < x->ndim; d++)
         if (x->shape[d] != out->shape[d]) return false;
-    /* Only rows the unfused linear sends to the GEMV route: bf16 rows from
-     * HR_GEMM_SKINNY_MIN_ROWS on may take the skinny GEMM, which sums in
-     * another order. */
+    /* Only rows the unfused linear sends to the GEMV route, or, for a
+     * packed weight, to the panel route's tiles (as this node reads it):
+     * bf16 rows from HR_GEMM_SKINNY_MIN_ROWS on may take the skinny GEMM,
+     * which sums in another order. */
     int64_t max_rows = x->dtype == HR_BF16 ? HR_GEMM_SKINNY_MIN_ROWS - 1 : HR_GEMV_ROUTE_ROWS;
     return rows >= 1 && rows <= max_rows && ors >= w->shape[0];
 }
@@ -67,7 +68,7 @@ typedef struct fl_ctx {
     bool simd;
     hr_gemm_amx_fn amx; /* the panel route's AMX kernel, or NULL */
     bool panels;        /* x and weights read through their panels, as the linear op would (bf16; f16
-                         * under the AVX2 setting, whose kernel alone has f16 panels) */
+                         * where the AVX2 kernel, which alone has f16 panels, runs the route) */
 } fl_ctx;
 
 /* y[r][0..nc) = x[r] . w[j] rows c0.., for every row r. */
@@ -81,9 +82,12 @@ static void fl_product(const fl_ctx *c, int j, int64_t c0, int64_t nc, float (*y
     if (panels && c->xsz == 2)
         hr_gemm_panel_rows(c->amx, c->rows, c->k, (const uint16_t *)c->x, c->k,
                            hr_gemm_panel_at(panels, c->k, c0 / HR_GEMM_PANEL_N), &y[0][0]);
-    else if (panels)
-        hr_gemm_panel_rows_avx2(c->rows, c->k, (const float *)c->x, c->k,
-                                hr_gemm_panel_at(panels, c->k, c0 / HR_GEMM_PANEL_N), &y[0][0], w->dtype == HR_F16);
+    else if (panels) /* the AVX2 tile takes up to six rows (f16: up to 16 come here) */
+        for (int r = 0; r < c->rows; r += 6) {
+            const float *xr = (const float *)c->x + (size_t)r * (size_t)c->k;
+            hr_gemm_panel_rows_avx2(c->rows - r < 6 ? c->rows - r : 6, c->k, xr, c->k,
+                                    hr_gemm_panel_at(panels, c->k, c0 / HR_GEMM_PANEL_N), &y[r][0], w->dtype == HR_F16);
+        }
     else
         for (int r = 0; r < c->rows; r += c->group)
             c->fn(c->k, c->rows - r < c->group ? c->rows - r : c->group, c->x + (size_t)r * (size_t)c->k * c->xsz,

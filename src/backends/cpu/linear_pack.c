@@ -22,8 +22,8 @@
 #define CHUNK_UNITS 16
 
 /* bf16 weights for every panel kernel; f16 ones for the AVX2 kernel only
- * (F16C; AVX-512 BF16 and AMX have no f16 products), so under that ISA
- * setting only. */
+ * (F16C; AVX-512 BF16 and AMX have no f16 products), so only where the
+ * panel route runs on it (no AVX-512 BF16 in the CPU or the ISA setting). */
 static bool packable(const hr_tensor *w) {
     return w && (w->dtype == HR_BF16 || (w->dtype == HR_F16 && !hr_gemm_use_avx512_bf16())) && w->ndim == 2 &&
            w->shape[0] > 0 && w->shape[1] > 0 && w->strides[1] == 1 && w->strides[0] == w->shape[1] &&
@@ -62,7 +62,7 @@ hr_status hr_linear_pack_into(const hr_tensor *w, void *dst, void (*release)(voi
                               void (*chunk_done)(void *arg, const void *src, size_t n), void *arg) {
     if (!hr_linear_pack_bytes(w))
         return hr_error(HR_ERR_UNSUPPORTED, "linear pack: weight '%s' is not a contiguous 2-D bf16 tensor on "
-                        "a CPU (and ISA setting) with AVX2 or more, nor an f16 one under the AVX2 setting",
+                        "a CPU (and ISA setting) with AVX2 or more, nor an f16 one where AVX-512 BF16 is not in use",
                         hr_tensor_name(w));
     hr_packed_weight *p = calloc(1, sizeof *p);
     if (!p) return hr_error(HR_ERR_OOM, "linear pack: out of memory");
