@@ -282,10 +282,7 @@ hr_status hr_gguf_open(const char *path, hr_gguf **out) {
 }
 
 void hr_gguf_drop_tensor(const hr_gguf *g, const gguf_tensor *t) {
-    if (!g->map || !t->nbytes) return;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)(g->buf + g->data_start + t->offset);
-    uintptr_t first = a & ~(page - 1), last = (a + t->nbytes + page - 1) & ~(page - 1);
-    madvise((void *)first, last - first, MADV_DONTNEED);
+    if (g->map) hr_io_advise(g->buf + g->data_start + t->offset, (size_t)t->nbytes, MADV_DONTNEED);
 }
 
 void hr_gguf_close(hr_gguf *g) {

@@ -1,12 +1,22 @@
-/* Whole-file reads for the small JSON files of a model folder. */
+/* Whole-file reads for the small JSON files of a model folder, and advice
+ * on the pages of a file map. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "io/st_internal.h"
+
+void hr_io_advise(const void *p, size_t n, int advice) {
+    if (!n) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p;
+    uintptr_t first = a & ~(page - 1), last = (a + n + page - 1) & ~(page - 1);
+    madvise((void *)first, last - first, advice);
+}
 
 hr_status hr_io_read_file(const char *path, size_t max, char **out, size_t *len) {
     *out = NULL;

@@ -133,20 +133,12 @@ hr_status hr_safetensors_info(const hr_safetensors *st, const char *name, hr_ten
 
 /* Starts readahead of the pages a tensor covers: opening a file touches only
  * the header, and a model reads each weight soon after asking for it. */
-static void st_prefetch(const uint8_t *p, size_t n) {
-    if (!n) return;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = (uintptr_t)p & ~(page - 1), hi = (uintptr_t)p + n;
-    madvise((void *)lo, hi - lo, MADV_WILLNEED);
-}
+static void st_prefetch(const uint8_t *p, size_t n) { hr_io_advise(p, n, MADV_WILLNEED); }
 
 bool hr_safetensors_drop_pages(const hr_safetensors *st, const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p, lo = (uintptr_t)st->map->addr, hi = lo + st->map->len;
     if (a < lo || a + n > hi) return false;
-    if (!n) return true;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t first = a & ~(page - 1), last = (a + n + page - 1) & ~(page - 1);
-    madvise((void *)first, last - first, MADV_DONTNEED);
+    hr_io_advise(p, n, MADV_DONTNEED);
     return true;
 }
 

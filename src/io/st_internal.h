@@ -53,6 +53,10 @@ void hr_checkpoint_drop_tensor(const hr_checkpoint *ck, const char *name);
  * there is none of that name. */
 size_t hr_checkpoint_stored_bytes(const hr_checkpoint *ck, const char *name);
 
+/* madvise(advice) on the pages [p, p + n) touches (nothing when n is 0):
+ * readahead, or dropping pages of a file map nothing reads again. */
+void hr_io_advise(const void *p, size_t n, int advice);
+
 /* Reads a whole file of at most `max` bytes into a NUL-terminated malloc'd
  * buffer (*len excludes the NUL). */
 hr_status hr_io_read_file(const char *path, size_t max, char **out, size_t *len);

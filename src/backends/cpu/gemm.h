@@ -112,6 +112,10 @@ void hr_gemm_panel_rows_avx2(int rows, int64_t k, const float *x, int64_t ldx, c
 /* Whether linear weights are packed into panels and read through them:
  * the ISA setting allows AVX2 (the build baseline) or more. */
 bool hr_gemm_use_panels(void);
+/* Whether weights of dtype dt are: bf16 ones for every panel kernel, f16
+ * ones for the AVX2 kernel only (F16C; AVX-512 BF16 and AMX multiply bf16
+ * only), so where AVX-512 BF16 is not in use. */
+bool hr_gemm_use_panels_for(hr_dtype dt);
 /* y[r][0..64) = x row r . panel over k, for r < rows (1..6), rows of x
  * ldx apart: the route's tile, on the AMX kernel `amx` when not NULL
  * (hr_gemm_amx_kernel), for the fused linear node to give the same bits.

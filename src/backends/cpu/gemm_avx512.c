@@ -19,6 +19,10 @@ bool hr_gemm_use_panels(void) {
     return hr_cpu_isa_get() >= HR_ISA_AVX2 && f->avx2 && f->fma;
 }
 
+bool hr_gemm_use_panels_for(hr_dtype dt) {
+    return hr_gemm_use_panels() && (dt == HR_BF16 || (dt == HR_F16 && !hr_gemm_use_avx512_bf16()));
+}
+
 hr_gemm_amx_fn hr_gemm_amx_kernel(void) {
     if (hr_cpu_isa_get() != HR_ISA_AMX) return NULL;
     const hr_cpu_features *f = hr_cpu_features_get();

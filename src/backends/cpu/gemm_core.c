@@ -369,15 +369,13 @@ hr_status hr_gemm_run(const hr_gemm *g) {
     int64_t rows = hr_gemm_batch_count(g) * g->m;
     bool shared_b = true;
     for (int d = 0; d < g->nb; d++) shared_b &= g->bstride_b[d] == 0 || g->bshape[d] == 1;
-    if (shared_b && g->b_panels && g->k > 0 && g->a.dt == g->b.dt && hr_gemm_use_panels()) {
+    /* f16 panels are read by the AVX2 kernel only: where AVX-512 BF16 is in
+     * use (an ISA setting raised after packing), the weight itself is */
+    if (shared_b && g->b_panels && g->k > 0 && g->a.dt == g->b.dt && hr_gemm_use_panels_for(g->b.dt)) {
         if (!hr_gemm_use_avx512_bf16()) return hr_gemm_panel_run_avx2(g, rows); /* bf16 or f16 */
-        /* f16 panels are the AVX2 kernel's only (linear_pack.c makes them
-         * under that ISA setting; under a higher one the weight is read) */
-        if (g->b.dt == HR_BF16) {
-            int64_t ldx;
-            const uint16_t *x = hr_gemm_bf16_rows(g, rows, &ldx);
-            return x ? hr_gemm_panel_run(g, rows, x, ldx) : HR_ERR_OOM;
-        }
+        int64_t ldx;
+        const uint16_t *x = hr_gemm_bf16_rows(g, rows, &ldx);
+        return x ? hr_gemm_panel_run(g, rows, x, ldx) : HR_ERR_OOM;
     }
     if (shared_b && hr_gemm_skinny_fits(g, rows)) return hr_gemm_skinny_run(g, rows);
     if (rows <= HR_GEMV_ROUTE_ROWS && g->k > 0 && shared_b && (g->b.rs == 1 || g->k == 1))

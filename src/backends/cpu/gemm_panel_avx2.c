@@ -191,15 +191,18 @@ INLINE_ void tile_wide(int R, int64_t np, bool lone, const float *x, const float
 /* Pairs [p0, p0 + n) of the panel into wide, quarter by quarter
  * ([4][n][2][WQ] f32). */
 INLINE_ void widen_block_of(const uint32_t *panel, int64_t p0, int64_t n, float *wide, bool f16) {
-    for (int64_t p = 0; p < n; p++)
+    for (int64_t p = 0; p < n; p++) {
+        const uint32_t *row = panel + (p0 + p) * PN;
         for (int q = 0; q < 4; q++) {
             float *dst = wide + (q * n + p) * 2 * WQ;
             for (int v = 0; v < 2; v++) {
-                const uint32_t *row = panel + (p0 + p) * PN;
-                _mm256_store_ps(dst + 8 * v, pair_f32(row, q * WQ + 8 * v, false, f16));
-                _mm256_store_ps(dst + WQ + 8 * v, pair_f32(row, q * WQ + 8 * v, true, f16));
+                /* both halves before either store, which might alias the row */
+                __m256 even = pair_f32(row, q * WQ + 8 * v, false, f16), odd = pair_f32(row, q * WQ + 8 * v, true, f16);
+                _mm256_store_ps(dst + 8 * v, even);
+                _mm256_store_ps(dst + WQ + 8 * v, odd);
             }
         }
+    }
 }
 
 static void widen_block(const uint32_t *panel, int64_t p0, int64_t n, float *wide, bool f16) {

@@ -148,9 +148,7 @@ static void fl_worker(void *arg, int ith, int nth) {
 
 hr_status hr_cpu_fused_linear(const hr_fused_linear *f) {
     fl_ctx c = {.f = f, .k = f->x->shape[f->x->ndim - 1], .simd = hr_cpu_isa_get() >= HR_ISA_AVX2,
-                .amx = hr_gemm_amx_kernel(),
-                .panels = hr_gemm_use_panels() && (f->x->dtype == HR_BF16 ||
-                                                   (f->x->dtype == HR_F16 && !hr_gemm_use_avx512_bf16()))};
+                .amx = hr_gemm_amx_kernel(), .panels = hr_gemm_use_panels_for(f->x->dtype)};
     int64_t rows, xrs, orows;
     if (!hr_fused_rows(f->x, &rows, &xrs))
         return hr_error(HR_ERR_INVALID_ARG, "fused linear: input rows are not evenly strided");

@@ -21,13 +21,9 @@
  * K = 1024), what the loader's peak memory exceeds the weights by. */
 #define CHUNK_UNITS 16
 
-/* bf16 weights for every panel kernel; f16 ones for the AVX2 kernel only
- * (F16C; AVX-512 BF16 and AMX have no f16 products), so only where the
- * panel route runs on it (no AVX-512 BF16 in the CPU or the ISA setting). */
 static bool packable(const hr_tensor *w) {
-    return w && (w->dtype == HR_BF16 || (w->dtype == HR_F16 && !hr_gemm_use_avx512_bf16())) && w->ndim == 2 &&
-           w->shape[0] > 0 && w->shape[1] > 0 && w->strides[1] == 1 && w->strides[0] == w->shape[1] &&
-           w->buf->device == hr_device_cpu() && hr_gemm_use_panels();
+    return w && w->ndim == 2 && w->shape[0] > 0 && w->shape[1] > 0 && w->strides[1] == 1 &&
+           w->strides[0] == w->shape[1] && w->buf->device == hr_device_cpu() && hr_gemm_use_panels_for(w->dtype);
 }
 
 size_t hr_linear_pack_bytes(const hr_tensor *w) {

@@ -8,9 +8,9 @@
 #include "core/tensor_impl.h"
 
 /* Bytes w's packed copy takes (a multiple of 64), or 0 when w is not
- * packed: not a contiguous 2-D bf16 tensor (or f16, under the AVX2 ISA
- * setting) in the CPU device's memory, or the ISA setting is below AVX2
- * (hr_gemm_use_panels). */
+ * packed: not a contiguous 2-D tensor in the CPU device's memory, or not
+ * of a dtype the panel kernels in use read (hr_gemm_use_panels_for: bf16
+ * from AVX2 on, f16 where AVX-512 BF16 is not in use). */
 size_t hr_linear_pack_bytes(const hr_tensor *w);
 
 /* Packs w into dst (hr_linear_pack_bytes(w) bytes, 64-byte aligned) and
