@@ -7,10 +7,11 @@
  * narrowed views of a static cache [b, hkv, cap, d] holding t keys (or,
  * "compiled", the whole cache under a bool mask [b, 1, 1, cap] that shows
  * the t filled slots, as a compiled step attends), and,
- * "cold", one such cache per layer with a layer's linear weights streamed
- * between two calls, so that K/V come from memory as they do in a step
- * (repeating one call keeps them in cache). A cold sample is the mean
- * call over the layers.
+ * "cold", one such cache per layer (all in one buffer, as the model's KV
+ * cache is) with a layer's linear weights streamed by the GEMV between two
+ * calls, so that K/V come from memory as they do in a step (repeating one
+ * call keeps them in cache). A cold sample is the mean call over the
+ * layers.
  *
  * FLOPs count 2 (d + dv) per (query, key) pair; causal with s = t counts
  * half. Reports the best and the median of --samples, and the best as a
@@ -38,12 +39,14 @@ typedef struct attn_case {
 /* Qwen3-0.6B: 28 layers of 31.5 MB of linear weights each */
 #define QWEN3_LAYERS 28
 #define QWEN3_LAYER_BYTES ((size_t)31457280)
+#define QWEN3_HIDDEN 1024
 
 static const attn_case CASES[] = {
     {"qwen3 prefill 512", 1, 16, 8, 512, 512, 128, true, 0, 0, false},
     {"llama-1b prefill 512", 1, 32, 8, 512, 512, 64, true, 0, 0, false},
     {"qwen3 decode b=64 t=48", 64, 16, 8, 1, 48, 128, false, 0, 0, false},
     {"qwen3 decode b=1 t=640", 1, 16, 8, 1, 640, 128, false, 0, 0, false},
+    {"model b=1 t=540/640 cold", 1, 16, 8, 1, 540, 128, false, 640, QWEN3_LAYERS, false},
     {"model b=64 t=48/52", 64, 16, 8, 1, 48, 128, false, 52, 0, false},
     {"model b=64 t=48/52 cold", 64, 16, 8, 1, 48, 128, false, 52, QWEN3_LAYERS, false},
     {"model b=64 t=48/128 compiled cold", 64, 16, 8, 1, 48, 128, false, 128, 8, true},
@@ -69,26 +72,29 @@ static hr_tensor *random_bf16(int64_t n0, int64_t n1, int64_t n2, int64_t n3, ui
     return t;
 }
 
-/* Reads n bytes (a layer's weights between two attention calls). */
-static void stream(const char *buf, size_t n) {
-    static volatile uint64_t sink;
-    uint64_t acc = 0;
-    for (size_t i = 0; i + 8 <= n; i += 64) {
-        uint64_t x;
-        memcpy(&x, buf + i, 8);
-        acc += x;
-    }
-    sink += acc;
+/* A layer's linear weights, streamed between two attention calls by the
+ * GEMV a decode step runs (both threads, as in a model: a stream on the
+ * calling thread alone let the idle worker fall asleep, and every cold
+ * call then paid its wake-up). */
+typedef struct layer_weights {
+    hr_op linear;
+    hr_tensor *x, *y, *w[QWEN3_LAYERS];
+} layer_weights;
+
+static void stream(const layer_weights *lw, int64_t l) {
+    const hr_tensor *in[2] = {lw->x, lw->w[l % QWEN3_LAYERS]};
+    hr_tensor *y = lw->y;
+    check(hr_op_run(lw->linear, NULL, in, 2, &y, 1), "linear");
 }
 
 /* Mean seconds of one sdpa call at isa over the layers' inputs in[l],
- * each call after streaming the next layer-sized piece of w (nw bytes). */
+ * each call after streaming layer l's weights. */
 static double time_cold(hr_op op, const hr_attrs_sdpa *a, const hr_tensor *const (*in)[4], int n_in, int64_t layers,
-                        hr_tensor *o, hr_cpu_isa isa, const char *w, size_t nw) {
+                        hr_tensor *o, hr_cpu_isa isa, const layer_weights *lw) {
     check(hr_cpu_isa_set(isa), "isa");
     double sum = 0;
     for (int64_t l = 0; l < layers; l++) {
-        stream(w + (size_t)l * QWEN3_LAYER_BYTES % nw, QWEN3_LAYER_BYTES);
+        stream(lw, l);
         double t0 = bench_now_s();
         check(hr_op_run(op, a, in[l], n_in, &o, 1), "sdpa");
         sum += bench_now_s() - t0;
@@ -138,20 +144,31 @@ int main(int argc, char **argv) {
     hr_op op;
     check(hr_op_find("sdpa", &op), "op");
     /* the weights the cold cases stream: as many bytes as a whole model step */
-    size_t nw = QWEN3_LAYERS * QWEN3_LAYER_BYTES;
-    char *w = NULL;
+    layer_weights lw = {0};
     for (size_t ci = 0; ci < sizeof CASES / sizeof CASES[0]; ci++) {
         const attn_case *c = &CASES[ci];
         if (only && !strstr(c->name, only)) continue;
         uint32_t seed = 12345u + (uint32_t)ci;
         int64_t cap = c->cap ? c->cap : c->t, nl = c->layers ? c->layers : 1;
-        if (c->layers && !w) {
-            w = malloc(nw);
-            if (!w) check(HR_ERR_OOM, "weights");
-            memset(w, 1, nw);
+        if (c->layers && !lw.x) {
+            uint32_t wseed = 777u;
+            check(hr_op_find("linear", &lw.linear), "op");
+            lw.x = random_bf16(1, 1, 1, QWEN3_HIDDEN, &wseed);
+            int64_t wshape[2] = {QWEN3_LAYER_BYTES / 2 / QWEN3_HIDDEN, QWEN3_HIDDEN};
+            for (int l = 0; l < QWEN3_LAYERS; l++) {
+                hr_tensor *w4 = random_bf16(1, 1, wshape[0], wshape[1], &wseed);
+                check(hr_tensor_reshape(w4, 2, wshape, &lw.w[l]), "weights");
+                hr_tensor_free(w4);
+            }
+            int64_t yshape[4] = {1, 1, 1, wshape[0]};
+            check(hr_tensor_empty(hr_device_cpu(), HR_BF16, 4, yshape, &lw.y), "linear out");
         }
         hr_tensor *q = random_bf16(c->b, c->hq, c->s, c->d, &seed);
         hr_tensor *kc[QWEN3_LAYERS], *vc[QWEN3_LAYERS], *k[QWEN3_LAYERS], *v[QWEN3_LAYERS];
+        /* every layer's cache in one buffer, as the model's KV cache is */
+        hr_tensor *kall = random_bf16(nl, c->b * c->hkv, cap, c->d, &seed);
+        hr_tensor *vall = random_bf16(nl, c->b * c->hkv, cap, c->d, &seed);
+        int64_t lshape[4] = {c->b, c->hkv, cap, c->d};
         const hr_tensor *in[QWEN3_LAYERS][4];
         hr_tensor *mask = NULL;
         if (c->masked) {
@@ -163,8 +180,13 @@ int main(int argc, char **argv) {
             free(keep);
         }
         for (int64_t l = 0; l < nl; l++) {
-            kc[l] = random_bf16(c->b, c->hkv, cap, c->d, &seed);
-            vc[l] = random_bf16(c->b, c->hkv, cap, c->d, &seed);
+            hr_tensor *kl, *vl;
+            check(hr_tensor_select(kall, 0, l, &kl), "select k");
+            check(hr_tensor_select(vall, 0, l, &vl), "select v");
+            check(hr_tensor_view(kl, 4, lshape, &kc[l]), "view k");
+            check(hr_tensor_view(vl, 4, lshape, &vc[l]), "view v");
+            hr_tensor_free(kl);
+            hr_tensor_free(vl);
             int64_t nt = c->masked ? cap : c->t;
             check(hr_tensor_narrow(kc[l], 2, 0, nt, &k[l]), "narrow k");
             check(hr_tensor_narrow(vc[l], 2, 0, nt, &v[l]), "narrow v");
@@ -179,8 +201,8 @@ int main(int argc, char **argv) {
         if (c->causal && c->s == c->t) flop *= 0.5;
         double tn[1000], to[1000];
         for (int i = 0; i < samples; i++) {
-            tn[i] = c->layers ? time_cold(op, &a, in, n_in, nl, o, best, w, nw) : time_call(op, &a, in[0], n_in, o, best);
-            to[i] = c->layers ? time_cold(op, &a, in, n_in, nl, o, HR_ISA_AVX2, w, nw)
+            tn[i] = c->layers ? time_cold(op, &a, in, n_in, nl, o, best, &lw) : time_call(op, &a, in[0], n_in, o, best);
+            to[i] = c->layers ? time_cold(op, &a, in, n_in, nl, o, HR_ISA_AVX2, &lw)
                               : time_call(op, &a, in[0], n_in, o, HR_ISA_AVX2);
         }
         qsort(tn, (size_t)samples, sizeof(double), bench_cmp_double);
@@ -200,10 +222,14 @@ int main(int argc, char **argv) {
             hr_tensor_free(kc[l]);
             hr_tensor_free(vc[l]);
         }
+        hr_tensor_free(kall);
+        hr_tensor_free(vall);
         hr_tensor_free(o);
         hr_tensor_free(mask);
     }
-    free(w);
+    hr_tensor_free(lw.x);
+    hr_tensor_free(lw.y);
+    for (int l = 0; l < QWEN3_LAYERS; l++) hr_tensor_free(lw.w[l]);
     check(hr_cpu_isa_set(best), "isa");
     return 0;
 }

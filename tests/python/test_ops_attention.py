@@ -325,7 +325,7 @@ def test_sdpa_decode_model_exact(isa, dtype, t, kv_layout):
     from [b, t, hkv, d] transposed ("bshd": rows hkv * d apart), or, as a
     compiled step attends, the whole cache with the mask hiding the slots
     past t ("compiled": whole key blocks and block tails hidden). The
-    decode units are claimed one ahead and the next one's K/V prefetched,
+    decode units are claimed one ahead and the K/V read next prefetched,
     skipping hidden keys, so every unit of a large batch and each key
     layout of the prefetch goes through."""
     b, hq, hkv, d = 64, 16, 8, 128

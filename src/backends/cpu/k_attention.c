@@ -285,27 +285,96 @@ static inline __m128 hsum4x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
+/* Prefetching in a decode unit, one step ahead of what is read: while a
+ * block's scores read its K rows, its V rows are fetched, and while the
+ * value pass reads the V rows, the next block's K rows (the first block of
+ * the worker's next unit after the last), each at the rate the rows ahead
+ * are read, into L2. In a model step K/V come from memory (the layer's
+ * weights streamed through the cache since the step before). A whole unit
+ * prefetched ahead, during the scores only (attn_pf, which the AVX-512
+ * path still uses), issued three lines per line read there: the prefetches
+ * themselves were a fifth of the scores' time, and the value pass still
+ * waited on V (bench_attention, cold b=1 t=540 case). */
+typedef struct rows_pf {
+    const char *p; /* row 0; NULL: nothing to prefetch */
+    int64_t ld;    /* bytes from one row to the next */
+    int n;         /* rows */
+    int lines;     /* 64-byte lines per row */
+} rows_pf;
+
+/* Lines [l0, l1) of rows [j, j + n) of b (the rows there are). */
+static inline __attribute__((always_inline)) void rows_pf_lines(const rows_pf *b, int j, int n, int l0, int l1) {
+    if (!b->p) return;
+    if (l1 > b->lines) l1 = b->lines;
+    for (int end = j + n < b->n ? j + n : b->n; j < end; j++)
+        for (int l = l0; l < l1; l++) _mm_prefetch(b->p + j * b->ld + 64 * (int64_t)l, _MM_HINT_T1);
+}
+
+/* ---- bf16 K/V in even/odd order ----
+ * A 32-bit lane of bf16 data holds elements 2i (low half) and 2i+1 (high
+ * half): shifted up, the lane is element 2i as f32; masked, element 2i+1.
+ * So sixteen elements widen with one load and two ALU ops, where
+ * vpmovzxwd needs a shuffle per eight. The query rows are
+ * reordered once per unit to match, each 16 elements as their 8 even ones
+ * then their 8 odd ones; the numerators accumulate in that order and are
+ * put back once per unit (eo_restore). The sums are the same products
+ * added in another order. */
+static inline __m256 bf16_even8(__m256i x) { return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16)); }
+static inline __m256 bf16_odd8(__m256i x, __m256i hi) { return _mm256_castsi256_ps(_mm256_and_si256(x, hi)); }
+
+/* x [n], n a multiple of 16: each 16 elements as their even ones then
+ * their odd ones. */
+static void eo_order(float *x, int64_t n) {
+    for (int64_t g = 0; g < n; g += 16) {
+        float t[16];
+        for (int i = 0; i < 8; i++) t[i] = x[g + 2 * i], t[8 + i] = x[g + 2 * i + 1];
+        memcpy(x + g, t, sizeof t);
+    }
+}
+
+/* eo_order undone: [e0..e7 o0..o7] -> [e0 o0 e1 o1 ..] per 16. */
+static void eo_restore(float *x, int64_t n) {
+    for (int64_t g = 0; g < n; g += 16) {
+        __m256 ev = _mm256_loadu_ps(x + g), od = _mm256_loadu_ps(x + g + 8);
+        __m256 lo = _mm256_unpacklo_ps(ev, od), hi = _mm256_unpackhi_ps(ev, od);
+        _mm256_storeu_ps(x + g, _mm256_permute2f128_ps(lo, hi, 0x20));
+        _mm256_storeu_ps(x + g + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+}
+
 /* st[r * BK + j] = q row r . key j, for j < nk and R (1 or 2) rows of q
  * (f32, d apart); key j at k + j * ldk bytes, d elements of dt, d a
- * multiple of 8. Four keys at a time, read and widened in registers (each
- * serves both rows), the four sums reduced together; the next unit's K/V
- * prefetched four keys per four (pf NULL: not in this pass). */
+ * multiple of 8 (eo: bf16 keys, q rows in eo order, d a multiple of 16).
+ * Four keys at a time, read and widened in registers (each serves both
+ * rows), the four sums reduced together; the rows of vb prefetched four
+ * per four keys. */
 static inline __attribute__((always_inline)) void qk_rows_avx2(int R, const float *q, int64_t d, const char *k,
-                                                               int64_t ldk, hr_dtype dt, int nk, float *st,
-                                                               attn_pf *pf) {
+                                                               int64_t ldk, hr_dtype dt, bool eo, int nk,
+                                                               float *st, const rows_pf *vb) {
     size_t esz = hr_dtype_size(dt);
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     for (int j = 0; j < nk; j += 4) {
-        if (pf) hr_attn_pf_step(pf, nk - j < 4 ? nk - j : 4);
+        rows_pf_lines(vb, j, 4, 0, vb->lines);
         const char *kr[4];
         for (int i = 0; i < 4; i++) kr[i] = k + (int64_t)(j + i < nk ? j + i : j) * ldk;
         __m256 acc[2][4];
         for (int r = 0; r < R; r++)
             for (int i = 0; i < 4; i++) acc[r][i] = _mm256_setzero_ps();
-        for (int64_t e = 0; e < d; e += 8) {
-            __m256 qv[2];
-            for (int r = 0; r < R; r++) qv[r] = _mm256_loadu_ps(q + r * d + e);
+        for (int64_t e = 0; e < d; e += eo ? 16 : 8) {
+            __m256 qv[2], qo[2];
+            for (int r = 0; r < R; r++) {
+                qv[r] = _mm256_loadu_ps(q + r * d + e);
+                if (eo) qo[r] = _mm256_loadu_ps(q + r * d + e + 8);
+            }
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
+                if (eo) {
+                    __m256i x = _mm256_loadu_si256((const __m256i *)(kr[i] + 2 * e));
+                    __m256 ke = bf16_even8(x), ko = bf16_odd8(x, hi);
+                    for (int r = 0; r < R; r++)
+                        acc[r][i] = _mm256_fmadd_ps(qo[r], ko, _mm256_fmadd_ps(qv[r], ke, acc[r][i]));
+                    continue;
+                }
                 __m256 kv = kv_load8(kr[i] + e * (int64_t)esz, dt);
                 for (int r = 0; r < R; r++) acc[r][i] = _mm256_fmadd_ps(qv[r], kv, acc[r][i]);
             }
@@ -321,26 +390,39 @@ static inline __attribute__((always_inline)) void qk_rows_avx2(int R, const floa
 /* o[r][e] += sum over keys j < nk of p[r * BK + j] * v_j[e], for R (1 or
  * 2) rows, 32 features at a time held in registers across the keys (one
  * load and store of o per block, not per key); value j at v + j * ldv
- * bytes, dv elements of dt, dv a multiple of 32. A key whose probability
- * is zero in every row (masked) is skipped, so its values are not read. */
+ * bytes, dv elements of dt, dv a multiple of 32 (eo: bf16 values, o in eo
+ * order). A key whose probability is zero in every row (masked) is
+ * skipped, so its values are not read. The rows of kb are prefetched a
+ * share of their lines per pass over the keys, one row per key. */
 static inline __attribute__((always_inline)) void pv_rows_avx2(int R, float *o, int64_t dv, const char *v,
-                                                               int64_t ldv, hr_dtype dt, int nk, const float *p) {
+                                                               int64_t ldv, hr_dtype dt, bool eo, int nk,
+                                                               const float *p, const rows_pf *kb) {
     size_t esz = hr_dtype_size(dt);
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    int share = (kb->lines * 32 + (int)dv - 1) / (int)dv; /* lines per pass */
     for (int64_t e = 0; e < dv; e += 32) {
+        int l0 = (int)(e / 32) * share;
         __m256 acc[2][4];
         for (int r = 0; r < R; r++)
             for (int i = 0; i < 4; i++) acc[r][i] = _mm256_loadu_ps(o + r * dv + e + 8 * i);
         for (int j = 0; j < nk; j++) {
+            rows_pf_lines(kb, j, 1, l0, l0 + share);
             if (p[j] == 0.0f && (R == 1 || p[BK + j] == 0.0f)) continue;
             const char *vr = v + j * ldv + e * (int64_t)esz;
+            __m256 vv[4];
+            if (eo) {
+                __m256i x0 = _mm256_loadu_si256((const __m256i *)vr);
+                __m256i x1 = _mm256_loadu_si256((const __m256i *)(vr + 32));
+                vv[0] = bf16_even8(x0), vv[1] = bf16_odd8(x0, hi), vv[2] = bf16_even8(x1), vv[3] = bf16_odd8(x1, hi);
+            } else {
+                for (int i = 0; i < 4; i++) vv[i] = kv_load8(vr + 8 * i * (int64_t)esz, dt);
+            }
             __m256 pr[2];
             for (int r = 0; r < R; r++) pr[r] = _mm256_set1_ps(p[r * BK + j]);
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) {
-                __m256 vv = kv_load8(vr + 8 * i * (int64_t)esz, dt);
-                for (int r = 0; r < R; r++) acc[r][i] = _mm256_fmadd_ps(pr[r], vv, acc[r][i]);
-            }
+            for (int i = 0; i < 4; i++)
+                for (int r = 0; r < R; r++) acc[r][i] = _mm256_fmadd_ps(pr[r], vv[i], acc[r][i]);
         }
+        rows_pf_lines(kb, nk, kb->n - nk, l0, l0 + share); /* a next block longer than this one */
         for (int r = 0; r < R; r++)
             for (int i = 0; i < 4; i++) _mm256_storeu_ps(o + r * dv + e + 8 * i, acc[r][i]);
     }
@@ -350,6 +432,79 @@ static inline __attribute__((always_inline)) void pv_rows_avx2(int R, float *o, 
  * feature-contiguous, head dims in whole vectors. */
 static bool kv_direct_avx2(const attn_ctx *c) {
     return c->avx2 && c->k->strides[3] == 1 && c->v->strides[3] == 1 && c->d % 8 == 0 && c->dv % 32 == 0;
+}
+
+/* Rows [j0, j0 + n) of head (bi, kvh) of t as prefetch rows. */
+static rows_pf kv_rows(const hr_tensor *t, int64_t bi, int64_t kvh, int64_t j0, int n, int64_t width) {
+    int64_t esz = (int64_t)hr_dtype_size(t->dtype);
+    return (rows_pf){n > 0 ? hr_attn_at(t, bi, kvh, j0) : NULL, t->strides[2] * esz, n,
+                     (int)((width * esz + 63) / 64)};
+}
+
+static void decode_range(const attn_ctx *c, int64_t sp, int64_t *lo, int64_t *hi);
+
+/* The keys of [j0, j0 + nk) the unit's rows read: nk, or up to the last
+ * the mask shows (0: the block is skipped). */
+static int block_keys(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t rows, int64_t j0, int nk) {
+    return c->mask ? hr_attn_block_keys(c, bi, kvh, 0, rows, j0, nk) : nk;
+}
+
+/* The K rows read after the block at j0 (the unit's keys end at hi): the
+ * unit's next block, or the first of the worker's next unit (s->next). */
+static rows_pf next_key_rows(const attn_ctx *c, const attn_scratch *s, int64_t bi, int64_t kvh, int64_t j0,
+                             int64_t hi) {
+    int64_t rows = c->rep * c->s, jn = j0 + BK;
+    if (jn >= hi) {
+        if (s->next < 0) return (rows_pf){0};
+        kvh = (s->next / c->nsplit) % c->hkv;
+        bi = s->next / (c->nsplit * c->hkv);
+        decode_range(c, s->next % c->nsplit, &jn, &hi);
+        if (jn >= hi) return (rows_pf){0};
+    }
+    int n = block_keys(c, bi, kvh, rows, jn, (int)(hi - jn < BK ? hi - jn : BK));
+    return kv_rows(c->k, bi, kvh, jn, n, c->d);
+}
+
+/* Scores of the unit's rows against keys [j0, j0 + nk), into s->st; the
+ * block's V rows prefetched meanwhile. */
+static void decode_scores(const attn_ctx *c, attn_scratch *s, const float *q, int64_t rows, int64_t bi, int64_t kvh,
+                          int64_t j0, int nk, bool eo) {
+    int64_t d = c->d, ldk = c->k->strides[2] * (int64_t)hr_dtype_size(c->k->dtype);
+    const char *k0 = hr_attn_at(c->k, bi, kvh, j0);
+    const rows_pf vb = kv_rows(c->v, bi, kvh, j0, nk, c->dv), none = {0};
+    for (int64_t r = 0; r < rows; r += 2) {
+        const rows_pf *b = r ? &none : &vb;
+        hr_dtype dt = c->k->dtype;
+        if (eo && rows - r >= 2)
+            qk_rows_avx2(2, q + r * d, d, k0, ldk, HR_BF16, true, nk, s->st + r * BK, b);
+        else if (eo)
+            qk_rows_avx2(1, q + r * d, d, k0, ldk, HR_BF16, true, nk, s->st + r * BK, b);
+        else if (rows - r >= 2)
+            qk_rows_avx2(2, q + r * d, d, k0, ldk, dt, false, nk, s->st + r * BK, b);
+        else
+            qk_rows_avx2(1, q + r * d, d, k0, ldk, dt, false, nk, s->st + r * BK, b);
+    }
+}
+
+/* The block's values weighted by s->st, added to the numerators o; the
+ * rows of kb (the next block's keys) prefetched meanwhile. */
+static void decode_values(const attn_ctx *c, const attn_scratch *s, float *o, int64_t rows, int64_t bi,
+                          int64_t kvh, int64_t j0, int nk, bool eo, const rows_pf *kb) {
+    int64_t dv = c->dv, ldv = c->v->strides[2] * (int64_t)hr_dtype_size(c->v->dtype);
+    const char *v0 = hr_attn_at(c->v, bi, kvh, j0);
+    const rows_pf none = {0};
+    for (int64_t r = 0; r < rows; r += 2) {
+        const rows_pf *b = r ? &none : kb;
+        hr_dtype dt = c->v->dtype;
+        if (eo && rows - r >= 2)
+            pv_rows_avx2(2, o + r * dv, dv, v0, ldv, HR_BF16, true, nk, s->st + r * BK, b);
+        else if (eo)
+            pv_rows_avx2(1, o + r * dv, dv, v0, ldv, HR_BF16, true, nk, s->st + r * BK, b);
+        else if (rows - r >= 2)
+            pv_rows_avx2(2, o + r * dv, dv, v0, ldv, dt, false, nk, s->st + r * BK, b);
+        else
+            pv_rows_avx2(1, o + r * dv, dv, v0, ldv, dt, false, nk, s->st + r * BK, b);
+    }
 }
 
 /* Unit (batch, kv head, split): every query row of the pair against the
@@ -362,27 +517,21 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     int64_t sp = u % c->nsplit, kvh = (u / c->nsplit) % c->hkv, bi = u / (c->nsplit * c->hkv);
     int64_t rows = c->rep * c->s, d = c->d, dv = c->dv;
     float *q = s->qp, *o = s->ot, *kr = s->kp, *vr = s->vp; /* [rows][d], [rows][dv], [d], [dv] */
+    bool direct = kv_direct_avx2(c);
+    bool eo = direct && c->k->dtype == HR_BF16 && c->v->dtype == HR_BF16 && d % 16 == 0;
     for (int64_t r = 0; r < rows; r++) {
         load_row(c, q + r * d, c->q, bi, kvh * c->rep + r % c->rep, r / c->rep, d);
         for (int64_t e = 0; e < d; e++) q[r * d + e] *= c->scale;
+        if (eo) eo_order(q + r * d, d);
     }
     int64_t lo, hi;
     hr_attn_decode_start(c, s, sp, o, &lo, &hi);
-    attn_pf pf = hr_attn_pf_init(c, s);
-    bool direct = kv_direct_avx2(c);
-    int64_t ldk = c->k->strides[2] * (int64_t)hr_dtype_size(c->k->dtype);
-    int64_t ldv = c->v->strides[2] * (int64_t)hr_dtype_size(c->v->dtype);
+    attn_pf pf = direct ? (attn_pf){0} : hr_attn_pf_init(c, s); /* the direct path prefetches by block */
     for (int64_t j0 = lo; j0 < hi; j0 += BK) {
         int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
-        if (c->mask && !(nk = hr_attn_block_keys(c, bi, kvh, 0, rows, j0, nk))) continue;
+        if (!(nk = block_keys(c, bi, kvh, rows, j0, nk))) continue;
         if (direct) {
-            const char *k0 = hr_attn_at(c->k, bi, kvh, j0);
-            for (int64_t r = 0; r < rows; r += 2) {
-                if (rows - r >= 2)
-                    qk_rows_avx2(2, q + r * d, d, k0, ldk, c->k->dtype, nk, s->st + r * BK, r ? NULL : &pf);
-                else
-                    qk_rows_avx2(1, q + r * d, d, k0, ldk, c->k->dtype, nk, s->st + r * BK, r ? NULL : &pf);
-            }
+            decode_scores(c, s, q, rows, bi, kvh, j0, nk, eo);
         } else {
             for (int j = 0; j < nk; j++) {
                 hr_attn_pf_step(&pf, 1);
@@ -399,13 +548,8 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
                 for (int64_t e = 0; e < dv; e++) o[r * dv + e] *= corr;
         }
         if (direct) {
-            const char *v0 = hr_attn_at(c->v, bi, kvh, j0);
-            for (int64_t r = 0; r < rows; r += 2) {
-                if (rows - r >= 2)
-                    pv_rows_avx2(2, o + r * dv, dv, v0, ldv, c->v->dtype, nk, s->st + r * BK);
-                else
-                    pv_rows_avx2(1, o + r * dv, dv, v0, ldv, c->v->dtype, nk, s->st + r * BK);
-            }
+            rows_pf kb = next_key_rows(c, s, bi, kvh, j0, hi);
+            decode_values(c, s, o, rows, bi, kvh, j0, nk, eo, &kb);
             continue;
         }
         for (int j = 0; j < nk; j++) {
@@ -414,6 +558,8 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
                 if (s->st[r * BK + j] != 0.0f) axpy_f32(o + r * dv, s->st[r * BK + j], vr, dv, c->avx2);
         }
     }
+    if (eo)
+        for (int64_t r = 0; r < rows; r++) eo_restore(o + r * dv, dv);
     hr_attn_decode_finish(c, s, u, o);
 }
 

@@ -100,7 +100,8 @@ static inline __attribute__((always_inline)) void hr_attn_pf_rows(const char *p,
 }
 
 /* The next unit's K/V rows are fetched into L2 while this one computes, a
- * few keys per step: in a model step K/V come from memory (the layer's
+ * few keys per step (the AVX-512 BF16 and portable decode paths; the AVX2
+ * one prefetches a block ahead instead, k_attention.c): in a model step K/V come from memory (the layer's
  * weights streamed through the cache since the last step), and one unit's
  * misses at a time left the bandwidth mostly idle (batch-64 decode,
  * 17 -> 24 GB/s of K/V). The prefetches cost a third more time when K/V
