@@ -1,6 +1,6 @@
 /* sdpa micro-benchmark: GFLOP/s of bf16 attention at model shapes, the
  * kernel at the best ISA the CPU has next to the same call at
- * HUBRT_CPU_ISA=avx2 (the portable f32 path), samples of the two
+ * HUBRT_CPU_ISA=avx2 (the AVX2 path), samples of the two
  * alternating so both see the same machine load.
  *
  * The "model" cases make the call a model's eager decode step makes: K/V

@@ -385,6 +385,61 @@ def test_sdpa_bf16_long_prefill_chunks(isa):
     check_bf16(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=True), q, k, v, causal=True)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d,dv", [(40, 32), (48, 64), (128, 64), (64, 96)])
+@pytest.mark.parametrize("hq,hkv", [(4, 2), (3, 1)])
+def test_sdpa_decode_direct_head_dims(isa, dtype, d, dv, hq, hkv):
+    """Decode rows read in place (value dims in whole 32s) with d != dv:
+    the key rows' prefetch spread over the value passes, bf16 widened in
+    even/odd lanes where d is a multiple of 16 (48: one 16 past a 32) and
+    the plain widening where it is not (40), two rows per kv head and two
+    plus one; 300 keys in two splits, the second short."""
+    q, k, v = qkv(1, hq, hkv, 1, 300, d, dv=dv, dtype=dtype)
+    got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v))
+    want = reference(q, k, v)
+    if dtype == "bf16":
+        check_bf16(got, q, k, v)
+    else:
+        assert_close(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_sdpa_decode_window_empties_splits(isa, dtype):
+    """One query at the end of 600 keys with a window of 100: the first two
+    key splits lie wholly outside the window, so their units read nothing
+    and leave nothing to the merge, and the one before the last unit has
+    no block to prefetch."""
+    q, k, v = qkv(1, 4, 2, 1, 600, 64, dtype=dtype)
+    got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), window=100)
+    if dtype == "bf16":
+        check_bf16(got, q, k, v, window=100)
+    else:
+        assert_close(got, reference(q, k, v, window=100), atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_sdpa_decode_hidden_blocks_across_units(isa, dtype):
+    """A bool mask over 700 keys (three splits) that hides whole key
+    blocks: the middle of the first split, the start of the second (so the
+    unit before it finds the next block to read further on) and all of
+    the third but one key; batch 3 with its own masks per row."""
+    b, hq, hkv, t, d = 3, 4, 2, 700, 64
+    q, k, v = qkv(b, hq, hkv, 1, t, d, dtype=dtype)
+    keep = torch.ones(b, 1, 1, t, dtype=torch.bool)
+    keep[..., 64:192] = False
+    keep[..., 256:448] = False
+    keep[..., 512:] = False
+    keep[..., 650] = True
+    keep[1, ..., :256] = False
+    keep[2, ..., 600:] = True
+    got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(keep))
+    if dtype == "bf16":
+        check_bf16(got, q, k, v, mask=keep)
+    else:
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
+        assert_close(got, want, atol=2e-5)
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_sdpa_decode_long_context(isa, dtype):
     """Decode over 20001 keys: past 64 key splits of 256 the splits grow

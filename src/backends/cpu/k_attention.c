@@ -285,16 +285,18 @@ static inline __m128 hsum4x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-/* Prefetching in a decode unit, one step ahead of what is read: while a
- * block's scores read its K rows, its V rows are fetched, and while the
- * value pass reads the V rows, the next block's K rows (the first block of
- * the worker's next unit after the last), each at the rate the rows ahead
- * are read, into L2. In a model step K/V come from memory (the layer's
- * weights streamed through the cache since the step before). A whole unit
- * prefetched ahead, during the scores only (attn_pf, which the AVX-512
- * path still uses), issued three lines per line read there: the prefetches
- * themselves were a fifth of the scores' time, and the value pass still
- * waited on V (bench_attention, cold b=1 t=540 case). */
+/* Prefetching in a direct (AVX2) decode unit, one step ahead of what is
+ * read: while a block's scores read its K rows, the same block's V rows
+ * are fetched, and while the value pass reads them, the K rows of the next
+ * block the mask shows any of (past the unit's last, the first such block
+ * of the worker's next unit), each at the rate the rows ahead are read,
+ * into L2. In a model step K/V come from memory (the layer's weights
+ * streamed through the cache since the step before). The whole next unit
+ * prefetched during the scores only (attn_pf, which the AVX-512 BF16 and
+ * the portable decode paths still use) issued two lines per line read
+ * there: the prefetch instructions were a fifth of the scores' samples,
+ * and the value pass still waited on V (bench_attention, cold b=1 t=540
+ * case). */
 typedef struct rows_pf {
     const char *p; /* row 0; NULL: nothing to prefetch */
     int64_t ld;    /* bytes from one row to the next */
@@ -443,26 +445,25 @@ static rows_pf kv_rows(const hr_tensor *t, int64_t bi, int64_t kvh, int64_t j0, 
 
 static void decode_range(const attn_ctx *c, int64_t sp, int64_t *lo, int64_t *hi);
 
-/* The keys of [j0, j0 + nk) the unit's rows read: nk, or up to the last
- * the mask shows (0: the block is skipped). */
-static int block_keys(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t rows, int64_t j0, int nk) {
-    return c->mask ? hr_attn_block_keys(c, bi, kvh, 0, rows, j0, nk) : nk;
+/* The first block at or after *j0 (blocks BK apart, below hi) that the
+ * mask shows any key of to the unit's rows: *j0 moves to it, and the
+ * count of its keys up to the last one shown is returned (0: none left). */
+static int visible_block(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t *j0, int64_t hi) {
+    for (; *j0 < hi; *j0 += BK) {
+        int nk = (int)(hi - *j0 < BK ? hi - *j0 : BK);
+        if (!c->mask) return nk;
+        if ((nk = hr_attn_block_keys(c, bi, kvh, 0, c->rep * c->s, *j0, nk))) return nk;
+    }
+    return 0;
 }
 
-/* The K rows read after the block at j0 (the unit's keys end at hi): the
- * unit's next block, or the first of the worker's next unit (s->next). */
-static rows_pf next_key_rows(const attn_ctx *c, const attn_scratch *s, int64_t bi, int64_t kvh, int64_t j0,
-                             int64_t hi) {
-    int64_t rows = c->rep * c->s, jn = j0 + BK;
-    if (jn >= hi) {
-        if (s->next < 0) return (rows_pf){0};
-        kvh = (s->next / c->nsplit) % c->hkv;
-        bi = s->next / (c->nsplit * c->hkv);
-        decode_range(c, s->next % c->nsplit, &jn, &hi);
-        if (jn >= hi) return (rows_pf){0};
-    }
-    int n = block_keys(c, bi, kvh, rows, jn, (int)(hi - jn < BK ? hi - jn : BK));
-    return kv_rows(c->k, bi, kvh, jn, n, c->d);
+/* The K rows of the first block the worker's next unit (s->next) reads. */
+static rows_pf next_unit_keys(const attn_ctx *c, const attn_scratch *s) {
+    if (s->next < 0) return (rows_pf){0};
+    int64_t kvh = (s->next / c->nsplit) % c->hkv, bi = s->next / (c->nsplit * c->hkv), lo, hi;
+    decode_range(c, s->next % c->nsplit, &lo, &hi);
+    int n = visible_block(c, bi, kvh, &lo, hi);
+    return kv_rows(c->k, bi, kvh, lo, n, c->d);
 }
 
 /* Scores of the unit's rows against keys [j0, j0 + nk), into s->st; the
@@ -524,12 +525,10 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
         for (int64_t e = 0; e < d; e++) q[r * d + e] *= c->scale;
         if (eo) eo_order(q + r * d, d);
     }
-    int64_t lo, hi;
-    hr_attn_decode_start(c, s, sp, o, &lo, &hi);
+    int64_t j0, hi;
+    hr_attn_decode_start(c, s, sp, o, &j0, &hi);
     attn_pf pf = direct ? (attn_pf){0} : hr_attn_pf_init(c, s); /* the direct path prefetches by block */
-    for (int64_t j0 = lo; j0 < hi; j0 += BK) {
-        int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
-        if (!(nk = block_keys(c, bi, kvh, rows, j0, nk))) continue;
+    for (int nk = visible_block(c, bi, kvh, &j0, hi); nk;) {
         if (direct) {
             decode_scores(c, s, q, rows, bi, kvh, j0, nk, eo);
         } else {
@@ -547,16 +546,19 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
             if (corr != 1.0f)
                 for (int64_t e = 0; e < dv; e++) o[r * dv + e] *= corr;
         }
+        int64_t jn = j0 + BK;
+        int nkn = visible_block(c, bi, kvh, &jn, hi);
         if (direct) {
-            rows_pf kb = next_key_rows(c, s, bi, kvh, j0, hi);
+            rows_pf kb = nkn ? kv_rows(c->k, bi, kvh, jn, nkn, d) : next_unit_keys(c, s);
             decode_values(c, s, o, rows, bi, kvh, j0, nk, eo, &kb);
-            continue;
+        } else {
+            for (int j = 0; j < nk; j++) {
+                load_row(c, vr, c->v, bi, kvh, j0 + j, dv);
+                for (int64_t r = 0; r < rows; r++)
+                    if (s->st[r * BK + j] != 0.0f) axpy_f32(o + r * dv, s->st[r * BK + j], vr, dv, c->avx2);
+            }
         }
-        for (int j = 0; j < nk; j++) {
-            load_row(c, vr, c->v, bi, kvh, j0 + j, dv);
-            for (int64_t r = 0; r < rows; r++)
-                if (s->st[r * BK + j] != 0.0f) axpy_f32(o + r * dv, s->st[r * BK + j], vr, dv, c->avx2);
-        }
+        j0 = jn, nk = nkn;
     }
     if (eo)
         for (int64_t r = 0; r < rows; r++) eo_restore(o + r * dv, dv);

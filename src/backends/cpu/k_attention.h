@@ -56,7 +56,7 @@ typedef struct attn_scratch {
     float *ot;   /* [BQ][dvpad] running numerators */
     float *row;  /* [8 * max(d, dv, BK)] converted rows, or a mask row */
     float m[HR_ATTN_BQ], l[HR_ATTN_BQ]; /* running max and denominator per query row */
-    int64_t next; /* decode: the unit this worker runs next (its K/V are prefetched), or -1 */
+    int64_t next; /* decode: the unit this worker runs next (prefetched ahead: its K/V, or its first K block), or -1 */
 } attn_scratch;
 
 static inline char *hr_attn_at(const hr_tensor *t, int64_t i0, int64_t i1, int64_t i2) {
@@ -100,8 +100,9 @@ static inline __attribute__((always_inline)) void hr_attn_pf_rows(const char *p,
 }
 
 /* The next unit's K/V rows are fetched into L2 while this one computes, a
- * few keys per step (the AVX-512 BF16 and portable decode paths; the AVX2
- * one prefetches a block ahead instead, k_attention.c): in a model step K/V come from memory (the layer's
+ * few keys per step (the AVX-512 BF16 decode path, and the portable one
+ * K/V rows not in place for AVX2 take; the direct AVX2 path prefetches one
+ * step ahead instead, k_attention.c): in a model step K/V come from memory (the layer's
  * weights streamed through the cache since the last step), and one unit's
  * misses at a time left the bandwidth mostly idle (batch-64 decode,
  * 17 -> 24 GB/s of K/V). The prefetches cost a third more time when K/V
