@@ -294,9 +294,9 @@ static inline __m128 hsum4x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
  * streamed through the cache since the step before). The whole next unit
  * prefetched during the scores only (attn_pf, which the AVX-512 BF16 and
  * the portable decode paths still use) issued two lines per line read
- * there: the prefetch instructions were a fifth of the scores' samples,
- * and the value pass still waited on V (bench_attention, cold b=1 t=540
- * case). */
+ * there: its prefetch instructions took an eighth of the score pass's
+ * samples (perf, K/V in L3), and the value pass still waited on its first
+ * V loads (bench_attention, cold b=1 t=540 case). */
 typedef struct rows_pf {
     const char *p; /* row 0; NULL: nothing to prefetch */
     int64_t ld;    /* bytes from one row to the next */
