@@ -73,10 +73,18 @@ static hr_status parse_rope(hr_json_obj root, hr_model_config *cfg) {
     return HR_OK;
 }
 
-static hr_status parse_dtype(hr_json_obj root, hr_model_config *cfg) {
-    const char *name = NULL;
+/* "dtype" (transformers 5.x) over "torch_dtype" (4.x), as transformers
+ * reads them; a config holding both that disagree (a 4.x config edited by
+ * hand, or a conversion that set one) is loaded at "dtype", and said so. */
+static hr_status parse_dtype(const char *dir, hr_json_obj root, hr_model_config *cfg) {
+    const char *name = NULL, *legacy = NULL;
     HR_TRY(hr_json_get_str(root, "dtype", NULL, &name));
-    if (!name) HR_TRY(hr_json_get_str(root, "torch_dtype", NULL, &name));
+    HR_TRY(hr_json_get_str(root, "torch_dtype", NULL, &legacy));
+    if (name && legacy && strcmp(name, legacy))
+        HR_LOG_WARN("%s/config.json: dtype '%s' and torch_dtype '%s' disagree; the model loads as '%s', as "
+                    "transformers does",
+                    dir, name, legacy, name);
+    if (!name) name = legacy;
     cfg->dtype = HR_F32;
     if (!name || !strcmp(name, "auto")) return HR_OK;
     if (hr_dtype_parse(name, &cfg->dtype) != HR_OK || !hr_dtype_is_float(cfg->dtype))
@@ -113,7 +121,7 @@ static hr_status parse_config(const char *dir, hr_json_obj root, hr_model_config
     HR_TRY(hr_json_get_str(root, "hidden_act", "silu", &act));
     if (strcmp(act, "silu"))
         return hr_error(HR_ERR_UNSUPPORTED, "%s/config.json: hidden_act '%s' is not supported (silu)", dir, act);
-    HR_TRY(parse_dtype(root, cfg));
+    HR_TRY(parse_dtype(dir, root, cfg));
     return parse_rope(root, cfg);
 }
 

@@ -109,6 +109,29 @@ def test_dtype_from_config_and_override():
         hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-llama", dtype="int8")
 
 
+def test_config_dtype_over_torch_dtype(tmp_path, capfd):
+    """A config.json with both keys loads at "dtype", as transformers reads
+    it, and says that they disagree; with one key, or both equal, nothing
+    is said."""
+    from transformers import AutoConfig
+
+    folder = tmp_path / "both"
+    shutil.copytree(FIX / "tiny-qwen3-bf16-trained", folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.pop("torch_dtype", None)
+    for keys, want, warned in (({"dtype": "bfloat16", "torch_dtype": "float16"}, "bf16", True),
+                               ({"dtype": "float16", "torch_dtype": "float16"}, "f16", False),
+                               ({"torch_dtype": "float16"}, "f16", False)):
+        cfg.pop("dtype", None)
+        cfg.pop("torch_dtype", None)
+        (folder / "config.json").write_text(json.dumps({**cfg, **keys}))
+        assert str(AutoConfig.from_pretrained(folder).dtype) == {"bf16": "torch.bfloat16", "f16": "torch.float16"}[want]
+        capfd.readouterr()
+        assert hubrt.AutoModelForCausalLM.from_pretrained(folder).dtype == want
+        err = capfd.readouterr().err
+        assert ("dtype 'bfloat16' and torch_dtype 'float16' disagree" in err) == warned, err
+
+
 def test_kv_cache_continuation_matches_full_forward():
     model = hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-qwen3")
     ids = random_ids((2, 15), seed=3)
