@@ -236,6 +236,20 @@ def check_bf16(got, q, k, v, mask=None, causal=False, **kw):
     assert mine <= 2 * theirs + 1e-3, (mine, theirs)
 
 
+def check_any(got, q, k, v, dtype, atol=None, mask=None, **kw):
+    """check_bf16 for bf16; f32 and f16 within their tolerance (atol when
+    given) of torch's SDPA where it expresses the case (a mask alone), else
+    of the f32 reference."""
+    if dtype == "bf16":
+        check_bf16(got, q, k, v, mask=mask, **kw)
+        return
+    if mask is None or kw:
+        want = reference(q, k, v, mask=mask, **kw)
+    else:
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    assert_close(got, want, atol=atol)
+
+
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("s,t,hq,hkv", [(1, 1, 2, 2), (17, 17, 4, 2), (63, 63, 4, 1), (65, 65, 7, 1),
                                         (130, 130, 2, 1), (257, 257, 2, 2), (63, 300, 4, 2), (300, 300, 8, 2)])
@@ -395,12 +409,7 @@ def test_sdpa_decode_direct_head_dims(isa, dtype, d, dv, hq, hkv):
     the plain widening where it is not (40), two rows per kv head and two
     plus one; 300 keys in two splits, the second short."""
     q, k, v = qkv(1, hq, hkv, 1, 300, d, dv=dv, dtype=dtype)
-    got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v))
-    want = reference(q, k, v)
-    if dtype == "bf16":
-        check_bf16(got, q, k, v)
-    else:
-        assert_close(got, want)
+    check_any(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v)), q, k, v, dtype)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
@@ -410,11 +419,7 @@ def test_sdpa_decode_window_empties_splits(isa, dtype):
     and leave nothing to the merge, and the one before the last unit has
     no block to prefetch."""
     q, k, v = qkv(1, 4, 2, 1, 600, 64, dtype=dtype)
-    got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), window=100)
-    if dtype == "bf16":
-        check_bf16(got, q, k, v, window=100)
-    else:
-        assert_close(got, reference(q, k, v, window=100), atol=2e-5)
+    check_any(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), window=100), q, k, v, dtype, atol=2e-5, window=100)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
@@ -432,12 +437,7 @@ def test_sdpa_decode_hidden_blocks_across_units(isa, dtype):
     keep[..., 650] = True
     keep[1, ..., :256] = False
     keep[2, ..., 600:] = True
-    got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(keep))
-    if dtype == "bf16":
-        check_bf16(got, q, k, v, mask=keep)
-    else:
-        want = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
-        assert_close(got, want, atol=2e-5)
+    check_any(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(keep)), q, k, v, dtype, atol=2e-5, mask=keep)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
@@ -449,9 +449,4 @@ def test_sdpa_decode_long_context(isa, dtype):
     q, k, v = qkv(b, hq, hkv, 1, t, d, dtype=dtype)
     keep = torch.ones(b, 1, 1, t, dtype=torch.bool)
     keep[1, ..., 300:13000] = False
-    got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(keep))
-    if dtype == "bf16":
-        check_bf16(got, q, k, v, mask=keep)
-    else:
-        want = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
-        assert_close(got, want, atol=2e-5)
+    check_any(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(keep)), q, k, v, dtype, atol=2e-5, mask=keep)
