@@ -159,9 +159,8 @@ static void tile_rows(int rows, int64_t k, const float *x, int64_t ldx, const ui
  * chain per output: the bits of the bf16 tiles. */
 #define WQ (PN / 4) /* columns per quarter */
 
-/* acc[r] += x[r] * the 16 widened weights at w, r < R. */
-INLINE_ void wide_step(int R, __m256 acc[6][2], const float *x, const float *w) {
-    __m256 w0 = _mm256_load_ps(w), w1 = _mm256_load_ps(w + 8);
+/* acc[r] += x[r] * (w0, w1), the 16 weights of one K element, r < R. */
+INLINE_ void wide_fma(int R, __m256 acc[6][2], const float *x, __m256 w0, __m256 w1) {
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++) {
         __m256 xv = _mm256_broadcast_ss(x + r);
@@ -170,46 +169,112 @@ INLINE_ void wide_step(int R, __m256 acc[6][2], const float *x, const float *w) 
     }
 }
 
+/* acc[r] += x[r] * the 16 widened weights at w, r < R. */
+INLINE_ void wide_step(int R, __m256 acc[6][2], const float *x, const float *w) {
+    wide_fma(R, acc, x, _mm256_load_ps(w), _mm256_load_ps(w + 8));
+}
+
+/* The widening step of a quarter's K pair: its 16 columns' even elements
+ * then odd ones (pair row `row`, columns [col, col + 16)) converted from
+ * the panel, stored widened at w (evens, then odds WQ on) for the groups
+ * after, and multiplied into the first group's sums (x: the pair's two
+ * elements of each row, interleaved). For bf16, the odd element is the u32
+ * with its low half cleared, taken as raw ^ (even >> 16): one shift and an
+ * XOR where pair_f32's shift pair takes two shifts (the same bits), and
+ * with no mask register, which left GCC spilling sums. */
+INLINE_ void widen_pair(int R, __m256 acc[6][2], const float *x, const uint32_t *row, int col, float *w, bool f16) {
+    if (f16) {
+        for (int h = 0; h < 2; h++) {
+            __m256 w0 = pair_f32(row, col, h, true), w1 = pair_f32(row, col + 8, h, true);
+            _mm256_store_ps(w + h * WQ, w0);
+            _mm256_store_ps(w + h * WQ + 8, w1);
+            wide_fma(R, acc, x + h * R, w0, w1);
+        }
+        return;
+    }
+    __m256i e0 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(row + col)), 16);
+    __m256i e1 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(row + col + 8)), 16);
+    _mm256_store_si256((__m256i *)w, e0);
+    _mm256_store_si256((__m256i *)(w + 8), e1);
+    wide_fma(R, acc, x, _mm256_castsi256_ps(e0), _mm256_castsi256_ps(e1));
+    __m256i o0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(row + col)), _mm256_srli_epi32(e0, 16));
+    __m256i o1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(row + col + 8)), _mm256_srli_epi32(e1, 16));
+    _mm256_store_si256((__m256i *)(w + WQ), o0);
+    _mm256_store_si256((__m256i *)(w + WQ + 8), o1);
+    wide_fma(R, acc, x + R, _mm256_castsi256_ps(o0), _mm256_castsi256_ps(o1));
+}
+
+/* The lone last element of an odd K: the even half only. */
+INLINE_ void widen_lone(int R, __m256 acc[6][2], const float *x, const uint32_t *row, int col, float *w, bool f16) {
+    __m256 w0 = pair_f32(row, col, false, f16), w1 = pair_f32(row, col + 8, false, f16);
+    _mm256_store_ps(w, w0);
+    _mm256_store_ps(w + 8, w1);
+    wide_fma(R, acc, x, w0, w1);
+}
+
 /* acc (R rows x 16 columns) over the widened quarter w's pairs [0, np),
  * then its pair np's even element when `lone`; x: the group's R rows
- * interleaved ([K][R]) from the block's first pair; y rows PN apart. */
-INLINE_ void tile_wide(int R, int64_t np, bool lone, const float *x, const float *w, float *y, bool add) {
+ * interleaved ([K][R]) from the block's first pair; y rows PN apart. The
+ * first group (`panel` not NULL: the block's first pair row, quarter at
+ * column q0) widens the quarter into w as it goes, from the registers its
+ * own products use: a separate widening pass stored every vector before
+ * any tile read it, apart from the FMAs (5-7% of a 64-row linear, perf),
+ * where here the conversions and stores fill slots beside them. The
+ * widening group still takes ~1.4x a plain group's time (perf; fewer
+ * shifts did not change it). Qwen3 shapes, packed, cold, alternated with
+ * the separate pass: 16 rows on 2 threads 7-10% more GF/s, 64 rows within
+ * this machine's noise (best of 9: 73-80 against 75-80 GF/s, one thread). */
+INLINE_ void tile_wide(int R, int64_t np, bool lone, const float *x, float *w, float *y, bool add,
+                       const uint32_t *panel, int q0, bool f16) {
     __m256 acc[6][2];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
         for (int v = 0; v < 2; v++) acc[r][v] = add ? _mm256_loadu_ps(y + r * PN + 8 * v) : _mm256_setzero_ps();
-    for (int64_t p = 0; p < np; p++) {
-        wide_step(R, acc, x + 2 * p * R, w + p * 2 * WQ);
-        wide_step(R, acc, x + (2 * p + 1) * R, w + p * 2 * WQ + WQ);
+    if (panel) {
+        for (int64_t p = 0; p < np; p++) widen_pair(R, acc, x + 2 * p * R, panel + p * PN, q0, w + p * 2 * WQ, f16);
+        if (lone) widen_lone(R, acc, x + 2 * np * R, panel + np * PN, q0, w + np * 2 * WQ, f16);
+    } else {
+        for (int64_t p = 0; p < np; p++) {
+            wide_step(R, acc, x + 2 * p * R, w + p * 2 * WQ);
+            wide_step(R, acc, x + (2 * p + 1) * R, w + p * 2 * WQ + WQ);
+        }
+        if (lone) wide_step(R, acc, x + 2 * np * R, w + np * 2 * WQ);
     }
-    if (lone) wide_step(R, acc, x + 2 * np * R, w + np * 2 * WQ);
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
         for (int v = 0; v < 2; v++) _mm256_storeu_ps(y + r * PN + 8 * v, acc[r][v]);
 }
 
-/* Pairs [p0, p0 + n) of the panel into wide, quarter by quarter
- * ([4][n][2][WQ] f32). */
-INLINE_ void widen_block_of(const uint32_t *panel, int64_t p0, int64_t n, float *wide, bool f16) {
-    for (int64_t p = 0; p < n; p++) {
-        const uint32_t *row = panel + (p0 + p) * PN;
-        for (int q = 0; q < 4; q++) {
-            float *dst = wide + (q * n + p) * 2 * WQ;
-            for (int v = 0; v < 2; v++) {
-                /* both halves before either store, which might alias the row */
-                __m256 even = pair_f32(row, q * WQ + 8 * v, false, f16), odd = pair_f32(row, q * WQ + 8 * v, true, f16);
-                _mm256_store_ps(dst + 8 * v, even);
-                _mm256_store_ps(dst + WQ + 8 * v, odd);
-            }
-        }
+/* Each form of the tile its own function: inlined together into one, GCC
+ * allocated the copies' registers jointly and spilled sums in the hot loop
+ * for some mixes of copies (half the speed). The call costs nothing
+ * beside a tile's K block of FMAs. */
+typedef void (*wide_tile_fn)(int64_t np, bool lone, const float *x, float *w, float *y, bool add);
+typedef void (*widen_tile_fn)(int64_t np, bool lone, const float *x, const uint32_t *panel, int q0, float *w,
+                              float *y, bool add);
+#define NOINLINE_ static __attribute__((noinline))
+#define WIDE_TILE(R)                                                                                            \
+    NOINLINE_ void tile_wide_##R(int64_t np, bool lone, const float *x, float *w, float *y, bool add) {       \
+        tile_wide(R, np, lone, x, w, y, add, NULL, 0, false);                                                  \
     }
-}
+WIDE_TILE(1)
+WIDE_TILE(2)
+WIDE_TILE(3)
+WIDE_TILE(4)
+WIDE_TILE(5)
+WIDE_TILE(6)
+static const wide_tile_fn wide_tiles[7] = {NULL, tile_wide_1, tile_wide_2, tile_wide_3, tile_wide_4, tile_wide_5,
+                                           tile_wide_6};
 
-static void widen_block(const uint32_t *panel, int64_t p0, int64_t n, float *wide, bool f16) {
-    if (f16)
-        widen_block_of(panel, p0, n, wide, true);
-    else
-        widen_block_of(panel, p0, n, wide, false);
+/* The widening first group: six rows (the widened form runs from
+ * WIDE_MIN_ROWS rows), per weight type. */
+NOINLINE_ void tile_widen_bf16(int64_t np, bool lone, const float *x, const uint32_t *panel, int q0, float *w,
+                               float *y, bool add) {
+    tile_wide(6, np, lone, x, w, y, add, panel, q0, false);
+}
+NOINLINE_ void tile_widen_f16(int64_t np, bool lone, const float *x, const uint32_t *panel, int q0, float *w,
+                              float *y, bool add) {
+    tile_wide(6, np, lone, x, w, y, add, panel, q0, true);
 }
 
 /* Rows of C per widened pass: their 64 sums stay on the stack (24 KB). */
@@ -222,6 +287,7 @@ static void widen_block(const uint32_t *panel, int64_t p0, int64_t n, float *wid
  * 32 rows 6-18%, 48 rows 16%. (Before its prefetches left the tiles'
  * loop, the widened form broke even only from 30-48 rows.) */
 #define WIDE_MIN_ROWS 16
+_Static_assert(WIDE_MIN_ROWS >= 6, "the widened form's first group widens with six rows");
 
 static bool wide_form(int64_t rows) { return rows >= WIDE_MIN_ROWS; }
 
@@ -231,27 +297,20 @@ static bool wide_form(int64_t rows) { return rows >= WIDE_MIN_ROWS; }
  * walk one contiguous stream. */
 static void wide_rows(int64_t rows, int64_t k, const float *x, const uint32_t *panel, float *y, pf_panel *pf,
                       bool f16) {
-    _Alignas(32) float wide[4 * (KB + 1) * 2 * WQ];
+    _Alignas(32) float wide[(KB + 1) * 2 * WQ];
+    widen_tile_fn widen = f16 ? tile_widen_f16 : tile_widen_bf16;
     int64_t kp = k / 2;
     for (int64_t p0 = 0; p0 < kp || (p0 == 0 && (k & 1)); p0 += KB) {
         int64_t p1 = kp - p0 < KB ? kp : p0 + KB, np = p1 - p0;
         bool lone = p1 == kp && (k & 1), add = p0 > 0;
-        widen_block(panel, p0, np + lone, wide, f16);
         for (int q = 0; q < 4; q++) {
-            const float *w = wide + q * (np + lone) * 2 * WQ;
-            for (int64_t r = 0; r < rows; r += 6) {
+            /* the first group widens the quarter's block for the rest */
+            pf_lines(pf);
+            widen(np, lone, x + 2 * p0 * 6, panel + p0 * PN, q * WQ, wide, y + q * WQ, add);
+            for (int64_t r = 6; r < rows; r += 6) {
                 int64_t R = rows - r < 6 ? rows - r : 6;
-                const float *xg = x + r * k + 2 * p0 * R;
-                float *yr = y + r * PN + q * WQ;
                 pf_lines(pf);
-                switch (R) {
-                case 1: tile_wide(1, np, lone, xg, w, yr, add); break;
-                case 2: tile_wide(2, np, lone, xg, w, yr, add); break;
-                case 3: tile_wide(3, np, lone, xg, w, yr, add); break;
-                case 4: tile_wide(4, np, lone, xg, w, yr, add); break;
-                case 5: tile_wide(5, np, lone, xg, w, yr, add); break;
-                default: tile_wide(6, np, lone, xg, w, yr, add); break;
-                }
+                wide_tiles[R](np, lone, x + r * k + 2 * p0 * R, wide, y + r * PN + q * WQ, add);
             }
         }
     }
