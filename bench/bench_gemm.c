@@ -10,7 +10,7 @@
  * with the median.
  *
  * Built by `make` (CMake target bench_gemm in the build folder).
- * Run: B/bench_gemm [--model qwen3|llama|all] [--rows 16,64,512] [--threads T]
+ * Run: B/bench_gemm [--model qwen3|llama|smollm2|all] [--rows 16,64,512] [--threads T]
  *                   [--mib M] [--samples S] [--only NAME] [--no-huge] [--pack]
  *                   [--cpu-time]
  * The weights get madvise(MADV_HUGEPAGE) (THP is "madvise" here), as the
@@ -35,6 +35,12 @@
 static const bench_linear_shape LLAMA[] = {
     {"llama q/o_proj", 2048, 2048}, {"llama k/v_proj", 512, 2048}, {"llama gate/up", 8192, 2048},
     {"llama down", 2048, 8192},     {"llama lm_head", 128256, 2048},
+};
+
+/* SmolLM2-135M: linears of few 64-row panels (k/v_proj: three) */
+static const bench_linear_shape SMOLLM2[] = {
+    {"smollm2 q/o_proj", 576, 576}, {"smollm2 k/v_proj", 192, 576}, {"smollm2 gate/up", 1536, 576},
+    {"smollm2 down", 576, 1536},    {"smollm2 lm_head", 49152, 576},
 };
 
 static void check(hr_status s, const char *what) { bench_check("bench_gemm", s, what); }
@@ -225,7 +231,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--pack")) pack = true;
         else if (!strcmp(argv[i], "--cpu-time")) g_cpu_time = true;
         else {
-            fprintf(stderr, "usage: %s [--model qwen3|llama|all] [--rows 16,64,512] [--threads T] [--mib M] "
+            fprintf(stderr, "usage: %s [--model qwen3|llama|smollm2|all] [--rows 16,64,512] [--threads T] [--mib M] "
                             "[--samples S] [--only NAME] [--no-huge] [--pack] [--cpu-time]\n", argv[0]);
             return 2;
         }
@@ -256,6 +262,10 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < sizeof LLAMA / sizeof *LLAMA; i++)
                 if (!only || strstr(LLAMA[i].name, only))
                     bench_shape(&LLAMA[i], rows[r], mib << 20, samples, huge, peak, pack);
+        if (all || !strcmp(model, "smollm2"))
+            for (size_t i = 0; i < sizeof SMOLLM2 / sizeof *SMOLLM2; i++)
+                if (!only || strstr(SMOLLM2[i].name, only))
+                    bench_shape(&SMOLLM2[i], rows[r], mib << 20, samples, huge, peak, pack);
     }
     return 0;
 }

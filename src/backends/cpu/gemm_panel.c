@@ -41,7 +41,7 @@
 /* Rows of A per tile (6 x 4 accumulators + 4 panel vectors fit the 32 zmm
  * registers). */
 #define PR 6
-/* The next unit of segment s from its front (or back); -1 when none is left. */
+/* The next work item of segment s from its front (or back); -1 when none is left. */
 static int64_t claim(panel_ctx *ctx, int s, bool front) {
     uint64_t e = atomic_load_explicit(&ctx->ends[s], memory_order_relaxed);
     for (;;) {
@@ -196,7 +196,10 @@ pf_panel hr_gemm_panel_next_stream(const panel_ctx *ctx, int64_t next, int64_t s
 /* Every row of C over weight rows [u * PN, u * PN + nj): each group of PR
  * rows over the unit's panel (packed into `scratch` first when B has no
  * panels), while unit `next`'s weights are prefetched. */
-static TARGET_ void panel_unit(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uint32_t *scratch) {
+static TARGET_ void panel_unit(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uint32_t *scratch,
+                               int64_t r0, int64_t r1) {
+    /* called with every row (row_chunk 0): the tiles below start at row 0 */
+    (void)r0, (void)r1;
     const hr_gemm *g = ctx->g;
     int64_t j0 = u * PN;
     const uint32_t *panel = scratch;
@@ -249,15 +252,20 @@ static void panel_worker(void *arg, int ith, int nth) {
     const hr_gemm *g = ctx->g;
     int s = ith / 2;
     bool front = ith % 2 == 0;
-    int64_t u = claim(ctx, s, front), dir = front ? 1 : -1;
-    if (u < 0) return;
+    int64_t i = claim(ctx, s, front), dir = front ? 1 : -1, ch = ctx->chunks;
+    if (i < 0) return;
     uint32_t *scratch = NULL;
     if (!ctx->packed && !(scratch = hr_gemm_thread_scratch(hr_gemm_panel_bytes(g->k)))) {
         atomic_store(&ctx->failed, 1);
         return;
     }
-    for (; u >= 0; u = claim(ctx, s, front))
-        ctx->unit(ctx, u, u + dir, g->n - u * PN < PN ? (int)(g->n - u * PN) : PN, scratch);
+    for (; i >= 0; i = claim(ctx, s, front)) {
+        int64_t u = i / ch, c = i % ch, r0 = c * ctx->row_chunk, r1 = ch == 1 ? ctx->rows : r0 + ctx->row_chunk;
+        /* the next item's unit, unless it is this one (its panel is here) */
+        int64_t next = (i + dir) / ch == u ? -1 : u + dir;
+        ctx->unit(ctx, u, next, g->n - u * PN < PN ? (int)(g->n - u * PN) : PN, scratch, r0,
+                  r1 < ctx->rows ? r1 : ctx->rows);
+    }
 }
 
 hr_status hr_gemm_panel_run(const hr_gemm *g, int64_t rows, const uint16_t *x, int64_t ldx) {
@@ -272,15 +280,18 @@ hr_status hr_gemm_panel_dispatch(panel_ctx *ctx) {
      * the batch walk, which every row of every unit would repeat */
     if (!hr_gemm_rows_even(g, true, ctx->row0 + ctx->rows, &ctx->ldc)) ctx->ldc = -1;
     ctx->units = (g->n + PN - 1) / PN;
+    bool chunked = ctx->row_chunk > 0 && ctx->row_chunk < ctx->rows;
+    ctx->chunks = chunked ? (ctx->rows + ctx->row_chunk - 1) / ctx->row_chunk : 1;
+    int64_t items = ctx->units * ctx->chunks;
     atomic_init(&ctx->failed, 0);
     int64_t tasks = hr_parallel_threads_for(ctx->rows * g->n * g->k, HR_GRAIN_MATMUL);
-    if (tasks > ctx->units) tasks = ctx->units;
+    if (tasks > items) tasks = items;
     if (tasks > 2 * P_MAX_SEGS) tasks = 2 * P_MAX_SEGS;
     if (tasks < 1) tasks = 1;
     int nseg = (int)((tasks + 1) / 2);
     for (int sg = 0; sg < nseg; sg++) {
         int64_t b, e;
-        hr_split_range(ctx->units, sg, nseg, &b, &e);
+        hr_split_range(items, sg, nseg, &b, &e);
         atomic_init(&ctx->ends[sg], (uint64_t)e << 32 | (uint64_t)b);
     }
     hr_parallel_run(panel_worker, ctx, (int)tasks);

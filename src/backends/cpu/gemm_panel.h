@@ -23,9 +23,11 @@
 #define P_MAX_SEGS 64
 
 typedef struct panel_ctx panel_ctx;
-/* Every row of C over weight rows [u * PN, u * PN + nj), unit `next`'s
- * weights prefetched meanwhile; scratch: a panel's bytes when B has none. */
-typedef void (*hr_panel_unit_fn)(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uint32_t *scratch);
+/* Rows [r0, r1) of C over weight rows [u * PN, u * PN + nj), unit `next`'s
+ * weights prefetched meanwhile (-1: none); scratch: a panel's bytes when B
+ * has none. */
+typedef void (*hr_panel_unit_fn)(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uint32_t *scratch,
+                                 int64_t r0, int64_t r1);
 
 struct panel_ctx {
     const hr_gemm *g;
@@ -35,10 +37,12 @@ struct panel_ctx {
     int64_t row0;      /* the AVX2 unit: x32's row r is row row0 + r of A and C */
     int64_t ldx, rows;
     int64_t units;          /* of PN weight rows */
+    int64_t row_chunk;      /* rows per work item, a multiple of 6 (set by the caller; 0: all rows) */
+    int64_t chunks;         /* work items per unit (filled in) */
     const uint32_t *packed; /* B's panels made at load, or NULL: pack per call */
     hr_gemm_amx_fn amx;     /* the AMX kernel, or NULL: the AVX-512 tile */
     int64_t ldc;            /* C's rows, across batches, this many elements apart; -1: not evenly */
-    _Atomic uint64_t ends[P_MAX_SEGS]; /* segment s's unclaimed units: [low 32 bits, high 32 bits) */
+    _Atomic uint64_t ends[P_MAX_SEGS]; /* segment s's unclaimed work items: [low 32 bits, high 32 bits) */
     atomic_int failed;
 };
 
@@ -78,7 +82,9 @@ static inline void pf_lines(pf_panel *pf) {
 pf_panel hr_gemm_panel_next_stream(const panel_ctx *ctx, int64_t next, int64_t steps);
 
 /* Runs ctx->unit over every unit, split across the pool (ctx's g, unit,
- * x or x32, row0, ldx, rows, packed and amx set; the rest is filled in). */
+ * x or x32, row0, ldx, rows, packed, amx and row_chunk set; the rest is
+ * filled in). The work items are (unit, chunk of row_chunk rows), a unit's
+ * chunks consecutive. */
 hr_status hr_gemm_panel_dispatch(panel_ctx *ctx);
 
 #endif

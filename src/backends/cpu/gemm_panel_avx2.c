@@ -347,8 +347,8 @@ static int64_t wide_calls(int64_t rows, int64_t k) {
  * only, so that they do not wait in L2 under the earlier passes' x rows,
  * measured no better (prefill of 512, three alternated runs: 115-142
  * tok/s as here, 119-135 so). */
-static pf_panel wide_prefetch(const panel_ctx *ctx, int64_t next) {
-    return hr_gemm_panel_next_stream(ctx, next, wide_calls(ctx->rows, ctx->g->k));
+static pf_panel wide_prefetch(const panel_ctx *ctx, int64_t next, int64_t rows) {
+    return hr_gemm_panel_next_stream(ctx, next, wide_calls(rows, ctx->g->k));
 }
 
 /* C's rows [r, r + rows) of the unit from their sums y (rows PN apart). */
@@ -365,7 +365,8 @@ static void store_rows(const panel_ctx *ctx, int64_t r, int64_t rows, int64_t j0
     }
 }
 
-static void avx2_unit(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uint32_t *scratch) {
+static void avx2_unit(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uint32_t *scratch, int64_t r0,
+                      int64_t r1) {
     (void)scratch;
     const hr_gemm *g = ctx->g;
     int64_t j0 = u * PN;
@@ -375,26 +376,46 @@ static void avx2_unit(const panel_ctx *ctx, int64_t u, int64_t next, int nj, uin
                              g->bias_s);
     bool simd = hr_k_simd(), f16 = g->b.dt == HR_F16;
     const float *b = g->bias ? bias : NULL;
-    if (wide_form(ctx->rows)) {
+    if (wide_form(ctx->rows)) { /* x32 is grouped for all of them; r0 starts a group */
         float y[WIDE_ROWS * PN];
         /* passes of whole groups: x's groups start at multiples of six rows */
-        int64_t passes = (ctx->rows + WIDE_ROWS - 1) / WIDE_ROWS;
-        int64_t per = ((ctx->rows + passes - 1) / passes + 5) / 6 * 6;
-        pf_panel pf = wide_prefetch(ctx, next);
-        for (int64_t r = 0; r < ctx->rows; r += per) {
-            int64_t rows = ctx->rows - r < per ? ctx->rows - r : per;
+        int64_t n = r1 - r0, passes = (n + WIDE_ROWS - 1) / WIDE_ROWS;
+        int64_t per = ((n + passes - 1) / passes + 5) / 6 * 6;
+        pf_panel pf = wide_prefetch(ctx, next, n);
+        for (int64_t r = r0; r < r1; r += per) {
+            int64_t rows = r1 - r < per ? r1 - r : per;
             wide_rows(rows, g->k, ctx->x32 + r * g->k, panel, y, &pf, f16);
             store_rows(ctx, r, rows, j0, nj, y, b, simd);
         }
         return;
     }
     float y[6 * PN];
-    pf_panel pf = hr_gemm_panel_next_stream(ctx, next, unit_steps(ctx->rows, g->k));
-    for (int64_t r = 0; r < ctx->rows; r += 6) {
-        int rows = ctx->rows - r < 6 ? (int)(ctx->rows - r) : 6;
+    pf_panel pf = hr_gemm_panel_next_stream(ctx, next, unit_steps(r1 - r0, g->k));
+    for (int64_t r = r0; r < r1; r += 6) {
+        int rows = r1 - r < 6 ? (int)(r1 - r) : 6;
         tile_rows(rows, g->k, ctx->x32 + r * ctx->ldx, ctx->ldx, panel, y, &pf, f16);
         store_rows(ctx, r, rows, j0, nj, y, b, simd);
     }
+}
+
+/* Rows per work item when a linear has too few units to share evenly:
+ * with N = 192 (SmolLM2's k/v_proj, three units) two threads split 2:1.
+ * Chunks of whole groups of six, each widening the panel again, so no
+ * fewer than CHUNK_MIN_ROWS rows; enough chunks for about ITEMS_PER_TASK
+ * items per thread. The same sums, whatever the chunks. SmolLM2 shapes,
+ * packed, 2 threads, alternated with whole units, best of 9: k/v_proj at
+ * 512 rows 93-109 -> 126-130 GF/s, at 64 rows 56-90 -> 72-95. */
+#define CHUNK_MIN_ROWS 32
+#define ITEMS_PER_TASK 8
+
+static int64_t row_chunk(int64_t rows, int64_t n, int64_t k) {
+    int tasks = hr_parallel_threads_for(rows * n * k, HR_GRAIN_MATMUL); /* as hr_gemm_panel_dispatch counts */
+    int64_t units = (n + PN - 1) / PN, want = (int64_t)tasks * ITEMS_PER_TASK;
+    if (tasks < 2 || !wide_form(rows) || units >= want) return 0;
+    int64_t chunks = (want + units - 1) / units, most = rows / CHUNK_MIN_ROWS;
+    if (chunks > most) chunks = most;
+    if (chunks <= 1) return 0;
+    return ((rows + chunks - 1) / chunks + 5) / 6 * 6;
 }
 
 /* Rows of A widened per pass: the f32 copy of x stays bounded (16 MiB at
@@ -456,7 +477,7 @@ hr_status hr_gemm_panel_run_avx2(const hr_gemm *g, int64_t rows) {
         if (tasks > (n + 5) / 6) tasks = (int)((n + 5) / 6);
         hr_parallel_run(widen_task, &job, tasks);
         panel_ctx ctx = {.g = g, .unit = avx2_unit, .x32 = x32, .ldx = k, .row0 = r0, .rows = n,
-                         .packed = g->b_panels};
+                         .packed = g->b_panels, .row_chunk = row_chunk(n, g->n, k)};
         hr_status st = hr_gemm_panel_dispatch(&ctx);
         if (st != HR_OK) return st;
     }
