@@ -174,22 +174,29 @@ INLINE_ void wide_step(int R, __m256 acc[6][2], const float *x, const float *w) 
     wide_fma(R, acc, x, _mm256_load_ps(w), _mm256_load_ps(w + 8));
 }
 
-/* The widening step of a quarter's K pair: its 16 columns' even elements
- * then odd ones (pair row `row`, columns [col, col + 16)) converted from
- * the panel, stored widened at w (evens, then odds WQ on) for the groups
- * after, and multiplied into the first group's sums (x: the pair's two
- * elements of each row, interleaved). For bf16, the odd element is the u32
- * with its low half cleared, taken as raw ^ (even >> 16): one shift and an
- * XOR where pair_f32's shift pair takes two shifts (the same bits), and
- * with no mask register, which left GCC spilling sums. */
+/* One element of a quarter's K pair (`odd` or even; the lone last
+ * element of an odd K is an even one): its 16 columns (pair row `row`,
+ * columns [col, col + 16)) converted from the panel by pair_f32, stored
+ * widened at w for the groups after, and multiplied into the first
+ * group's sums. */
+INLINE_ void widen_half(int R, __m256 acc[6][2], const float *x, const uint32_t *row, int col, bool odd, float *w,
+                        bool f16) {
+    __m256 w0 = pair_f32(row, col, odd, f16), w1 = pair_f32(row, col + 8, odd, f16);
+    _mm256_store_ps(w, w0);
+    _mm256_store_ps(w + 8, w1);
+    wide_fma(R, acc, x, w0, w1);
+}
+
+/* A quarter's K pair, even elements then odd ones, stored widened at w
+ * (evens, then odds WQ on; x: the pair's two elements of each row,
+ * interleaved). For bf16, the odd element is the u32 with its low half
+ * cleared, taken as raw ^ (even >> 16): one shift and an XOR where
+ * pair_f32's shift pair takes two shifts (the same bits), and with no mask
+ * register, which left GCC spilling sums. */
 INLINE_ void widen_pair(int R, __m256 acc[6][2], const float *x, const uint32_t *row, int col, float *w, bool f16) {
     if (f16) {
-        for (int h = 0; h < 2; h++) {
-            __m256 w0 = pair_f32(row, col, h, true), w1 = pair_f32(row, col + 8, h, true);
-            _mm256_store_ps(w + h * WQ, w0);
-            _mm256_store_ps(w + h * WQ + 8, w1);
-            wide_fma(R, acc, x + h * R, w0, w1);
-        }
+        widen_half(R, acc, x, row, col, false, w, true);
+        widen_half(R, acc, x + R, row, col, true, w + WQ, true);
         return;
     }
     __m256i e0 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(row + col)), 16);
@@ -202,14 +209,6 @@ INLINE_ void widen_pair(int R, __m256 acc[6][2], const float *x, const uint32_t 
     _mm256_store_si256((__m256i *)(w + WQ), o0);
     _mm256_store_si256((__m256i *)(w + WQ + 8), o1);
     wide_fma(R, acc, x + R, _mm256_castsi256_ps(o0), _mm256_castsi256_ps(o1));
-}
-
-/* The lone last element of an odd K: the even half only. */
-INLINE_ void widen_lone(int R, __m256 acc[6][2], const float *x, const uint32_t *row, int col, float *w, bool f16) {
-    __m256 w0 = pair_f32(row, col, false, f16), w1 = pair_f32(row, col + 8, false, f16);
-    _mm256_store_ps(w, w0);
-    _mm256_store_ps(w + 8, w1);
-    wide_fma(R, acc, x, w0, w1);
 }
 
 /* acc (R rows x 16 columns) over the widened quarter w's pairs [0, np),
@@ -232,7 +231,7 @@ INLINE_ void tile_wide(int R, int64_t np, bool lone, const float *x, float *w, f
         for (int v = 0; v < 2; v++) acc[r][v] = add ? _mm256_loadu_ps(y + r * PN + 8 * v) : _mm256_setzero_ps();
     if (panel) {
         for (int64_t p = 0; p < np; p++) widen_pair(R, acc, x + 2 * p * R, panel + p * PN, q0, w + p * 2 * WQ, f16);
-        if (lone) widen_lone(R, acc, x + 2 * np * R, panel + np * PN, q0, w + np * 2 * WQ, f16);
+        if (lone) widen_half(R, acc, x + 2 * np * R, panel + np * PN, q0, false, w + np * 2 * WQ, f16);
     } else {
         for (int64_t p = 0; p < np; p++) {
             wide_step(R, acc, x + 2 * p * R, w + p * 2 * WQ);
