@@ -5,9 +5,10 @@ checkpoint by llama.cpp's own converter.
     python bench/bench_llamacpp.py convert HF_DIR OUT.gguf
     python bench/bench_llamacpp.py run MODEL.gguf [--prompt-len P] [--gen G] [--batch B] [--threads T]
 
-convert: takes convert_hf_to_gguf.py (and its gguf-py) from the sdist of the
-installed llama-cpp-python version, so converter and engine come from one
-llama.cpp commit; the sdist is fetched with pip into a cache folder.
+convert: scripts/llama_cpp_convert.py, which takes convert_hf_to_gguf.py (and
+its gguf-py) from the sdist of the installed llama-cpp-python version, so
+converter and engine come from one llama.cpp commit; the sdist is fetched
+with pip into a cache folder.
 run: the same case as `hubrt bench` (B pseudo-random prompts of P ids, greedy,
 eos ignored), batched through the low-level API: one sequence per prompt, the
 prefill as one llama_decode over all B*P tokens (split at n_batch), then gen-1
@@ -18,10 +19,7 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -32,23 +30,9 @@ from bench_transformers import prompt_ids  # noqa: E402  (same ids in every engi
 
 
 def convert(hf_dir, out, cache_dir):
-    import llama_cpp
-    ver = llama_cpp.__version__
-    src = Path(cache_dir) / f"llama_cpp_python-{ver}"
-    if not (src / "vendor" / "llama.cpp" / "convert_hf_to_gguf.py").exists():
-        Path(cache_dir).mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
-                            "--no-deps", "--no-binary", ":all:", f"llama-cpp-python=={ver}", "-d", tmp], check=True)
-            tars = list(Path(tmp).glob("*.tar.gz"))
-            with tarfile.open(tars[0]) as tf:
-                tf.extractall(cache_dir, filter="data")
-    conv = src / "vendor" / "llama.cpp"
-    hf_dir, out = Path(hf_dir).resolve(), Path(out).resolve()  # the converter runs from its own folder
-    tmp_out = Path(str(out) + ".tmp")
-    subprocess.run([sys.executable, str(conv / "convert_hf_to_gguf.py"), str(hf_dir), "--outtype", "bf16",
-                    "--outfile", str(tmp_out)], check=True, cwd=conv)
-    os.replace(tmp_out, out)  # a half-written file never looks converted
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from llama_cpp_convert import convert as run_converter
+    run_converter(hf_dir, out, "bf16", cache=cache_dir)
 
 
 def gguf_types(path):

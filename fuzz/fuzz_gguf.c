@@ -1,7 +1,9 @@
 /* libFuzzer target: GGUF parsing from memory. An image that validates must
  * describe tensors inside the input: dequantizing every one (to f32 and
  * bf16, with the q/k permutation when the rows allow it) lets ASan prove
- * it; every failure carries a message naming the input. */
+ * it; so must building config.json and tokenizer.json from its metadata
+ * (rope_freqs read from its tensor). Every failure carries a message
+ * naming the input. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (hr_gguf_dequant(g, t, HR_F32, 0, &out) == HR_OK) hr_tensor_free(out);
         int64_t heads = t->ndim == 2 && rows % 2 == 0 && rows ? 1 : 0;
         if (hr_gguf_dequant(g, t, HR_BF16, heads, &out) == HR_OK) hr_tensor_free(out);
+    }
+    char *json = NULL;
+    size_t len = 0;
+    hr_status (*const builders[])(const hr_gguf *, char **, size_t *) = {hr_gguf_config_json_of,
+                                                                          hr_gguf_tokenizer_json_of};
+    for (int b = 0; b < 2; b++) {
+        if (builders[b](g, &json, &len) == HR_OK) {
+            if (!json || strlen(json) != len) abort();
+            free(json);
+        } else if (strncmp(hr_last_error(), "fuzz.gguf: ", 11) && !strstr(hr_last_error(), "out of memory")) {
+            abort();
+        }
     }
     hr_gguf_close(g);
     return 0;

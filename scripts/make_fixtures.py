@@ -67,6 +67,14 @@ TINY = {
                                      num_attention_heads=2, num_key_value_heads=1, head_dim=16,
                                      tie_word_embeddings=True, bos_token_id=None,
                                      eos_token_id=[151645, 151643], pad_token_id=151643), "qwen3"),
+    # llama3 rope scaling from an original length of 16, so that it changes
+    # the frequencies of short prompts too (the GGUF tests' llama3 file)
+    "tiny-llama3-tok": ("llama", dict(vocab_size=128256, hidden_size=32, intermediate_size=64,
+                                      num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                      bos_token_id=128000, eos_token_id=128001, pad_token_id=None,
+                                      rope_parameters=dict(rope_type="llama3", factor=8.0, rope_theta=500000.0,
+                                                           low_freq_factor=1.0, high_freq_factor=4.0,
+                                                           original_max_position_embeddings=16)), "llama3"),
 }
 
 BENCH = {

@@ -90,11 +90,16 @@ hr_status hr_gguf_dequant(const hr_gguf *g, const gguf_tensor *t, hr_dtype dt, i
  * of the block size). */
 void hr_gguf_dequant_row(ggml_type type, const uint8_t *src, float *dst, int64_t n);
 
-/* ---- llama GGUF files as HF checkpoints (gguf_llama.c) ----------------- */
+/* ---- Llama-family GGUF files as HF checkpoints (gguf_llama.c) ---------- */
 
 /* The HF name of GGUF tensor `name` ("blk.3.attn_q.weight" ->
  * "model.layers.3.self_attn.q_proj.weight") into buf; false when it has
  * none. *perm_heads is the head count whose permutation to undo, or 0. */
 bool hr_gguf_hf_name(const hr_gguf *g, const char *name, char *buf, size_t cap, int64_t *perm_heads);
+
+/* hr_gguf_config_json and hr_gguf_tokenizer_json (hubrt/io.h) of a parsed
+ * image: config.json / tokenizer.json text (free()) from its metadata. */
+hr_status hr_gguf_config_json_of(const hr_gguf *g, char **json, size_t *len);
+hr_status hr_gguf_tokenizer_json_of(const hr_gguf *g, char **json, size_t *len);
 
 #endif

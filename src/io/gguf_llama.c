@@ -1,7 +1,7 @@
-/* Llama-architecture GGUF files seen as Hub checkpoints: tensor names
- * mapped to HF's, and config.json / tokenizer.json equivalents built from
- * the metadata, so that the model and tokenizer loaders read them as they
- * read a model folder. */
+/* Llama-family GGUF files (llama.cpp's "llama", "qwen2" and "qwen3"
+ * architectures) seen as Hub checkpoints: tensor names mapped to HF's, and
+ * config.json / tokenizer.json equivalents built from the metadata, so that
+ * the model and tokenizer loaders read them as they read a model folder. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -50,6 +50,37 @@ hr_status hr_gguf_resolve(const char *path, char **out) {
     return s;
 }
 
+/* ---- architectures ----------------------------------------------------------- */
+
+/* llama.cpp's architecture names hubrt reads, their HF class, and whether
+ * its converter permuted q and k (it does so for "llama" only: llama.cpp
+ * runs that arch's rope on interleaved pairs, Qwen's on halves, as HF). */
+typedef struct gguf_arch {
+    const char *name, *hf_class;
+    bool permuted_qk;
+} gguf_arch;
+
+static const gguf_arch ARCHS[] = {
+    {"llama", "LlamaForCausalLM", true},
+    {"qwen2", "Qwen2ForCausalLM", false},
+    {"qwen3", "Qwen3ForCausalLM", false},
+};
+
+/* g's architecture, or NULL when it names none of ARCHS (or none). */
+static const gguf_arch *find_arch(const hr_gguf *g) {
+    gguf_str a;
+    if (hr_gguf_get_str(g, "general.architecture", &a) != HR_OK) return NULL;
+    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
+        if (a.len == strlen(ARCHS[i].name) && !memcmp(a.p, ARCHS[i].name, a.len)) return &ARCHS[i];
+    return NULL;
+}
+
+/* Metadata keys are the architecture's name then a dot: "qwen3.block_count". */
+static const char *arch_key(const gguf_arch *a, const char *suffix, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s.%s", a->name, suffix);
+    return buf;
+}
+
 /* ---- tensor names ---------------------------------------------------------- */
 
 static const char *const layer_map[][2] = {
@@ -58,6 +89,8 @@ static const char *const layer_map[][2] = {
     {"attn_k.weight", "self_attn.k_proj.weight"},
     {"attn_v.weight", "self_attn.v_proj.weight"},
     {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
     {"attn_q.bias", "self_attn.q_proj.bias"},
     {"attn_k.bias", "self_attn.k_proj.bias"},
     {"attn_v.bias", "self_attn.v_proj.bias"},
@@ -71,6 +104,12 @@ static const char *const layer_map[][2] = {
 static int64_t meta_int(const hr_gguf *g, const char *key, int64_t def) {
     int64_t v;
     return hr_gguf_get_int(g, key, &v) == HR_OK ? v : def;
+}
+
+/* The architecture's metadata integer `suffix`, or def. */
+static int64_t arch_int(const hr_gguf *g, const gguf_arch *a, const char *suffix, int64_t def) {
+    char key[96];
+    return meta_int(g, arch_key(a, suffix, key, sizeof key), def);
 }
 
 bool hr_gguf_hf_name(const hr_gguf *g, const char *name, char *buf, size_t cap, int64_t *perm_heads) {
@@ -87,9 +126,12 @@ bool hr_gguf_hf_name(const hr_gguf *g, const char *name, char *buf, size_t cap, 
     for (size_t i = 0; i < sizeof layer_map / sizeof layer_map[0]; i++) {
         if (strcmp(rest, layer_map[i][0])) continue;
         /* the converter permutes q with the head count, k with the kv head count */
-        int64_t heads = meta_int(g, "llama.attention.head_count", 0);
-        if (!strncmp(rest, "attn_q.", 7)) *perm_heads = heads;
-        if (!strncmp(rest, "attn_k.", 7)) *perm_heads = meta_int(g, "llama.attention.head_count_kv", heads);
+        const gguf_arch *a = find_arch(g);
+        if (a && a->permuted_qk) {
+            int64_t heads = arch_int(g, a, "attention.head_count", 0);
+            if (!strncmp(rest, "attn_q.", 7)) *perm_heads = heads;
+            if (!strncmp(rest, "attn_k.", 7)) *perm_heads = arch_int(g, a, "attention.head_count_kv", heads);
+        }
         return (size_t)snprintf(buf, cap, "model.layers.%u.%s", layer, layer_map[i][1]) < cap;
     }
     return false;
@@ -97,12 +139,12 @@ bool hr_gguf_hf_name(const hr_gguf *g, const char *name, char *buf, size_t cap, 
 
 /* ---- config.json ------------------------------------------------------------- */
 
-static hr_status check_llama(const hr_gguf *g) {
+static hr_status check_arch(const hr_gguf *g, const gguf_arch **out) {
     gguf_str arch;
     HR_TRY(hr_gguf_get_str(g, "general.architecture", &arch));
-    if (arch.len != 5 || memcmp(arch.p, "llama", 5))
-        return hr_error(HR_ERR_UNSUPPORTED, "%s: GGUF architecture '%.*s' is not supported (llama)", g->label,
-                        (int)(arch.len > 64 ? 64 : arch.len), arch.p);
+    if (!(*out = find_arch(g)))
+        return hr_error(HR_ERR_UNSUPPORTED, "%s: GGUF architecture '%.*s' is not supported (llama, qwen2, qwen3)",
+                        g->label, (int)(arch.len > 64 ? 64 : arch.len), arch.p);
     return HR_OK;
 }
 
@@ -119,33 +161,73 @@ static hr_status add_num(cJSON *o, const char *name, double v) {
     return cJSON_AddNumberToObject(o, name, v) ? HR_OK : hr_error(HR_ERR_OOM, "out of memory");
 }
 
+/* llama.cpp's rope_freqs tensor: one divisor per rotary pair, which the
+ * converter computes from a llama3 rope_scaling (and writes instead of
+ * it). llama.cpp takes each pair's frequency as base^(-2i/d) / f[i]:
+ * transformers' longrope with those factors for short and long contexts
+ * alike and no attention scaling, so the config says that. */
+static hr_status rope_freqs(const hr_gguf *g, cJSON *c, int64_t rot, int64_t ctx) {
+    long ti = hr_gguf_tensor_index(g, "rope_freqs.weight");
+    if (ti < 0) return HR_OK;
+    const gguf_tensor *t = &g->tensors[ti];
+    if (t->type != GGML_F32 || t->ndim != 1 || t->ne[0] != rot / 2)
+        return hr_error(HR_ERR_FORMAT, "%s: tensor 'rope_freqs.weight' must be F32 [%lld] (rotary dim / 2)", g->label,
+                        (long long)(rot / 2));
+    const uint8_t *src = g->buf + g->data_start + t->offset;
+    cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
+    cJSON *sf = rp ? cJSON_AddArrayToObject(rp, "short_factor") : NULL;
+    cJSON *lf = rp ? cJSON_AddArrayToObject(rp, "long_factor") : NULL;
+    if (!sf || !lf || !cJSON_AddStringToObject(rp, "rope_type", "longrope")) return hr_error(HR_ERR_OOM, "out of memory");
+    for (int64_t i = 0; i < rot / 2; i++) {
+        float f;
+        memcpy(&f, src + 4 * i, 4);
+        if (!(f > 0))
+            return hr_error(HR_ERR_FORMAT, "%s: rope_freqs.weight[%lld] is %g; the factors must be positive", g->label,
+                            (long long)i, (double)f);
+        if (!cJSON_AddItemToArray(sf, cJSON_CreateNumber(f)) || !cJSON_AddItemToArray(lf, cJSON_CreateNumber(f)))
+            return hr_error(HR_ERR_OOM, "out of memory");
+    }
+    HR_TRY(add_num(rp, "attention_factor", 1.0));
+    return add_num(rp, "original_max_position_embeddings", (double)ctx);
+}
+
 static hr_status build_config(const hr_gguf *g, cJSON *c) {
-    HR_TRY(check_llama(g));
+    const gguf_arch *a;
+    HR_TRY(check_arch(g, &a));
     static const char *const req[][2] = {
-        {"llama.embedding_length", "hidden_size"}, {"llama.feed_forward_length", "intermediate_size"},
-        {"llama.block_count", "num_hidden_layers"}, {"llama.attention.head_count", "num_attention_heads"}};
+        {"embedding_length", "hidden_size"}, {"feed_forward_length", "intermediate_size"},
+        {"block_count", "num_hidden_layers"}, {"attention.head_count", "num_attention_heads"}};
+    char key[96];
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
         int64_t v;
-        HR_TRY(hr_gguf_get_int(g, req[i][0], &v));
+        HR_TRY(hr_gguf_get_int(g, arch_key(a, req[i][0], key, sizeof key), &v));
         HR_TRY(add_num(c, req[i][1], (double)v));
     }
-    int64_t heads = meta_int(g, "llama.attention.head_count", 1);
-    HR_TRY(add_num(c, "num_key_value_heads", (double)meta_int(g, "llama.attention.head_count_kv", heads)));
+    int64_t heads = arch_int(g, a, "attention.head_count", 1);
+    HR_TRY(add_num(c, "num_key_value_heads", (double)arch_int(g, a, "attention.head_count_kv", heads)));
     const gguf_kv *tokens = hr_gguf_find(g, "tokenizer.ggml.tokens");
-    int64_t vocab = meta_int(g, "llama.vocab_size", tokens ? (int64_t)tokens->n : -1);
-    if (vocab < 0) return hr_error(HR_ERR_NOT_FOUND, "%s: missing metadata key 'llama.vocab_size'", g->label);
+    int64_t vocab = arch_int(g, a, "vocab_size", tokens ? (int64_t)tokens->n : -1);
+    if (vocab < 0)
+        return hr_error(HR_ERR_NOT_FOUND, "%s: missing metadata key '%s'", g->label,
+                        arch_key(a, "vocab_size", key, sizeof key));
     HR_TRY(add_num(c, "vocab_size", (double)vocab));
-    int64_t hidden = meta_int(g, "llama.embedding_length", 0);
-    HR_TRY(add_num(c, "head_dim", (double)meta_int(g, "llama.attention.key_length", hidden / (heads ? heads : 1))));
-    HR_TRY(add_num(c, "max_position_embeddings", (double)meta_int(g, "llama.context_length", 2048)));
+    int64_t hidden = arch_int(g, a, "embedding_length", 0);
+    int64_t head_dim = arch_int(g, a, "attention.key_length", hidden / (heads > 0 ? heads : 1));
+    int64_t rot = arch_int(g, a, "rope.dimension_count", head_dim);
+    int64_t ctx = arch_int(g, a, "context_length", 2048);
+    HR_TRY(add_num(c, "head_dim", (double)head_dim));
+    HR_TRY(add_num(c, "max_position_embeddings", (double)ctx));
+    if (rot != head_dim && head_dim > 0) HR_TRY(add_num(c, "partial_rotary_factor", (double)rot / (double)head_dim));
     double eps = 1e-5, theta = 10000.0;
-    if (hr_gguf_find(g, "llama.attention.layer_norm_rms_epsilon"))
-        HR_TRY(hr_gguf_get_num(g, "llama.attention.layer_norm_rms_epsilon", &eps));
-    if (hr_gguf_find(g, "llama.rope.freq_base")) HR_TRY(hr_gguf_get_num(g, "llama.rope.freq_base", &theta));
+    if (hr_gguf_find(g, arch_key(a, "attention.layer_norm_rms_epsilon", key, sizeof key)))
+        HR_TRY(hr_gguf_get_num(g, key, &eps));
+    if (hr_gguf_find(g, arch_key(a, "rope.freq_base", key, sizeof key))) HR_TRY(hr_gguf_get_num(g, key, &theta));
     HR_TRY(add_num(c, "rms_norm_eps", eps));
     HR_TRY(add_num(c, "rope_theta", theta));
-    if (hr_gguf_find(g, "llama.rope.scaling.type") || hr_gguf_tensor_index(g, "rope_freqs.weight") >= 0)
-        return hr_error(HR_ERR_UNSUPPORTED, "%s: rope scaling in GGUF files is not supported yet", g->label);
+    if (hr_gguf_find(g, arch_key(a, "rope.scaling.type", key, sizeof key)))
+        return hr_error(HR_ERR_UNSUPPORTED, "%s: '%s' (linear or yarn rope scaling) is not supported yet", g->label,
+                        key);
+    HR_TRY(rope_freqs(g, c, rot, ctx));
     static const char *const ids[][2] = {{"tokenizer.ggml.bos_token_id", "bos_token_id"},
                                          {"tokenizer.ggml.eos_token_id", "eos_token_id"},
                                          {"tokenizer.ggml.padding_token_id", "pad_token_id"}};
@@ -154,11 +236,22 @@ static hr_status build_config(const hr_gguf *g, cJSON *c) {
     /* llama.cpp writes no output.weight when the head is the embedding */
     bool tied = hr_gguf_tensor_index(g, "output.weight") < 0;
     cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
-    if (!arch || !cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM")) ||
+    if (!arch || !cJSON_AddItemToArray(arch, cJSON_CreateString(a->hf_class)) ||
         !cJSON_AddBoolToObject(c, "tie_word_embeddings", tied) || !cJSON_AddStringToObject(c, "hidden_act", "silu") ||
         !cJSON_AddStringToObject(c, "torch_dtype", "float32"))
         return hr_error(HR_ERR_OOM, "out of memory");
     return HR_OK;
+}
+
+static hr_status build_json(const hr_gguf *g, hr_status (*build)(const hr_gguf *, cJSON *), char **json,
+                            size_t *len) {
+    *json = NULL;
+    *len = 0;
+    cJSON *root = cJSON_CreateObject();
+    hr_status s = root ? build(g, root) : hr_error(HR_ERR_OOM, "out of memory");
+    if (s == HR_OK) return print_json(g, root, json, len);
+    cJSON_Delete(root);
+    return s;
 }
 
 static hr_status with_file(const char *path, hr_status (*build)(const hr_gguf *, cJSON *), char **json, size_t *len) {
@@ -166,10 +259,7 @@ static hr_status with_file(const char *path, hr_status (*build)(const hr_gguf *,
     *len = 0;
     hr_gguf *g = NULL;
     HR_TRY(hr_gguf_open(path, &g));
-    cJSON *root = cJSON_CreateObject();
-    hr_status s = root ? build(g, root) : hr_error(HR_ERR_OOM, "out of memory");
-    if (s == HR_OK) s = print_json(g, root, json, len);
-    else cJSON_Delete(root);
+    hr_status s = build_json(g, build, json, len);
     hr_gguf_close(g);
     return s;
 }
@@ -178,12 +268,21 @@ hr_status hr_gguf_config_json(const char *path, char **json, size_t *len) {
     return with_file(path, build_config, json, len);
 }
 
+hr_status hr_gguf_config_json_of(const hr_gguf *g, char **json, size_t *len) {
+    return build_json(g, build_config, json, len);
+}
+
 /* ---- tokenizer.json ---------------------------------------------------------- */
 
-/* llama.cpp's pre-tokenizer names -> the split regex of their HF tokenizer;
- * "smollm" (and gpt2 and unnamed ones) use the GPT-2 regex of ByteLevel. */
+/* llama.cpp's pre-tokenizer names -> the split regex of their HF tokenizer
+ * (llama-vocab.cpp); "smollm" (and gpt2 and unnamed ones) use the GPT-2
+ * regex of ByteLevel. */
 static const char *const llama3_split =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Qwen2's (and Qwen3's): digits one at a time */
+static const char *const qwen2_split =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 static cJSON *byte_level(bool use_regex) {
@@ -195,12 +294,23 @@ static cJSON *byte_level(bool use_regex) {
     return b;
 }
 
-static cJSON *pre_tokenizer(const hr_gguf *g) {
+static bool str_is(gguf_str s, const char *z) { return s.len == strlen(z) && !memcmp(s.p, z, s.len); }
+
+static gguf_str pre_name(const hr_gguf *g) {
     gguf_str pre = {"", 0};
     (void)hr_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
-    bool smollm = pre.len == 6 && !memcmp(pre.p, "smollm", 6);
-    bool llama3 = (pre.len == 9 && !memcmp(pre.p, "llama-bpe", 9)) || (pre.len == 6 && !memcmp(pre.p, "llama3", 6));
-    if (!smollm && !llama3) return byte_level(true);
+    return pre;
+}
+
+static bool llama3_pre(gguf_str pre) {
+    return str_is(pre, "llama-bpe") || str_is(pre, "llama3") || str_is(pre, "smaug-bpe");
+}
+
+static cJSON *pre_tokenizer(const hr_gguf *g) {
+    gguf_str pre = pre_name(g);
+    bool smollm = str_is(pre, "smollm");
+    const char *split = llama3_pre(pre) ? llama3_split : str_is(pre, "qwen2") ? qwen2_split : NULL;
+    if (!smollm && !split) return byte_level(true);
     cJSON *seq = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(seq, "pretokenizers");
     cJSON_AddStringToObject(seq, "type", "Sequence");
     cJSON *first = cJSON_CreateObject();
@@ -210,13 +320,27 @@ static cJSON *pre_tokenizer(const hr_gguf *g) {
         cJSON_AddBoolToObject(first, "individual_digits", true);
     } else {
         cJSON_AddStringToObject(first, "type", "Split");
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(first, "pattern"), "Regex", llama3_split);
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(first, "pattern"), "Regex", split);
         cJSON_AddStringToObject(first, "behavior", "Isolated");
         cJSON_AddBoolToObject(first, "invert", false);
     }
     cJSON_AddItemToArray(list, first);
     cJSON_AddItemToArray(list, byte_level(smollm));
     return seq;
+}
+
+/* A GGUF's pre-tokenizer name stands for the HF tokenizer it was made
+ * from, and hubrt tokenizes as that tokenizer.json does, where llama.cpp
+ * differs in two places: Qwen2's composes text to NFC first (llama.cpp
+ * does not), and Llama 3's emits a word found whole in the vocabulary
+ * without merging (ignore_merges), which llama.cpp does for "llama-bpe"
+ * but not "smaug-bpe", the name its converter gives some Llama 3
+ * tokenizers. */
+static cJSON *normalizer(const hr_gguf *g) {
+    if (!str_is(pre_name(g), "qwen2")) return cJSON_CreateNull();
+    cJSON *n = cJSON_CreateObject();
+    cJSON_AddStringToObject(n, "type", "NFC");
+    return n;
 }
 
 /* tokenizer.ggml.add_bos_token: a template putting BOS before each sequence
@@ -273,14 +397,14 @@ static hr_status build_tokenizer(const hr_gguf *g, cJSON *root) {
                         g->label);
     cJSON_AddStringToObject(root, "version", "1.0");
     cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
-    cJSON_AddNullToObject(root, "normalizer");
+    cJSON_AddItemToObject(root, "normalizer", normalizer(g));
     cJSON_AddItemToObject(root, "pre_tokenizer", pre_tokenizer(g));
     cJSON_AddItemToObject(root, "post_processor", post_processor(g, toks));
     cJSON_AddItemToObject(root, "decoder", byte_level(true));
     cJSON *m = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(m, "type", "BPE");
     cJSON_AddBoolToObject(m, "byte_fallback", false);
-    cJSON_AddBoolToObject(m, "ignore_merges", false);
+    cJSON_AddBoolToObject(m, "ignore_merges", llama3_pre(pre_name(g)));
     cJSON *vocab = cJSON_AddObjectToObject(m, "vocab"), *ml = cJSON_AddArrayToObject(m, "merges");
     if (!added || !vocab || !ml) return hr_error(HR_ERR_OOM, "out of memory");
     for (uint64_t i = 0; i < toks->n; i++) {
@@ -308,4 +432,8 @@ static hr_status build_tokenizer(const hr_gguf *g, cJSON *root) {
 
 hr_status hr_gguf_tokenizer_json(const char *path, char **json, size_t *len) {
     return with_file(path, build_tokenizer, json, len);
+}
+
+hr_status hr_gguf_tokenizer_json_of(const hr_gguf *g, char **json, size_t *len) {
+    return build_json(g, build_tokenizer, json, len);
 }

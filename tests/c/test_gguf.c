@@ -396,6 +396,93 @@ static void test_tokenizer_json(void **state) {
     unlink(path);
 }
 
+static void kv_f32(img *m, const char *key, float v) {
+    str(m, key);
+    u32(m, GGUF_F32);
+    put(m, &v, 4);
+}
+
+/* The sizes every Llama-family config needs, under arch's prefix. */
+static void arch_sizes(img *m, const char *arch) {
+    char key[64];
+    static const char *const names[] = {"block_count", "embedding_length", "feed_forward_length",
+                                        "attention.head_count", "attention.head_count_kv", "attention.key_length",
+                                        "vocab_size"};
+    static const uint32_t values[] = {1, 8, 16, 2, 1, 4, 32};
+    kv_str(m, "general.architecture", arch);
+    for (int i = 0; i < 7; i++) {
+        snprintf(key, sizeof key, "%s.%s", arch, names[i]);
+        kv_u32(m, key, values[i]);
+    }
+}
+
+static char *config_of(const img *m, hr_status want) {
+    hr_gguf *g = parse_ok(m);
+    char *json = NULL;
+    size_t len = 0;
+    hr_status s = hr_gguf_config_json_of(g, &json, &len);
+    hr_gguf_close(g);
+    if (s != want) fail_msg("status %d: %s", s, hr_last_error());
+    return json;
+}
+
+/* config.json from the metadata of each architecture: Qwen3's class, its
+ * q/k rows left as they are (llama's put back); llama.cpp's rope_freqs as
+ * longrope factors, and bad ones refused naming the tensor. */
+static void test_config_json(void **state) {
+    (void)state;
+    img m;
+    header(&m, 3, 1, 8);
+    arch_sizes(&m, "qwen3");
+    tinfo(&m, "blk.0.attn_q.weight", 2, (uint64_t[]){8, 8}, GGML_F32, 0);
+    pad(&m, 32);
+    memset(m.b + m.n, 0, 256);
+    m.n += 256;
+    char *json = config_of(&m, HR_OK);
+    assert_non_null(strstr(json, "\"Qwen3ForCausalLM\""));
+    assert_non_null(strstr(json, "\"head_dim\":4"));
+    assert_null(strstr(json, "rope_parameters"));
+    free(json);
+    hr_gguf *g = parse_ok(&m);
+    char name[128];
+    int64_t perm = -1;
+    assert_true(hr_gguf_hf_name(g, "blk.0.attn_q.weight", name, sizeof name, &perm));
+    assert_string_equal(name, "model.layers.0.self_attn.q_proj.weight");
+    assert_int_equal(perm, 0);
+    assert_true(hr_gguf_hf_name(g, "blk.0.attn_k_norm.weight", name, sizeof name, &perm));
+    assert_string_equal(name, "model.layers.0.self_attn.k_norm.weight");
+    hr_gguf_close(g);
+
+    for (int bad = 0; bad < 3; bad++) {
+        /* rope dim 4: two factors; bad 1: a zero factor, bad 2: three of them */
+        header(&m, 3, 1, 9);
+        arch_sizes(&m, "llama");
+        kv_f32(&m, "llama.rope.freq_base", 500000.0f);
+        tinfo(&m, "rope_freqs.weight", 1, (uint64_t[]){bad == 2 ? 3 : 2}, GGML_F32, 0);
+        pad(&m, 32);
+        float f[3] = {1.5f, bad == 1 ? 0.0f : 8.0f, 8.0f};
+        put(&m, f, sizeof f);
+        json = config_of(&m, bad ? HR_ERR_FORMAT : HR_OK);
+        if (bad) {
+            assert_non_null(strstr(hr_last_error(), "t.gguf: "));
+            assert_non_null(strstr(hr_last_error(), "rope_freqs.weight"));
+            continue;
+        }
+        assert_non_null(strstr(json, "\"LlamaForCausalLM\""));
+        assert_non_null(strstr(json, "\"rope_type\":\"longrope\""));
+        assert_non_null(strstr(json, "\"short_factor\":[1.5,8]"));
+        assert_non_null(strstr(json, "\"long_factor\":[1.5,8]"));
+        assert_non_null(strstr(json, "\"attention_factor\":1"));
+        assert_non_null(strstr(json, "\"rope_theta\":500000"));
+        free(json);
+    }
+
+    header(&m, 3, 0, 1);
+    kv_str(&m, "general.architecture", "gemma3");
+    assert_null(config_of(&m, HR_ERR_UNSUPPORTED));
+    assert_non_null(strstr(hr_last_error(), "architecture 'gemma3' is not supported (llama, qwen2, qwen3)"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_and_dequant),
@@ -403,6 +490,7 @@ int main(void) {
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_tokenizer_json),
+        cmocka_unit_test(test_config_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,99 @@
+"""GGUF files of the Llama 3 and Qwen3 families, made from tiny random HF
+checkpoints (scripts/make_fixtures.py, with the real llama3 and qwen3
+tokenizers) by llama.cpp's own converter (scripts/llama_cpp_convert.py,
+from the pinned llama-cpp-python sdist): hubrt's logits from the GGUF
+against transformers' on the checkpoint it came from (llama3 rope scaling
+arrives as llama.cpp's rope_freqs tensor; Qwen3's q/k norms and unpermuted
+q/k; a tied and an untied head), and the tokenizer hubrt builds from the
+GGUF's metadata against the checkpoint's tokenizer.json in transformers."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import hubrt
+from test_gguf import hubrt_tokenizer
+from tok_corpus import CORPUS
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "fixtures"
+sys.path.insert(0, str(ROOT / "scripts"))
+from llama_cpp_convert import convert  # noqa: E402
+
+# fixture -> what its GGUF must hold
+MODELS = {
+    "tiny-llama3-tok": dict(arch="llama", pre="smaug-bpe", rope_freqs=True),
+    "tiny-qwen3-tok": dict(arch="qwen3", pre="qwen2", rope_freqs=False),
+}
+
+
+@pytest.fixture(scope="module")
+def ggufs(tmp_path_factory):
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_fixtures.py"), "tiny", "--only", *MODELS],
+                   check=True, capture_output=True)
+    out = tmp_path_factory.mktemp("gguf")
+    files = {}
+    for name in MODELS:
+        files[name] = out / f"{name}.f32.gguf"
+        convert(FIX / name, files[name], "f32")
+    return files
+
+
+def test_files_are_what_the_cases_need(ggufs):
+    import gguf
+    for name, want in MODELS.items():
+        r = gguf.GGUFReader(str(ggufs[name]))
+        assert r.fields["general.architecture"].contents() == want["arch"]
+        assert r.fields["tokenizer.ggml.pre"].contents() == want["pre"]
+        names = {t.name for t in r.tensors}
+        assert ("rope_freqs.weight" in names) == want["rope_freqs"], name
+    cfg = json.loads((FIX / "tiny-llama3-tok" / "config.json").read_text())
+    assert cfg["rope_parameters"]["rope_type"] == "llama3" and not cfg["tie_word_embeddings"]
+
+
+def rel_err(got, want):
+    return float(np.abs(got - want).max() / (want.max() - want.min()))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_logits_match_transformers_on_the_source_checkpoint(ggufs, name):
+    from transformers import AutoModelForCausalLM
+    # 40 positions: past the llama3 fixture's original length of 16
+    ids = np.random.default_rng(0).integers(3, 100000, (2, 40))
+    got = hubrt.AutoModelForCausalLM.from_pretrained(ggufs[name], dtype="float32")(ids).logits
+    with torch.no_grad():
+        hf = AutoModelForCausalLM.from_pretrained(FIX / name, dtype=torch.float32).eval()
+        want = hf(torch.tensor(ids)).logits.numpy()
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= 1e-4
+
+
+def test_llama3_rope_scaling_changes_the_logits(ggufs, tmp_path):
+    """The rope_freqs tensor matters here: the same checkpoint without its
+    llama3 scaling gives other logits, so the match above rests on it."""
+    from transformers import AutoModelForCausalLM
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for f in ("model.safetensors", "generation_config.json"):
+        (plain / f).symlink_to(FIX / "tiny-llama3-tok" / f)
+    cfg = json.loads((FIX / "tiny-llama3-tok" / "config.json").read_text())
+    cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg["rope_parameters"]["rope_theta"]}
+    (plain / "config.json").write_text(json.dumps(cfg))
+    ids = np.random.default_rng(0).integers(3, 100000, (1, 40))
+    got = hubrt.AutoModelForCausalLM.from_pretrained(ggufs["tiny-llama3-tok"], dtype="float32")(ids).logits
+    with torch.no_grad():
+        unscaled = AutoModelForCausalLM.from_pretrained(plain, dtype=torch.float32).eval()(torch.tensor(ids))
+    assert rel_err(got, unscaled.logits.numpy()) > 1e-2
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_tokenizer_matches_the_checkpoints(ggufs, name):
+    from transformers import AutoTokenizer
+    hf = AutoTokenizer.from_pretrained(FIX / name)
+    ours = hubrt_tokenizer(ggufs[name])
+    for text in CORPUS:
+        assert ours.encode(text, add_special_tokens=False) == hf.encode(text, add_special_tokens=False), repr(text)
