@@ -100,22 +100,20 @@ static hr_status parse_value(cursor *c, gguf_kv *kv) {
     return HR_OK;
 }
 
-static uint64_t block_elems(ggml_type t) { return t == GGML_Q4_0 || t == GGML_Q4_1 || t == GGML_Q8_0 ? 32 : 1; }
+/* Elements and bytes of one block of each type hubrt reads (ggml-common.h);
+ * 0 bytes: a type it does not. */
+static const struct {
+    uint32_t elems, bytes;
+} BLOCKS[] = {
+    [GGML_F32] = {1, 4},       [GGML_F16] = {1, 2},       [GGML_BF16] = {1, 2},      [GGML_Q4_0] = {32, 18},
+    [GGML_Q4_1] = {32, 20},    [GGML_Q5_0] = {32, 22},    [GGML_Q5_1] = {32, 24},    [GGML_Q8_0] = {32, 34},
+    [GGML_Q2_K] = {256, 84},   [GGML_Q3_K] = {256, 110},  [GGML_Q4_K] = {256, 144},  [GGML_Q5_K] = {256, 176},
+    [GGML_Q6_K] = {256, 210},
+};
 
-static uint64_t block_bytes(ggml_type t) {
-    switch (t) {
-    case GGML_F32: return 4;
-    case GGML_F16: case GGML_BF16: return 2;
-    case GGML_Q4_0: return 18;
-    case GGML_Q4_1: return 20;
-    case GGML_Q8_0: return 34;
-    }
-    return 0;
-}
-
-static bool known_type(uint32_t t) {
-    return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q4_0 || t == GGML_Q4_1 || t == GGML_Q8_0;
-}
+static bool known_type(uint32_t t) { return t < sizeof BLOCKS / sizeof BLOCKS[0] && BLOCKS[t].bytes; }
+static uint64_t block_elems(ggml_type t) { return BLOCKS[t].elems; }
+static uint64_t block_bytes(ggml_type t) { return BLOCKS[t].bytes; }
 
 static hr_status parse_tensor(cursor *c, gguf_tensor *t) {
     HR_TRY(rd_name(c, &t->name, "a tensor name"));
@@ -139,7 +137,7 @@ static hr_status parse_tensor(cursor *c, gguf_tensor *t) {
     HR_TRY(rd_u32(c, &ty, "a tensor type"));
     if (!known_type(ty))
         return hr_error(HR_ERR_UNSUPPORTED, "%s: tensor '%s' has ggml type %u; hubrt reads F32, F16, BF16, Q8_0, "
-                        "Q4_0 and Q4_1", L, t->name, ty);
+                        "Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K", L, t->name, ty);
     t->type = (ggml_type)ty;
     HR_TRY(rd_u64(c, &t->offset, "a tensor offset"));
     uint64_t be = block_elems(t->type);

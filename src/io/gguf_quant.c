@@ -1,6 +1,7 @@
 /* GGUF tensors to hubrt tensors: ggml block formats dequantized row by row
  * (in parallel) into f32, bf16 or f16, dims reversed into row-major order,
  * with llama.cpp's q/k row permutation undone on request. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,24 @@ static void dq_q4_1(const uint8_t *src, float *dst, int64_t nb) {
     }
 }
 
+/* Q5_0 block: f16 d, u32 qh (the fifth bits), 16 bytes of nibbles as
+ * Q4_0; element i < 16 takes bit i of qh, element 16 + i bit 16 + i; x =
+ * (q - 16) * d. Q5_1: f16 d, f16 m first; x = q * d + m. */
+static void dq_q5(const uint8_t *src, float *dst, int64_t nb, bool one) {
+    size_t head = one ? 4 : 2;
+    for (int64_t b = 0; b < nb; b++, src += head + 20, dst += 32) {
+        float d = f16_at(src), m = one ? f16_at(src + 2) : 0.0f;
+        uint32_t qh;
+        memcpy(&qh, src + head, 4);
+        const uint8_t *q = src + head + 4;
+        for (int i = 0; i < 16; i++) {
+            int x0 = (q[i] & 0x0F) | (int)((qh >> i) << 4 & 0x10), x1 = (q[i] >> 4) | (int)((qh >> (i + 12)) & 0x10);
+            dst[i] = one ? (float)x0 * d + m : (float)(x0 - 16) * d;
+            dst[i + 16] = one ? (float)x1 * d + m : (float)(x1 - 16) * d;
+        }
+    }
+}
+
 void hr_gguf_dequant_row(ggml_type type, const uint8_t *src, float *dst, int64_t n) {
     switch (type) {
     case GGML_F32: memcpy(dst, src, sizeof(float) * (size_t)n); break;
@@ -66,6 +85,13 @@ void hr_gguf_dequant_row(ggml_type type, const uint8_t *src, float *dst, int64_t
     case GGML_Q8_0: dq_q8_0(src, dst, n / 32); break;
     case GGML_Q4_0: dq_q4_0(src, dst, n / 32); break;
     case GGML_Q4_1: dq_q4_1(src, dst, n / 32); break;
+    case GGML_Q5_0: dq_q5(src, dst, n / 32, false); break;
+    case GGML_Q5_1: dq_q5(src, dst, n / 32, true); break;
+    case GGML_Q2_K: hr_gguf_dq_q2_k(src, dst, n / 256); break;
+    case GGML_Q3_K: hr_gguf_dq_q3_k(src, dst, n / 256); break;
+    case GGML_Q4_K: hr_gguf_dq_q4_k(src, dst, n / 256); break;
+    case GGML_Q5_K: hr_gguf_dq_q5_k(src, dst, n / 256); break;
+    case GGML_Q6_K: hr_gguf_dq_q6_k(src, dst, n / 256); break;
     }
 }
 

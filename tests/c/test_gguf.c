@@ -266,8 +266,14 @@ static void test_malformed(void **state) {
     tinfo(&m, "w", 2, (uint64_t[]){(uint64_t)1 << 41, 1}, GGML_F32, 0);
     expect_fail(&m, "tensor 'w': dim 0");
     header(&m, 3, 1, 0);
-    tinfo(&m, "w", 1, (uint64_t[]){256}, 12 /* Q4_K */, 0);
-    expect_fail(&m, "tensor 'w' has ggml type 12");
+    tinfo(&m, "w", 1, (uint64_t[]){256}, 16 /* IQ2_XXS */, 0);
+    expect_fail(&m, "tensor 'w' has ggml type 16");
+    header(&m, 3, 1, 0);
+    tinfo(&m, "w", 1, (uint64_t[]){32}, 4 /* Q4_2, long retired: a gap in the numbering */, 0);
+    expect_fail(&m, "tensor 'w' has ggml type 4");
+    header(&m, 3, 1, 0);
+    tinfo(&m, "w", 1, (uint64_t[]){32}, GGML_Q4_K, 0);
+    expect_fail(&m, "not a multiple of the block size 256");
     header(&m, 3, 1, 0);
     tinfo(&m, "w", 1, (uint64_t[]){33}, GGML_Q8_0, 0);
     expect_fail(&m, "not a multiple of the block size 32");
