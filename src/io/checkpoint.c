@@ -320,7 +320,18 @@ hr_status hr_checkpoint_tensor_as(const hr_checkpoint *ck, const char *name, hr_
     const ck_entry *e = ck_find(ck, name);
     if (!e) return ck_missing(ck, name);
     if (ck->gguf) {
-        HR_TRY(hr_gguf_dequant(ck->gguf, &ck->gguf->tensors[e->shard], dt, e->perm_heads, out));
+        /* stored as asked and in HF order: a view of the file, as a
+         * safetensors tensor is (the loader then packs it as one) */
+        const gguf_tensor *t = &ck->gguf->tensors[e->shard];
+        hr_tensor_info info;
+        HR_TRY(gguf_info(t, &info));
+        if (info.dtype == dt && e->perm_heads == 0 &&
+            (t->type == GGML_F32 || t->type == GGML_F16 || t->type == GGML_BF16) &&
+            hr_gguf_view(ck->gguf, t, out) == HR_OK) {
+            hr_tensor_set_name(*out, name);
+            return HR_OK;
+        }
+        HR_TRY(hr_gguf_dequant(ck->gguf, t, dt, e->perm_heads, out));
         hr_tensor_set_name(*out, name);
         return HR_OK;
     }
@@ -355,6 +366,7 @@ void hr_checkpoint_drop_tensor(const hr_checkpoint *ck, const char *name) {
 }
 
 bool hr_checkpoint_drop_pages(const hr_checkpoint *ck, const void *p, size_t n) {
+    if (ck->gguf) return hr_gguf_drop_pages(ck->gguf, p, n);
     for (size_t i = 0; i < ck->n_shards; i++)
         if (hr_safetensors_drop_pages(ck->shards[i], p, n)) return true;
     return false;

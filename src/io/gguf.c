@@ -1,14 +1,10 @@
 /* GGUF v2/v3 reader (the llama.cpp file format): header, metadata and
  * tensor infos validated up front from a private read-only map, so that
  * nothing after parsing can read outside the image. */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "io/gguf.h"
@@ -258,29 +254,41 @@ hr_status hr_gguf_parse(const char *label, const uint8_t *buf, size_t size, hr_g
 
 hr_status hr_gguf_open(const char *path, hr_gguf **out) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return hr_error(errno == ENOENT ? HR_ERR_NOT_FOUND : HR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return hr_error(HR_ERR_IO, "%s: not a regular file", path);
-    }
-    size_t size = (size_t)sb.st_size;
-    void *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    close(fd);
-    if (map == MAP_FAILED) return hr_error(HR_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
-    hr_status s = hr_gguf_parse(path, map ? map : (const uint8_t *)"", size, out);
+    hr_io_map *m = NULL;
+    HR_TRY(hr_io_map_file(path, &m));
+    hr_status s = hr_gguf_parse(path, m->addr ? m->addr : (const uint8_t *)"", m->len, out);
     if (s != HR_OK) {
-        if (map) munmap(map, size);
+        hr_io_map_release(m);
         return s;
     }
-    (*out)->map = map;
+    (*out)->map = m;
     return HR_OK;
 }
 
+bool hr_gguf_drop_pages(const hr_gguf *g, const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p, lo = g->map ? (uintptr_t)g->map->addr : 0, hi = lo + (g->map ? g->map->len : 0);
+    if (!g->map || a < lo || a + n > hi) return false;
+    if (n) hr_io_advise(p, n, MADV_DONTNEED);
+    return true;
+}
+
 void hr_gguf_drop_tensor(const hr_gguf *g, const gguf_tensor *t) {
-    if (g->map) hr_io_advise(g->buf + g->data_start + t->offset, (size_t)t->nbytes, MADV_DONTNEED);
+    hr_gguf_drop_pages(g, g->buf + g->data_start + t->offset, (size_t)t->nbytes);
+}
+
+hr_status hr_gguf_view(const hr_gguf *g, const gguf_tensor *t, hr_tensor **out) {
+    *out = NULL;
+    hr_dtype dt = t->type == GGML_F32 ? HR_F32 : t->type == GGML_F16 ? HR_F16 : t->type == GGML_BF16 ? HR_BF16 : HR_DTYPE_COUNT;
+    if (!g->map || dt == HR_DTYPE_COUNT)
+        return hr_error(HR_ERR_UNSUPPORTED, "%s: tensor '%s' has no zero-copy view (a quantized type, or no file map)",
+                        g->label, t->name);
+    int64_t shape[GGUF_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++) shape[i] = t->ne[t->ndim - 1 - i];
+    void *p = (void *)(g->buf + g->data_start + t->offset);
+    HR_TRY(hr_tensor_wrap_host(dt, t->ndim, shape, NULL, p, (size_t)t->nbytes, hr_io_map_release, g->map, out));
+    hr_io_map_retain(g->map);
+    hr_tensor_set_name(*out, t->name);
+    return HR_OK;
 }
 
 void hr_gguf_close(hr_gguf *g) {
@@ -292,7 +300,7 @@ void hr_gguf_close(hr_gguf *g) {
     for (size_t i = 0; i < g->n_tensors; i++) free(g->tensors[i].name);
     free(g->kv);
     free(g->tensors);
-    if (g->map) munmap(g->map, g->size);
+    hr_io_map_release(g->map);
     free(g->label);
     free(g);
 }

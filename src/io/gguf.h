@@ -48,7 +48,7 @@ typedef struct hr_gguf {
     char *label;         /* file name, first word of every message */
     const uint8_t *buf;  /* the image */
     size_t size;
-    void *map;           /* non-NULL when buf is our mmap */
+    struct hr_io_map *map; /* when buf is our file map (st_internal.h; shared with tensor views) */
     uint32_t version;
     gguf_kv *kv;         /* [n_kv] in file order */
     size_t n_kv;
@@ -70,6 +70,13 @@ void hr_gguf_close(hr_gguf *g);
  * file (MADV_DONTNEED: read again, they come back from the file): for a
  * loader done reading them. */
 void hr_gguf_drop_tensor(const hr_gguf *g, const gguf_tensor *t);
+/* hr_gguf_drop_tensor for any bytes [p, p + n) of g's file map: true when
+ * they lie in it (n == 0 only asks), as hr_safetensors_drop_pages. */
+bool hr_gguf_drop_pages(const hr_gguf *g, const void *p, size_t n);
+/* A tensor over t's stored bytes in g's file map (zero-copy; it keeps the
+ * map alive), for an F32, F16 or BF16 tensor of a mapped file; else
+ * HR_ERR_UNSUPPORTED. */
+hr_status hr_gguf_view(const hr_gguf *g, const gguf_tensor *t, hr_tensor **out);
 
 const gguf_kv *hr_gguf_find(const hr_gguf *g, const char *key);
 long hr_gguf_tensor_index(const hr_gguf *g, const char *name);

@@ -1,6 +1,8 @@
-/* Whole-file reads for the small JSON files of a model folder, and advice
- * on the pages of a file map. */
+/* Whole-file reads for the small JSON files of a model folder, the counted
+ * file maps of the weight files, and advice on their pages. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,49 @@
 
 #include "core/error.h"
 #include "io/st_internal.h"
+
+hr_status hr_io_map_file(const char *path, hr_io_map **out) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return hr_error(errno == ENOENT ? HR_ERR_NOT_FOUND : HR_ERR_IO, "%s: cannot open: %s", path,
+                        strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return hr_error(HR_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return hr_error(HR_ERR_INVALID_ARG, "%s: not a regular file%s", path,
+                        S_ISDIR(sb.st_mode) ? " (a model folder? use hr_checkpoint_open)" : "");
+    }
+    size_t len = (size_t)sb.st_size;
+    void *addr = len ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0) : NULL;
+    int e = errno;
+    close(fd); /* the mapping keeps the file */
+    if (addr == MAP_FAILED) return hr_error(HR_ERR_IO, "%s: mmap failed: %s", path, strerror(e));
+    hr_io_map *m = malloc(sizeof *m);
+    if (!m) {
+        if (addr) munmap(addr, len);
+        return hr_error(HR_ERR_OOM, "%s: out of memory", path);
+    }
+    atomic_init(&m->refs, 1);
+    m->addr = addr;
+    m->len = len;
+    *out = m;
+    return HR_OK;
+}
+
+void hr_io_map_retain(hr_io_map *m) { atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed); }
+
+void hr_io_map_release(void *ctx) {
+    hr_io_map *m = ctx;
+    if (!m || atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
+    if (m->addr) munmap(m->addr, m->len);
+    free(m);
+}
 
 void hr_io_advise(const void *p, size_t n, int advice) {
     if (!n) return;

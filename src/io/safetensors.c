@@ -7,75 +7,30 @@
  * page cache until written, and a caller writing into a weight (an in-place
  * op, a torch tensor received through DLPack) gets its own copy of that
  * page instead of a SIGBUS/SIGSEGV; the file never changes. */
-#include <errno.h>
-#include <fcntl.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "core/tensor_impl.h"
 #include "io/st_internal.h"
 
-typedef struct st_map {
-    atomic_int refs;
-    void *addr;
-    size_t len;
-} st_map;
-
 struct hr_safetensors {
     char *path;
-    st_map *map;
+    hr_io_map *map;
     st_header h;
 };
 
-static void st_map_release(void *ctx) {
-    st_map *m = ctx;
-    if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
-    munmap(m->addr, m->len);
-    free(m);
-}
-
-static hr_status st_map_file(const char *path, st_map **out) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return hr_error(errno == ENOENT ? HR_ERR_NOT_FOUND : HR_ERR_IO, "%s: cannot open: %s", path,
-                        strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return hr_error(HR_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return hr_error(HR_ERR_INVALID_ARG, "%s: not a regular file%s", path,
-                        S_ISDIR(sb.st_mode) ? " (a model folder? use hr_checkpoint_open)" : "");
-    }
-    if (sb.st_size < 8) {
-        close(fd);
-        return hr_error(HR_ERR_FORMAT,
-                        "%s: %lld bytes is too short for a safetensors file (8-byte header "
-                        "length missing)",
-                        path, (long long)sb.st_size);
-    }
-    void *addr = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd); /* the mapping keeps the file */
-    if (addr == MAP_FAILED) return hr_error(HR_ERR_IO, "%s: mmap failed: %s", path, strerror(e));
-    st_map *m = malloc(sizeof *m);
-    if (!m) {
-        munmap(addr, (size_t)sb.st_size);
-        return hr_error(HR_ERR_OOM, "%s: out of memory", path);
-    }
-    atomic_init(&m->refs, 1);
-    m->addr = addr;
-    m->len = (size_t)sb.st_size;
-    *out = m;
-    return HR_OK;
+/* The file mapped, long enough to hold a safetensors header's length. */
+static hr_status st_map_file(const char *path, hr_io_map **out) {
+    HR_TRY(hr_io_map_file(path, out));
+    if ((*out)->len >= 8) return HR_OK;
+    size_t len = (*out)->len;
+    hr_io_map_release(*out);
+    *out = NULL;
+    return hr_error(HR_ERR_FORMAT,
+                    "%s: %lld bytes is too short for a safetensors file (8-byte header length missing)", path,
+                    (long long)len);
 }
 
 hr_status hr_safetensors_open(const char *path, hr_safetensors **out) {
@@ -100,7 +55,7 @@ hr_status hr_safetensors_open(const char *path, hr_safetensors **out) {
 
 void hr_safetensors_close(hr_safetensors *st) {
     if (!st) return;
-    if (st->map) st_map_release(st->map);
+    if (st->map) hr_io_map_release(st->map);
     hr_st_header_free(&st->h);
     free(st->path);
     free(st);
@@ -159,9 +114,9 @@ hr_status hr_safetensors_tensor(const hr_safetensors *st, const char *name, hr_t
     hr_status s;
     if ((uintptr_t)p % hr_dtype_size(e->dtype) == 0) {
         st_prefetch(p, n);
-        s = hr_tensor_wrap_host(e->dtype, e->ndim, e->shape, NULL, p, n, st_map_release, st->map,
+        s = hr_tensor_wrap_host(e->dtype, e->ndim, e->shape, NULL, p, n, hr_io_map_release, st->map,
                                 out);
-        if (s == HR_OK) atomic_fetch_add_explicit(&st->map->refs, 1, memory_order_relaxed);
+        if (s == HR_OK) hr_io_map_retain(st->map);
     } else {
         /* Other writers may leave data unaligned for its type; kernels load
          * whole elements, so such a tensor is copied once. */

@@ -53,6 +53,22 @@ void hr_checkpoint_drop_tensor(const hr_checkpoint *ck, const char *name);
  * there is none of that name. */
 size_t hr_checkpoint_stored_bytes(const hr_checkpoint *ck, const char *name);
 
+/* A whole file mapped private and writable (a write to a tensor viewing it
+ * copies that page, never reaching the file), counted: its opener holds
+ * one reference, each tensor viewing its bytes another, and the last
+ * hr_io_map_release unmaps it. An empty file has no mapping (addr NULL). */
+typedef struct hr_io_map {
+    _Atomic int refs;
+    void *addr;
+    size_t len;
+} hr_io_map;
+
+/* Maps regular file `path` (errors name it: missing, a folder, unmappable). */
+hr_status hr_io_map_file(const char *path, hr_io_map **out);
+void hr_io_map_retain(hr_io_map *m);
+/* Drops one reference (a tensor release callback: ctx is the map). */
+void hr_io_map_release(void *ctx);
+
 /* madvise(advice) on the pages [p, p + n) touches (nothing when n is 0):
  * readahead, or dropping pages of a file map nothing reads again. */
 void hr_io_advise(const void *p, size_t n, int advice);

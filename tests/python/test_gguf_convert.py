@@ -97,3 +97,31 @@ def test_tokenizer_matches_the_checkpoints(ggufs, name):
     ours = hubrt_tokenizer(ggufs[name])
     for text in CORPUS:
         assert ours.encode(text, add_special_tokens=False) == hf.encode(text, add_special_tokens=False), repr(text)
+
+
+def test_float_tensors_are_file_views(ggufs, monkeypatch):
+    """F32/F16/BF16 tensors loaded at their stored dtype (and in HF order:
+    Qwen3's q/k are not permuted) are views of the GGUF's file map, as a
+    safetensors file's are: left there with HUBRT_WEIGHTS=mmap (no copy of
+    the 25 MB of weights in anonymous memory, where every GGUF tensor used
+    to be a copy the loader made, never packed), copied (and linear ones
+    packed) into anonymous memory by default."""
+    import gguf
+    from test_weights_anon import file_rss_kb, rollup_kb
+    path = ggufs["tiny-qwen3-tok"]
+    header = gguf.GGUFReader(str(path)).data_offset  # the metadata (the tokenizer's arrays)
+    weights = path.stat().st_size - header
+    ids = np.random.default_rng(2).integers(3, 100000, (1, 12))
+    monkeypatch.setenv("HUBRT_WEIGHTS", "mmap")
+    before = rollup_kb("Anonymous")
+    model = hubrt.AutoModelForCausalLM.from_pretrained(path, dtype="float32")
+    want = model(ids).logits
+    grown = rollup_kb("Anonymous") - before
+    assert grown * 1024 < weights // 4, (grown, weights)
+    assert file_rss_kb(path) * 1024 >= header + weights // 2
+    del model
+    monkeypatch.setenv("HUBRT_WEIGHTS", "copy")
+    monkeypatch.setenv("HUBRT_PACK_WEIGHTS", "0")
+    model = hubrt.AutoModelForCausalLM.from_pretrained(path, dtype="float32")
+    np.testing.assert_array_equal(model(ids).logits, want)
+    assert file_rss_kb(path) * 1024 <= header + (64 << 10), (file_rss_kb(path), header)

@@ -69,11 +69,11 @@ def test_bad_mode(monkeypatch):
         hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-llama")
 
 
-def anon_huge_kb():
-    """AnonHugePages of this process, in kB (from /proc/self/smaps_rollup)."""
+def rollup_kb(field):
+    """`field` of this process's /proc/self/smaps_rollup ("AnonHugePages", "Anonymous"), in kB."""
     with open("/proc/self/smaps_rollup") as f:
         for line in f:
-            if line.startswith("AnonHugePages:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
 
@@ -108,9 +108,9 @@ def test_cast_weights_collapse_into_huge_pages(monkeypatch, tmp_path, pack):
     want = logits(tmp_path, "bfloat16", ids)
     monkeypatch.delenv("HUBRT_WEIGHTS")
     monkeypatch.setenv("HUBRT_PACK_WEIGHTS", pack)
-    before = anon_huge_kb()
+    before = rollup_kb("AnonHugePages")
     model = hubrt.AutoModelForCausalLM.from_pretrained(tmp_path, dtype="bfloat16")
-    grown = anon_huge_kb() - before
+    grown = rollup_kb("AnonHugePages") - before
     assert grown >= 2 * 4096, f"AnonHugePages grew by {grown} kB"
     got = model(ids).logits
     if pack == "0":
