@@ -191,6 +191,22 @@ static hr_status rope_freqs(const hr_gguf *g, cJSON *c, int64_t rot, int64_t ctx
     return add_num(rp, "original_max_position_embeddings", (double)ctx);
 }
 
+/* The dtype a model loads in by default: the one the matrices are stored
+ * in when they all share BF16 or F16 (as config.json names a safetensors
+ * checkpoint's), else float32, into which transformers dequantizes GGUF
+ * blocks too. */
+static const char *stored_dtype(const hr_gguf *g) {
+    int bf16 = 0, f16 = 0, other = 0;
+    for (size_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        if (t->ndim != 2) continue;
+        if (t->type == GGML_BF16) bf16++;
+        else if (t->type == GGML_F16) f16++;
+        else other++;
+    }
+    return other || (bf16 && f16) ? "float32" : bf16 ? "bfloat16" : f16 ? "float16" : "float32";
+}
+
 static hr_status build_config(const hr_gguf *g, cJSON *c) {
     const gguf_arch *a;
     HR_TRY(check_arch(g, &a));
@@ -238,7 +254,7 @@ static hr_status build_config(const hr_gguf *g, cJSON *c) {
     cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
     if (!arch || !cJSON_AddItemToArray(arch, cJSON_CreateString(a->hf_class)) ||
         !cJSON_AddBoolToObject(c, "tie_word_embeddings", tied) || !cJSON_AddStringToObject(c, "hidden_act", "silu") ||
-        !cJSON_AddStringToObject(c, "torch_dtype", "float32"))
+        !cJSON_AddStringToObject(c, "torch_dtype", stored_dtype(g)))
         return hr_error(HR_ERR_OOM, "out of memory");
     return HR_OK;
 }

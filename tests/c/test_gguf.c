@@ -448,6 +448,17 @@ static void test_config_json(void **state) {
     assert_non_null(strstr(json, "\"Qwen3ForCausalLM\""));
     assert_non_null(strstr(json, "\"head_dim\":4"));
     assert_null(strstr(json, "rope_parameters"));
+    assert_non_null(strstr(json, "\"torch_dtype\":\"float32\""));
+    free(json);
+    /* matrices all in BF16: the model loads in bfloat16, as its safetensors twin would */
+    header(&m, 3, 1, 8);
+    arch_sizes(&m, "qwen3");
+    tinfo(&m, "blk.0.attn_q.weight", 2, (uint64_t[]){8, 8}, GGML_BF16, 0);
+    pad(&m, 32);
+    memset(m.b + m.n, 0, 128);
+    m.n += 128;
+    json = config_of(&m, HR_OK);
+    assert_non_null(strstr(json, "\"torch_dtype\":\"bfloat16\""));
     free(json);
     hr_gguf *g = parse_ok(&m);
     char name[128];
