@@ -1,6 +1,7 @@
 /* GGUF v2/v3 reader (the llama.cpp file format): header, metadata and
- * tensor infos validated up front from a private read-only map, so that
- * nothing after parsing can read outside the image. */
+ * tensor infos validated up front from the file's private map (hr_io_map:
+ * a write through a tensor viewing it copies the page, as for
+ * safetensors), so that nothing after parsing can read outside the image. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,7 +279,10 @@ void hr_gguf_drop_tensor(const hr_gguf *g, const gguf_tensor *t) {
 
 hr_status hr_gguf_view(const hr_gguf *g, const gguf_tensor *t, hr_tensor **out) {
     *out = NULL;
-    hr_dtype dt = t->type == GGML_F32 ? HR_F32 : t->type == GGML_F16 ? HR_F16 : t->type == GGML_BF16 ? HR_BF16 : HR_DTYPE_COUNT;
+    hr_dtype dt = t->type == GGML_F32    ? HR_F32
+                  : t->type == GGML_F16  ? HR_F16
+                  : t->type == GGML_BF16 ? HR_BF16
+                                         : HR_DTYPE_COUNT; /* quantized: no view */
     if (!g->map || dt == HR_DTYPE_COUNT)
         return hr_error(HR_ERR_UNSUPPORTED, "%s: tensor '%s' has no zero-copy view (a quantized type, or no file map)",
                         g->label, t->name);
