@@ -422,6 +422,16 @@ static void arch_sizes(img *m, const char *arch) {
     }
 }
 
+/* A qwen3 image with one 8x8 matrix of `type` (esize bytes an element, zeros). */
+static void qwen3_image(img *m, ggml_type type, size_t esize) {
+    header(m, 3, 1, 8);
+    arch_sizes(m, "qwen3");
+    tinfo(m, "blk.0.attn_q.weight", 2, (uint64_t[]){8, 8}, type, 0);
+    pad(m, 32);
+    memset(m->b + m->n, 0, 64 * esize);
+    m->n += 64 * esize;
+}
+
 static char *config_of(const img *m, hr_status want) {
     hr_gguf *g = parse_ok(m);
     char *json = NULL;
@@ -438,12 +448,7 @@ static char *config_of(const img *m, hr_status want) {
 static void test_config_json(void **state) {
     (void)state;
     img m;
-    header(&m, 3, 1, 8);
-    arch_sizes(&m, "qwen3");
-    tinfo(&m, "blk.0.attn_q.weight", 2, (uint64_t[]){8, 8}, GGML_F32, 0);
-    pad(&m, 32);
-    memset(m.b + m.n, 0, 256);
-    m.n += 256;
+    qwen3_image(&m, GGML_F32, 4);
     char *json = config_of(&m, HR_OK);
     assert_non_null(strstr(json, "\"Qwen3ForCausalLM\""));
     assert_non_null(strstr(json, "\"head_dim\":4"));
@@ -451,12 +456,7 @@ static void test_config_json(void **state) {
     assert_non_null(strstr(json, "\"torch_dtype\":\"float32\""));
     free(json);
     /* matrices all in BF16: the model loads in bfloat16, as its safetensors twin would */
-    header(&m, 3, 1, 8);
-    arch_sizes(&m, "qwen3");
-    tinfo(&m, "blk.0.attn_q.weight", 2, (uint64_t[]){8, 8}, GGML_BF16, 0);
-    pad(&m, 32);
-    memset(m.b + m.n, 0, 128);
-    m.n += 128;
+    qwen3_image(&m, GGML_BF16, 2);
     json = config_of(&m, HR_OK);
     assert_non_null(strstr(json, "\"torch_dtype\":\"bfloat16\""));
     free(json);
