@@ -42,6 +42,13 @@ static inline float hr_f16_to_f32(uint16_t h) {
     return f;
 }
 
+/* An f16 stored at any byte address (ggml blocks put them unaligned). */
+static inline float hr_f16_load(const void *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return hr_f16_to_f32(h);
+}
+
 /* Round to nearest even. */
 static inline uint16_t hr_f32_to_f16(float f) {
     uint32_t u;

@@ -294,7 +294,8 @@ static hr_status ck_missing(const hr_checkpoint *ck, const char *name) {
 
 /* GGUF tensors come as f16 or bf16 when stored so, else f32 (dequantized). */
 static hr_status gguf_info(const gguf_tensor *t, hr_tensor_info *out) {
-    out->dtype = t->type == GGML_F16 ? HR_F16 : t->type == GGML_BF16 ? HR_BF16 : HR_F32;
+    hr_dtype stored = hr_gguf_stored_dtype(t);
+    out->dtype = stored == HR_DTYPE_COUNT ? HR_F32 : stored;
     out->ndim = t->ndim;
     int64_t numel = 1;
     for (int i = 0; i < t->ndim; i++) numel *= out->shape[i] = t->ne[t->ndim - 1 - i];
@@ -323,11 +324,7 @@ hr_status hr_checkpoint_tensor_as(const hr_checkpoint *ck, const char *name, hr_
         /* stored as asked and in HF order: a view of the file, as a
          * safetensors tensor is (the loader then packs it as one) */
         const gguf_tensor *t = &ck->gguf->tensors[e->shard];
-        hr_tensor_info info;
-        HR_TRY(gguf_info(t, &info));
-        if (info.dtype == dt && e->perm_heads == 0 &&
-            (t->type == GGML_F32 || t->type == GGML_F16 || t->type == GGML_BF16) &&
-            hr_gguf_view(ck->gguf, t, out) == HR_OK) {
+        if (hr_gguf_stored_dtype(t) == dt && e->perm_heads == 0 && hr_gguf_view(ck->gguf, t, out) == HR_OK) {
             hr_tensor_set_name(*out, name);
             return HR_OK;
         }

@@ -277,12 +277,16 @@ void hr_gguf_drop_tensor(const hr_gguf *g, const gguf_tensor *t) {
     hr_gguf_drop_pages(g, g->buf + g->data_start + t->offset, (size_t)t->nbytes);
 }
 
+hr_dtype hr_gguf_stored_dtype(const gguf_tensor *t) {
+    return t->type == GGML_F32    ? HR_F32
+           : t->type == GGML_F16  ? HR_F16
+           : t->type == GGML_BF16 ? HR_BF16
+                                  : HR_DTYPE_COUNT;
+}
+
 hr_status hr_gguf_view(const hr_gguf *g, const gguf_tensor *t, hr_tensor **out) {
     *out = NULL;
-    hr_dtype dt = t->type == GGML_F32    ? HR_F32
-                  : t->type == GGML_F16  ? HR_F16
-                  : t->type == GGML_BF16 ? HR_BF16
-                                         : HR_DTYPE_COUNT; /* quantized: no view */
+    hr_dtype dt = hr_gguf_stored_dtype(t);
     if (!g->map || dt == HR_DTYPE_COUNT)
         return hr_error(HR_ERR_UNSUPPORTED, "%s: tensor '%s' has no zero-copy view (a quantized type, or no file map)",
                         g->label, t->name);

@@ -73,6 +73,9 @@ void hr_gguf_drop_tensor(const hr_gguf *g, const gguf_tensor *t);
 /* hr_gguf_drop_tensor for any bytes [p, p + n) of g's file map: true when
  * they lie in it (n == 0 only asks), as hr_safetensors_drop_pages. */
 bool hr_gguf_drop_pages(const hr_gguf *g, const void *p, size_t n);
+/* The hubrt dtype t's bytes are stored in (F32, F16, BF16); HR_DTYPE_COUNT
+ * for a quantized (block) type, which only dequantizing reads. */
+hr_dtype hr_gguf_stored_dtype(const gguf_tensor *t);
 /* A tensor over t's stored bytes in g's file map (zero-copy; it keeps the
  * map alive), for an F32, F16 or BF16 tensor of a mapped file; else
  * HR_ERR_UNSUPPORTED. */

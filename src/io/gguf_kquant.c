@@ -3,25 +3,17 @@
  * element's value is d * scale * q - dmin * min in f32, as there). These
  * are the types of the common "Q4_K_M"-style files: Q4_K and Q6_K, with
  * Q2_K, Q3_K and Q5_K in the other mixes. */
-#include <string.h>
-
 #include "core/half.h"
 #include "io/gguf.h"
 
 #define QK_K 256
-
-static float f16_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return hr_f16_to_f32(h);
-}
 
 /* Q2_K: scales[16] (low nibble scale, high nibble min), qs[64] (2 bits),
  * f16 d, f16 dmin; 84 bytes. */
 void hr_gguf_dq_q2_k(const uint8_t *src, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, src += 84) {
         const uint8_t *sc = src, *q = src + 16;
-        float d = f16_at(src + 80), min = f16_at(src + 82);
+        float d = hr_f16_load(src + 80), min = hr_f16_load(src + 82);
         int is = 0;
         for (int n = 0; n < QK_K; n += 128, q += 32)
             for (int shift = 0; shift < 8; shift += 2)
@@ -38,7 +30,7 @@ void hr_gguf_dq_q2_k(const uint8_t *src, float *y, int64_t nb) {
 void hr_gguf_dq_q3_k(const uint8_t *src, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, src += 110) {
         const uint8_t *hm = src, *q = src + 32, *raw = src + 96;
-        float d = f16_at(src + 108);
+        float d = hr_f16_load(src + 108);
         /* scale j: low 4 bits from byte j % 8 (high nibble for j >= 8),
          * high 2 bits from byte 8 + j % 4, bits 2 * (j / 4) */
         int8_t scales[16];
@@ -78,7 +70,7 @@ static void scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
 static void dq_q45_k(const uint8_t *src, float *y, int64_t nb, bool five) {
     size_t bytes = five ? 176 : 144;
     for (int64_t b = 0; b < nb; b++, src += bytes) {
-        float d = f16_at(src), min = f16_at(src + 2);
+        float d = hr_f16_load(src), min = hr_f16_load(src + 2);
         const uint8_t *sc = src + 4, *qh = src + 16, *ql = src + (five ? 48 : 16);
         uint8_t u1 = 1, u2 = 2;
         for (int j = 0, is = 0; j < QK_K; j += 64, is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
@@ -102,7 +94,7 @@ void hr_gguf_dq_q6_k(const uint8_t *src, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, src += 210) {
         const uint8_t *ql = src, *qh = src + 128;
         const int8_t *sc = (const int8_t *)(src + 192);
-        float d = f16_at(src + 208);
+        float d = hr_f16_load(src + 208);
         for (int n = 0; n < QK_K; n += 128, y += 128, ql += 64, qh += 32, sc += 8)
             for (int l = 0; l < 32; l++) {
                 int is = l / 16;

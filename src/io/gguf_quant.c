@@ -11,16 +11,10 @@
 #include "core/threadpool.h"
 #include "io/gguf.h"
 
-static float f16_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return hr_f16_to_f32(h);
-}
-
 /* Q8_0 block: f16 scale d, 32 x int8 q; x = q * d. */
 static void dq_q8_0(const uint8_t *src, float *dst, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, src += 34, dst += 32) {
-        float d = f16_at(src);
+        float d = hr_f16_load(src);
         const int8_t *q = (const int8_t *)(src + 2);
         for (int i = 0; i < 32; i++) dst[i] = (float)q[i] * d;
     }
@@ -30,7 +24,7 @@ static void dq_q8_0(const uint8_t *src, float *dst, int64_t nb) {
  * element 16 + i its high nibble; x = (q - 8) * d. */
 static void dq_q4_0(const uint8_t *src, float *dst, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, src += 18, dst += 32) {
-        float d = f16_at(src);
+        float d = hr_f16_load(src);
         const uint8_t *q = src + 2;
         for (int i = 0; i < 16; i++) {
             dst[i] = (float)((q[i] & 0x0F) - 8) * d;
@@ -42,7 +36,7 @@ static void dq_q4_0(const uint8_t *src, float *dst, int64_t nb) {
 /* Q4_1 block: f16 d, f16 m, 16 bytes of nibbles as Q4_0; x = q * d + m. */
 static void dq_q4_1(const uint8_t *src, float *dst, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, src += 20, dst += 32) {
-        float d = f16_at(src), m = f16_at(src + 2);
+        float d = hr_f16_load(src), m = hr_f16_load(src + 2);
         const uint8_t *q = src + 4;
         for (int i = 0; i < 16; i++) {
             dst[i] = (float)(q[i] & 0x0F) * d + m;
@@ -57,7 +51,7 @@ static void dq_q4_1(const uint8_t *src, float *dst, int64_t nb) {
 static void dq_q5(const uint8_t *src, float *dst, int64_t nb, bool one) {
     size_t head = one ? 4 : 2;
     for (int64_t b = 0; b < nb; b++, src += head + 20, dst += 32) {
-        float d = f16_at(src), m = one ? f16_at(src + 2) : 0.0f;
+        float d = hr_f16_load(src), m = one ? hr_f16_load(src + 2) : 0.0f;
         uint32_t qh;
         memcpy(&qh, src + head, 4);
         const uint8_t *q = src + head + 4;
@@ -73,7 +67,7 @@ void hr_gguf_dequant_row(ggml_type type, const uint8_t *src, float *dst, int64_t
     switch (type) {
     case GGML_F32: memcpy(dst, src, sizeof(float) * (size_t)n); break;
     case GGML_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = f16_at(src + 2 * i);
+        for (int64_t i = 0; i < n; i++) dst[i] = hr_f16_load(src + 2 * i);
         break;
     case GGML_BF16:
         for (int64_t i = 0; i < n; i++) {
