@@ -476,6 +476,9 @@ static void decode_scores(const attn_ctx *c, attn_scratch *s, const float *q, in
     for (int64_t r = 0; r < rows; r += 2) {
         const rows_pf *b = r ? &none : &vb;
         hr_dtype dt = c->k->dtype;
+        /* constant R and eo in each call: the always-inline kernel is
+         * specialized four ways (accumulators sized by R, no dtype switch
+         * in the eo loop), which one call with variables would not be */
         if (eo && rows - r >= 2)
             qk_rows_avx2(2, q + r * d, d, k0, ldk, HR_BF16, true, nk, s->st + r * BK, b);
         else if (eo)
@@ -497,6 +500,7 @@ static void decode_values(const attn_ctx *c, const attn_scratch *s, float *o, in
     for (int64_t r = 0; r < rows; r += 2) {
         const rows_pf *b = r ? &none : kb;
         hr_dtype dt = c->v->dtype;
+        /* four constant-argument calls, as in decode_scores */
         if (eo && rows - r >= 2)
             pv_rows_avx2(2, o + r * dv, dv, v0, ldv, HR_BF16, true, nk, s->st + r * BK, b);
         else if (eo)
