@@ -169,6 +169,9 @@ static hr_status add_num(cJSON *o, const char *name, double v) {
 static hr_status rope_freqs(const hr_gguf *g, cJSON *c, int64_t rot, int64_t ctx) {
     long ti = hr_gguf_tensor_index(g, "rope_freqs.weight");
     if (ti < 0) return HR_OK;
+    if (cJSON_GetObjectItemCaseSensitive(c, "rope_parameters"))
+        return hr_error(HR_ERR_FORMAT, "%s: a rope_freqs tensor and a rope.scaling.type; llama.cpp writes one or the other",
+                        g->label);
     const gguf_tensor *t = &g->tensors[ti];
     if (t->type != GGML_F32 || t->ndim != 1 || t->ne[0] != rot / 2)
         return hr_error(HR_ERR_FORMAT, "%s: tensor 'rope_freqs.weight' must be F32 [%lld] (rotary dim / 2)", g->label,
@@ -189,6 +192,51 @@ static hr_status rope_freqs(const hr_gguf *g, cJSON *c, int64_t rot, int64_t ctx
     }
     HR_TRY(add_num(rp, "attention_factor", 1.0));
     return add_num(rp, "original_max_position_embeddings", (double)ctx);
+}
+
+/* The architecture's metadata number `suffix` into rp as `name`, when the
+ * file has it. */
+static hr_status copy_num(const hr_gguf *g, const gguf_arch *a, const char *suffix, cJSON *rp, const char *name) {
+    char key[96];
+    double v;
+    if (!hr_gguf_find(g, arch_key(a, suffix, key, sizeof key))) return HR_OK;
+    HR_TRY(hr_gguf_get_num(g, key, &v));
+    return add_num(rp, name, v);
+}
+
+/* llama.cpp's rope.scaling.* keys, which its converter writes from a
+ * linear or yarn rope_parameters (type, factor, and for yarn the original
+ * context length, attention factor and betas), back into that config.
+ * Longrope keeps its factors in tensors of arches hubrt does not read. */
+static hr_status rope_scaling(const hr_gguf *g, const gguf_arch *a, cJSON *c) {
+    char key[96];
+    gguf_str type;
+    if (!hr_gguf_find(g, arch_key(a, "rope.scaling.type", key, sizeof key))) return HR_OK;
+    HR_TRY(hr_gguf_get_str(g, key, &type));
+    bool linear = type.len == 6 && !memcmp(type.p, "linear", 6), yarn = type.len == 4 && !memcmp(type.p, "yarn", 4);
+    if (type.len == 4 && !memcmp(type.p, "none", 4)) return HR_OK;
+    if (!linear && !yarn)
+        return hr_error(HR_ERR_UNSUPPORTED, "%s: '%s' is '%.*s'; hubrt reads none, linear and yarn", g->label, key,
+                        (int)(type.len > 32 ? 32 : type.len), type.p);
+    double factor, ext = 1.0;
+    HR_TRY(hr_gguf_get_num(g, arch_key(a, "rope.scaling.factor", key, sizeof key), &factor));
+    if (!(factor >= 1.0))
+        return hr_error(HR_ERR_FORMAT, "%s: '%s' is %g; a rope scaling factor is at least 1", g->label, key, factor);
+    if (hr_gguf_find(g, arch_key(a, "rope.scaling.yarn_ext_factor", key, sizeof key)))
+        HR_TRY(hr_gguf_get_num(g, key, &ext));
+    if (ext != 1.0) /* transformers' yarn has no extrapolation mix */
+        return hr_error(HR_ERR_UNSUPPORTED, "%s: '%s' is %g; hubrt's yarn takes 1", g->label, key, ext);
+    cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
+    if (!rp || !cJSON_AddStringToObject(rp, "rope_type", linear ? "linear" : "yarn"))
+        return hr_error(HR_ERR_OOM, "out of memory");
+    HR_TRY(add_num(rp, "factor", factor));
+    if (linear) return HR_OK;
+    int64_t orig;
+    HR_TRY(hr_gguf_get_int(g, arch_key(a, "rope.scaling.original_context_length", key, sizeof key), &orig));
+    HR_TRY(add_num(rp, "original_max_position_embeddings", (double)orig));
+    HR_TRY(copy_num(g, a, "rope.scaling.yarn_attn_factor", rp, "attention_factor"));
+    HR_TRY(copy_num(g, a, "rope.scaling.yarn_beta_fast", rp, "beta_fast"));
+    return copy_num(g, a, "rope.scaling.yarn_beta_slow", rp, "beta_slow");
 }
 
 /* The dtype a model loads in by default: the one the matrices are stored
@@ -240,9 +288,7 @@ static hr_status build_config(const hr_gguf *g, cJSON *c) {
     if (hr_gguf_find(g, arch_key(a, "rope.freq_base", key, sizeof key))) HR_TRY(hr_gguf_get_num(g, key, &theta));
     HR_TRY(add_num(c, "rms_norm_eps", eps));
     HR_TRY(add_num(c, "rope_theta", theta));
-    if (hr_gguf_find(g, arch_key(a, "rope.scaling.type", key, sizeof key)))
-        return hr_error(HR_ERR_UNSUPPORTED, "%s: '%s' (linear or yarn rope scaling) is not supported yet", g->label,
-                        key);
+    HR_TRY(rope_scaling(g, a, c));
     HR_TRY(rope_freqs(g, c, rot, ctx));
     static const char *const ids[][2] = {{"tokenizer.ggml.bos_token_id", "bos_token_id"},
                                          {"tokenizer.ggml.eos_token_id", "eos_token_id"},

@@ -2,8 +2,10 @@
  * against the ggml block formulas), the q/k row permutation, a corpus of
  * malformed images that must each fail with a clear message (every prefix
  * of a valid image included), and a checkpoint over a GGUF file. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
@@ -500,6 +502,66 @@ static void test_config_json(void **state) {
     assert_non_null(strstr(hr_last_error(), "architecture 'gemma3' is not supported (llama, qwen2, qwen3)"));
 }
 
+/* A qwen3 image (no tensors) with rope.scaling keys: type, factor, the
+ * original context length and the yarn extras (NaN: not written), and
+ * with `freqs` a llama.cpp rope_freqs tensor of rope dim 4 as well. */
+static void scaled_image(img *m, const char *type, float factor, uint32_t orig, float attn, float ext, bool freqs) {
+    int n_kv = 8 + (type != NULL) + (factor == factor) + (orig > 0) + (attn == attn) + (ext == ext);
+    header(m, 3, freqs, (uint64_t)n_kv);
+    arch_sizes(m, "qwen3");
+    if (type) kv_str(m, "qwen3.rope.scaling.type", type);
+    if (factor == factor) kv_f32(m, "qwen3.rope.scaling.factor", factor);
+    if (orig) kv_u32(m, "qwen3.rope.scaling.original_context_length", orig);
+    if (attn == attn) kv_f32(m, "qwen3.rope.scaling.yarn_attn_factor", attn);
+    if (ext == ext) kv_f32(m, "qwen3.rope.scaling.yarn_ext_factor", ext);
+    if (!freqs) return;
+    tinfo(m, "rope_freqs.weight", 1, (uint64_t[]){2}, GGML_F32, 0);
+    pad(m, 32);
+    put(m, (float[]){1.0f, 2.0f}, 8);
+}
+
+/* llama.cpp's rope.scaling keys (linear, yarn) back into the config's
+ * rope_parameters; "none" is plain rope; other types, bad factors, an
+ * extrapolation mix and a rope_freqs tensor beside them are refused,
+ * naming the key. */
+static void test_rope_scaling_keys(void **state) {
+    (void)state;
+    img m;
+    const float no = NAN;
+    scaled_image(&m, "none", no, 0, no, no, false);
+    char *json = config_of(&m, HR_OK);
+    assert_null(strstr(json, "rope_parameters"));
+    free(json);
+    scaled_image(&m, "linear", 4.0f, 0, no, no, false);
+    json = config_of(&m, HR_OK);
+    assert_non_null(strstr(json, "\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":4}"));
+    free(json);
+    scaled_image(&m, "yarn", 8.0f, 4096, 1.5f, 1.0f, false);
+    json = config_of(&m, HR_OK);
+    assert_non_null(strstr(json, "\"rope_type\":\"yarn\",\"factor\":8,\"original_max_position_embeddings\":4096,"
+                                 "\"attention_factor\":1.5}"));
+    free(json);
+
+    scaled_image(&m, "longrope", no, 0, no, no, false);
+    assert_null(config_of(&m, HR_ERR_UNSUPPORTED));
+    assert_non_null(strstr(hr_last_error(), "t.gguf: 'qwen3.rope.scaling.type' is 'longrope'"));
+    scaled_image(&m, "linear", 0.5f, 0, no, no, false);
+    assert_null(config_of(&m, HR_ERR_FORMAT));
+    assert_non_null(strstr(hr_last_error(), "'qwen3.rope.scaling.factor' is 0.5"));
+    scaled_image(&m, "linear", no, 0, no, no, false);
+    assert_null(config_of(&m, HR_ERR_NOT_FOUND));
+    assert_non_null(strstr(hr_last_error(), "qwen3.rope.scaling.factor"));
+    scaled_image(&m, "yarn", 8.0f, 0, no, no, false);
+    assert_null(config_of(&m, HR_ERR_NOT_FOUND));
+    assert_non_null(strstr(hr_last_error(), "qwen3.rope.scaling.original_context_length"));
+    scaled_image(&m, "yarn", 8.0f, 4096, no, 0.5f, false);
+    assert_null(config_of(&m, HR_ERR_UNSUPPORTED));
+    assert_non_null(strstr(hr_last_error(), "'qwen3.rope.scaling.yarn_ext_factor' is 0.5"));
+    scaled_image(&m, "linear", 2.0f, 0, no, no, true);
+    assert_null(config_of(&m, HR_ERR_FORMAT));
+    assert_non_null(strstr(hr_last_error(), "a rope_freqs tensor and a rope.scaling.type"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_and_dequant),
@@ -508,6 +570,7 @@ int main(void) {
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_tokenizer_json),
         cmocka_unit_test(test_config_json),
+        cmocka_unit_test(test_rope_scaling_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,8 @@ checkpoints (scripts/make_fixtures.py, with the real llama3 and qwen3
 tokenizers) by llama.cpp's own converter (scripts/llama_cpp_convert.py,
 from the pinned llama-cpp-python sdist): hubrt's logits from the GGUF
 against transformers' on the checkpoint it came from (llama3 rope scaling
-arrives as llama.cpp's rope_freqs tensor; Qwen3's q/k norms and unpermuted
+arrives as llama.cpp's rope_freqs tensor, linear and yarn as its
+rope.scaling keys; Qwen3's q/k norms and unpermuted
 q/k; a tied and an untied head), and the tokenizer hubrt builds from the
 GGUF's metadata against the checkpoint's tokenizer.json in transformers."""
 import json
@@ -90,6 +91,42 @@ def test_llama3_rope_scaling_changes_the_logits(ggufs, tmp_path):
     assert rel_err(got, unscaled.logits.numpy()) > 1e-2
 
 
+# rope_parameters llama.cpp's converter writes as rope.scaling.* keys
+ROPE_SCALING = {
+    "linear": dict(rope_type="linear", factor=4.0),
+    "yarn": dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16, attention_factor=1.25,
+                 beta_fast=16.0, beta_slow=2.0),
+}
+
+
+@pytest.mark.parametrize("kind", list(ROPE_SCALING))
+def test_rope_scaling_keys_give_the_source_logits(ggufs, tmp_path, kind):
+    """The Qwen3 checkpoint with a linear or yarn rope_parameters, through
+    llama.cpp's converter: hubrt reads the scaling back from the GGUF's
+    keys and gives transformers' logits on the scaled checkpoint, which
+    differ from the unscaled one's."""
+    import gguf
+    from transformers import AutoModelForCausalLM
+    base, src = FIX / "tiny-qwen3-tok", tmp_path / kind
+    src.mkdir()
+    for f in base.iterdir():
+        if f.name != "config.json":
+            (src / f.name).symlink_to(f)
+    cfg = json.loads((base / "config.json").read_text())
+    cfg["rope_parameters"] = dict(ROPE_SCALING[kind], rope_theta=cfg["rope_parameters"]["rope_theta"])
+    (src / "config.json").write_text(json.dumps(cfg))
+    path = tmp_path / f"{kind}.gguf"
+    convert(src, path, "f32")
+    assert gguf.GGUFReader(str(path)).fields["qwen3.rope.scaling.type"].contents() == kind
+    ids = np.random.default_rng(5).integers(3, 100000, (1, 40))
+    got = hubrt.AutoModelForCausalLM.from_pretrained(path, dtype="float32")(ids).logits
+    with torch.no_grad():
+        want = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).eval()(torch.tensor(ids)).logits
+        plain = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()(torch.tensor(ids)).logits
+    assert rel_err(got, want.numpy()) <= 1e-4
+    assert rel_err(got, plain.numpy()) > 1e-2
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_tokenizer_matches_the_checkpoints(ggufs, name):
     from transformers import AutoTokenizer
@@ -119,7 +156,7 @@ def test_float_tensors_are_file_views(ggufs, monkeypatch):
     keeps them there with HUBRT_WEIGHTS=mmap, and by default copies them
     (packing the linear ones) into anonymous memory, its logits the same."""
     import torch
-    from test_weights_anon import file_rss_kb
+    from mem_util import file_rss_kb
     path = ggufs["tiny-qwen3-tok"]
     tensors = hubrt.load_safetensors(path)
     ranges = file_ranges(path)
