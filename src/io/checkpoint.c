@@ -362,6 +362,10 @@ void hr_checkpoint_drop_tensor(const hr_checkpoint *ck, const char *name) {
         hr_safetensors_drop_tensor(ck->shards[e->shard], name);
 }
 
+void hr_checkpoint_drop_all(const hr_checkpoint *ck) {
+    for (size_t i = 0; i < ck->n; i++) hr_checkpoint_drop_tensor(ck, ck->entries[i].name);
+}
+
 bool hr_checkpoint_drop_pages(const hr_checkpoint *ck, const void *p, size_t n) {
     if (ck->gguf) return hr_gguf_drop_pages(ck->gguf, p, n);
     for (size_t i = 0; i < ck->n_shards; i++)

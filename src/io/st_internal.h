@@ -48,6 +48,10 @@ bool hr_checkpoint_drop_pages(const hr_checkpoint *ck, const void *p, size_t n);
  * dequantized and nothing reads the file's bytes of it again. */
 void hr_safetensors_drop_tensor(const hr_safetensors *st, const char *name);
 void hr_checkpoint_drop_tensor(const hr_checkpoint *ck, const char *name);
+/* hr_checkpoint_drop_tensor for every tensor: for a model whose weights all
+ * went to a device, so that pages the kernel mapped back around later reads
+ * (fault-around) go too. */
+void hr_checkpoint_drop_all(const hr_checkpoint *ck);
 /* Bytes tensor `name` takes in its file (a GGUF tensor's quantized blocks,
  * where hr_checkpoint_info gives its size dequantized to f32); 0 when
  * there is none of that name. */

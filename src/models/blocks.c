@@ -35,12 +35,17 @@ hr_status hr_model_weight(hr_model *m, const char *name, int ndim, const int64_t
     /* A copy made: nothing reads the stored bytes again (a reader that did
      * would fault them back in), so their pages go now; kept, an f32
      * checkpoint run in bf16 held both, 1.5x its bytes. */
-    if (!hr_checkpoint_drop_pages(m->ckpt, hr_tensor_ptr(t), 0)) hr_checkpoint_drop_tensor(m->ckpt, name);
+    bool view = hr_checkpoint_drop_pages(m->ckpt, hr_tensor_ptr(t), 0);
+    if (!view) hr_checkpoint_drop_tensor(m->ckpt, name);
     if (m->dev != hr_device_cpu()) {
         hr_tensor *n = NULL;
         s = hr_tensor_to(t, m->dev, &n);
         hr_tensor_free(t);
         if (s != HR_OK) return hr_error_context(s, "moving '%s' to %s", name, hr_device_name(m->dev));
+        /* The device holds its own copy (PJRT copies during the call): a
+         * view's file pages go as a copy's did; kept, the host held every
+         * weight twice. */
+        if (view) hr_checkpoint_drop_tensor(m->ckpt, name);
         hr_tensor_set_name(n, name);
         t = n;
     }

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "generate/kv_cache.h"
+#include "io/st_internal.h"
 #include "models/model_impl.h"
 #include "models/weights_anon.h"
 
@@ -29,6 +30,9 @@ static hr_status load_weights(hr_model *m) {
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return hr_error(HR_ERR_OOM, "model layers");
     for (int64_t i = 0; i < c->n_layers; i++) HR_TRY(m->arch->load_layer(m, i, &m->layers[i]));
+    /* Every weight went to the device as it loaded (hr_model_weight drops
+     * its pages then); pages mapped back around later reads go now. */
+    if (m->dev != hr_device_cpu()) hr_checkpoint_drop_all(m->ckpt);
     return hr_model_weights_to_anon(m);
 }
 

@@ -5,6 +5,7 @@ with the KV cache donated (updated in place), and found on disk by a new
 process."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from transformers import AutoModelForCausalLM as HFModel
 
 import hubrt
 from hubrt._lib import HubrtError
+from mem_util import file_rss_kb
 from pjrt_util import pjrt_delta, pjrt_stats
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +45,23 @@ def test_logits_match_transformers(name):
         want = HFModel.from_pretrained(FIX / name, dtype=torch.float32).eval()(torch.tensor(ids)).logits.numpy()
     assert got.shape == want.shape
     assert np.abs(got - want).max() / (want.max() - want.min()) <= 1e-4
+
+
+@pytest.mark.parametrize("name,dtype", [("tiny-qwen3", "float32"), (BF16, "bfloat16")])
+def test_weights_leave_the_host_once_on_the_device(tmp_path, name, dtype):
+    """Weights read as file views (stored as asked) are copied to the
+    device at load; their file pages must not stay resident beside the
+    device's copy, and the model must still give the CPU's logits."""
+    folder = tmp_path / name  # a private copy: no other test's map of the file counts
+    shutil.copytree(FIX / name, folder)
+    weights = folder / "model.safetensors"
+    ids = np.random.default_rng(4).integers(3, 512, (1, 7))
+    model = hubrt.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map="xla_cpu")
+    assert file_rss_kb(weights) <= 8  # the header's page or two
+    got = model(ids).logits
+    want = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name, dtype=dtype)(ids).logits
+    tol = 1e-4 if dtype == "float32" else 2e-2  # bf16: the two devices round their sums differently
+    assert np.abs(got - want).max() <= tol * (want.max() - want.min())
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import hubrt
+from mem_util import file_rss_kb, rollup_kb
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
@@ -22,19 +23,6 @@ MODELS = [("tiny-llama", "float32"), ("tiny-llama-tied", "float32"), ("tiny-qwen
 def tiny_fixtures():
     subprocess.run([sys.executable, str(ROOT / "scripts" / "make_fixtures.py"), "tiny"], check=True,
                    capture_output=True)
-
-
-def file_rss_kb(path):
-    """Resident kB of this process's mappings of `path` (from /proc/self/smaps)."""
-    total, inside = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()
-            if len(head) >= 5 and "-" in head[0] and ":" in head[3]:
-                inside = len(head) >= 6 and head[5] == str(path)
-            elif inside and head[0] == "Rss:":
-                total += int(head[1])
-    return total
 
 
 def logits(path, dtype, ids):
@@ -67,15 +55,6 @@ def test_bad_mode(monkeypatch):
     monkeypatch.setenv("HUBRT_WEIGHTS", "huge")
     with pytest.raises(Exception, match="HUBRT_WEIGHTS=huge"):
         hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-llama")
-
-
-def rollup_kb(field):
-    """`field` of this process's /proc/self/smaps_rollup ("AnonHugePages", "Anonymous"), in kB."""
-    with open("/proc/self/smaps_rollup") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
 
 
 def collapse_supported():
