@@ -143,16 +143,22 @@ import hubrt, numpy as np
 ids = np.random.default_rng(7).integers(3, 500, (2, 20))
 args = dict(max_new_tokens=24, do_sample=False, eos_token_id=[])
 xla = hubrt.AutoModelForCausalLM.from_pretrained({path!r}, dtype="bfloat16", device_map="xla_cpu")
-got = xla.generate(ids, cache_implementation="static", **args)
-want = hubrt.AutoModelForCausalLM.from_pretrained({path!r}, dtype="bfloat16").generate(ids, **args)
-print((np.asarray(got) == np.asarray(want)).mean())
+got = np.asarray(xla.generate(ids, cache_implementation="static", **args))
+# the cpu device's logits over the xla run's own tokens (teacher-forced): each
+# pick must be the cpu's greedy one, or within a near-tie of it
+logits = np.asarray(hubrt.AutoModelForCausalLM.from_pretrained({path!r}, dtype="bfloat16")(got).logits)[:, 19:-1]
+picked = np.take_along_axis(logits, got[:, 20:, None], -1)[..., 0]
+gap = (logits.max(-1) - picked) / (logits.max(-1) - logits.min(-1))
+print((gap == 0).mean(), gap.max())
 """
 
 
 def test_bf16_compiled_generation_and_cache_held_as_bits(tmp_path):
     """A bf16 model (grouped query heads) compiled on xla_cpu generates
-    what the cpu device does (trained weights, so bf16 rounding does not
-    flip its picks), and the compiled modules hold the donated bf16 KV
+    what the cpu device does: every token the cpu's greedy pick on the same
+    prefix, or a near-tie of it (the two devices round bf16 sums
+    differently: one such flip changes the rest of a row, so rows are not
+    compared whole), and the compiled modules hold the donated bf16 KV
     cache as i16 bits from argument to result: one bitcast back per
     result, not one per layer's write (XLA's CPU compiler copied the
     whole cache for each)."""
@@ -161,7 +167,10 @@ def test_bf16_compiled_generation_and_cache_held_as_bits(tmp_path):
     env = dict(os.environ, HUBRT_DUMP_DIR=str(tmp_path), HUBRT_CACHE="0")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert float(r.stdout.split()[-1]) >= 0.99, r.stdout
+    exact, worst = (float(v) for v in r.stdout.split()[-2:])
+    # seen: 98% exact, the rest within 0.4% of the logits' span; a token
+    # the model would not pick is ~90% of the span below the top one
+    assert exact >= 0.9 and worst <= 0.02, r.stdout
     graphs = [p.read_text() for p in tmp_path.glob("forward-*.mlir")]
     assert len(graphs) >= 2, sorted(p.name for p in tmp_path.iterdir())
     for text in graphs:
