@@ -105,7 +105,7 @@ static const struct {
     [GGML_F32] = {1, 4},       [GGML_F16] = {1, 2},       [GGML_BF16] = {1, 2},      [GGML_Q4_0] = {32, 18},
     [GGML_Q4_1] = {32, 20},    [GGML_Q5_0] = {32, 22},    [GGML_Q5_1] = {32, 24},    [GGML_Q8_0] = {32, 34},
     [GGML_Q2_K] = {256, 84},   [GGML_Q3_K] = {256, 110},  [GGML_Q4_K] = {256, 144},  [GGML_Q5_K] = {256, 176},
-    [GGML_Q6_K] = {256, 210},
+    [GGML_Q6_K] = {256, 210},  [GGML_IQ4_NL] = {32, 18},  [GGML_IQ4_XS] = {256, 136},
 };
 
 static bool known_type(uint32_t t) { return t < sizeof BLOCKS / sizeof BLOCKS[0] && BLOCKS[t].bytes; }
@@ -134,7 +134,7 @@ static hr_status parse_tensor(cursor *c, gguf_tensor *t) {
     HR_TRY(rd_u32(c, &ty, "a tensor type"));
     if (!known_type(ty))
         return hr_error(HR_ERR_UNSUPPORTED, "%s: tensor '%s' has ggml type %u; hubrt reads F32, F16, BF16, Q8_0, "
-                        "Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K", L, t->name, ty);
+                        "Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS", L, t->name, ty);
     t->type = (ggml_type)ty;
     HR_TRY(rd_u64(c, &t->offset, "a tensor offset"));
     uint64_t be = block_elems(t->type);

@@ -16,7 +16,8 @@ typedef enum gguf_type {
 /* The ggml tensor types hubrt dequantizes (ggml's numbering). */
 typedef enum ggml_type {
     GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q5_0 = 6, GGML_Q5_1 = 7, GGML_Q8_0 = 8,
-    GGML_Q2_K = 10, GGML_Q3_K = 11, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14, GGML_BF16 = 30
+    GGML_Q2_K = 10, GGML_Q3_K = 11, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14, GGML_IQ4_NL = 20,
+    GGML_IQ4_XS = 23, GGML_BF16 = 30
 } ggml_type;
 
 #define GGUF_MAX_DIMS 4
@@ -107,6 +108,10 @@ void hr_gguf_dq_q3_k(const uint8_t *src, float *dst, int64_t nb);
 void hr_gguf_dq_q4_k(const uint8_t *src, float *dst, int64_t nb);
 void hr_gguf_dq_q5_k(const uint8_t *src, float *dst, int64_t nb);
 void hr_gguf_dq_q6_k(const uint8_t *src, float *dst, int64_t nb);
+/* `nb` IQ4_NL blocks (32 elements) or IQ4_XS super-blocks (256) at src into
+ * f32 (gguf_iquant.c). */
+void hr_gguf_dq_iq4_nl(const uint8_t *src, float *dst, int64_t nb);
+void hr_gguf_dq_iq4_xs(const uint8_t *src, float *dst, int64_t nb);
 
 /* ---- Llama-family GGUF files as HF checkpoints (gguf_llama.c) ---------- */
 

@@ -86,6 +86,8 @@ void hr_gguf_dequant_row(ggml_type type, const uint8_t *src, float *dst, int64_t
     case GGML_Q4_K: hr_gguf_dq_q4_k(src, dst, n / 256); break;
     case GGML_Q5_K: hr_gguf_dq_q5_k(src, dst, n / 256); break;
     case GGML_Q6_K: hr_gguf_dq_q6_k(src, dst, n / 256); break;
+    case GGML_IQ4_NL: hr_gguf_dq_iq4_nl(src, dst, n / 32); break;
+    case GGML_IQ4_XS: hr_gguf_dq_iq4_xs(src, dst, n / 256); break;
     }
 }
 
