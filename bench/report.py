@@ -150,7 +150,7 @@ def bound(shape, kind, batch, plen, gen, bw_gbs, peak_gflops):
 
 def merge(a):
     work, res_dir = Path(a.workdir), Path(a.results)
-    pieces = [json.loads(p.read_text()) for p in sorted(work.glob("case-*.json"))]
+    pieces = collapse([json.loads(p.read_text()) for p in sorted(work.glob("case-*.json"))])
     limits = best_limits([_read_json(f) for f in sorted(work.glob("limits-*.json"))])
     meta = _read_json(work / "meta.json") or {}
     tok = _read_json(work / "tokenizer.json")
@@ -213,6 +213,35 @@ def merge(a):
     except Exception as e:  # matplotlib missing: the table still stands
         print(f"[bench] no chart: {e}", file=sys.stderr)
     print(f"[bench] wrote {res_dir}/latest.json, latest.md, latest.png", file=sys.stderr)
+
+
+def collapse(pieces):
+    """One piece per (model, case, engine). An engine run several times
+    (bench/run.sh's BENCH_REPEATS, each round interleaved with the other
+    engines' runs, so that a phase of the machine's memory bandwidth, which
+    is bimodal on this VM, falls on all of them) gives the median of each
+    tok/s figure over its successful runs, and the largest peak RSS; every
+    run's figures stay in the piece as "repeats"."""
+    groups = {}
+    for p in pieces:
+        groups.setdefault((p["model"], p["case"], p["engine"]), []).append(p)
+    out = []
+    for runs in groups.values():
+        ok = [p for p in runs if not p.get("error")]
+        if len(runs) == 1 or not ok:
+            out.append(runs[0])
+            continue
+        merged = dict(ok[0], repeats={"runs": len(runs), "ok": len(ok)})
+        for field in ("prefill_tok_s", "decode_tok_s"):
+            vals = [p[field] for p in ok if p.get(field) is not None]
+            if vals:
+                merged[field] = round(statistics.median(vals), 2)
+                merged["repeats"][field] = vals
+        rss = [p["peak_rss_mb"] for p in ok if p.get("peak_rss_mb") is not None]
+        if rss:
+            merged["peak_rss_mb"] = max(rss)
+        out.append(merged)
+    return out
 
 
 def best_limits(runs):
@@ -285,6 +314,21 @@ def _label(lab, cases):
     return lab
 
 
+def _repeats_line(r):
+    """Which engines ran more than once, and how many times."""
+    counts = {}
+    for p in r.get("runs", []):
+        n = (p.get("repeats") or {}).get("runs")
+        if n:
+            counts.setdefault(p["engine"], set()).add(n)
+    if not counts:
+        return ""
+    engines = [e for e in ENGINES if e in counts]
+    n = max(max(v) for v in counts.values())
+    return (f" {', '.join(engines)}: the median of {n} runs per case, each round interleaved with the other "
+            "engines' (every run's figures: latest.json, runs[].repeats).")
+
+
 def markdown(r):
     m, lim = r["machine"], r["limits"]
     bw, peak = lim.get("read_gbs", {}), lim.get("bf16_peak_gflops", {})
@@ -304,7 +348,8 @@ def markdown(r):
              "Cells: tokens/s (× the best peer · % of the bound the measured limits put on that case). "
              "Peers: transformers eager, transformers static cache + torch.compile, llama.cpp (BF16 GGUF). "
              "✗ [n]: the run failed, note n says why. Machine load: the 1-minute load average when the b1 run "
-             "started (other work on the 2 cores; above ~0.5 the figures of that row are lowered by it).", ""]
+             "started (other work on the 2 cores; above ~0.5 the figures of that row are lowered by it)." +
+             _repeats_line(r), ""]
     notes = []
     cases = r["settings"].get("cases") or {}
     order = [m for m in r["models"] if m in r["table"]] + [m for m in r["table"] if m not in r["models"]]

@@ -10,7 +10,9 @@
 # process, default 420), BENCH_BUDGET (seconds for all model cases, default
 # 4500: later runs are recorded as skipped), BENCH_THREADS (default 2),
 # BENCH_RESULTS (output folder, default bench/results), BENCH_SKIP_INSTALL=1
-# (use the packages already in .venv).
+# (use the packages already in .venv), BENCH_REPEATS (rounds of each case,
+# default 3) and BENCH_REPEAT_ENGINES (the engines run in every round, default
+# hubrt, hubrt-compiled and llama.cpp: the close ones; the others run once).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -23,6 +25,8 @@ BUDGET=${BENCH_BUDGET:-4500}
 MODELS=${BENCH_MODELS:-"qwen3-0.6b-shaped llama-3.2-1b-shaped smollm2-135m-shaped"}
 ENGINES=${BENCH_ENGINES:-"hubrt hubrt-compiled hubrt-xla_cpu transformers-eager transformers-compile llama.cpp"}
 RESULTS=${BENCH_RESULTS:-$ROOT/bench/results}
+REPEATS=${BENCH_REPEATS:-3}
+REPEAT_ENGINES=${BENCH_REPEAT_ENGINES:-"hubrt hubrt-compiled llama.cpp"}
 WORK=$RESULTS/run.tmp
 FIX=$ROOT/fixtures
 START=$(date +%s)
@@ -126,7 +130,16 @@ for spec in $CASE_SPEC; do
   # limits again between the headline cases and the batch cases (the report keeps the highest)
   [[ $spec != "${CASE_SPEC%% *}" && ! -f $WORK/limits-middle.json ]] && measure_limits middle
   for m in $MODELS; do
+   for rep in $(seq 1 "$REPEATS"); do
+    # rounds after the first: only the engines close enough for the spread to matter; a run that
+    # cannot happen was recorded in the first round
+    out=$WORK/case-$m.$c
+    (( rep > 1 )) && out=$out.r$rep
     for e in $ENGINES; do
+      if (( rep > 1 )) && { [[ " $REPEAT_ENGINES " != *" $e "* ]] || (( $(date +%s) - START > BUDGET )) ||
+                            [[ ! -f $WORK/case-$m.$c.$e.json ]] || grep -q '"error": ' "$WORK/case-$m.$c.$e.json"; }; then
+        continue
+      fi
       # xla_cpu compiles one StableHLO module per shape (the warm-up's two, then prefill 512 and decode:
       # ~11 s each on 2 quiet cores, b1 150 s in all; 370 s at load 6): only the headline case of the first model fits
       if [[ $e == hubrt-xla_cpu && ( $c != b1 || $m != ${MODELS%% *} ) ]]; then continue; fi
@@ -146,8 +159,9 @@ for spec in $CASE_SPEC; do
       fi
       # shellcheck disable=SC2086
       "$PY" bench/report.py case --engine "$e" --model "$m" --case "$c" --timeout "$RUN_TIMEOUT" \
-        --out "$WORK/case-$m.$c.$e.json" -- $cmd
+        --out "$out.$e.json" -- $cmd
     done
+   done
   done
 done
 
