@@ -1,7 +1,8 @@
 /* libFuzzer target: GGUF parsing from memory. An image that validates must
  * describe tensors inside the input: dequantizing every one (to f32 and
  * bf16, with the q/k permutation when the rows allow it) lets ASan prove
- * it; so must building config.json and tokenizer.json from its metadata
+ * it; so must building config.json, tokenizer.json and
+ * tokenizer_config.json from its metadata
  * (rope_freqs read from its tensor). Every failure carries a message
  * naming the input. */
 #include <stdint.h>
@@ -36,9 +37,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     char *json = NULL;
     size_t len = 0;
-    hr_status (*const builders[])(const hr_gguf *, char **, size_t *) = {hr_gguf_config_json_of,
-                                                                          hr_gguf_tokenizer_json_of};
-    for (int b = 0; b < 2; b++) {
+    hr_status (*const builders[])(const hr_gguf *, char **, size_t *) = {
+        hr_gguf_config_json_of, hr_gguf_tokenizer_json_of, hr_gguf_tokenizer_config_json_of};
+    for (int b = 0; b < 3; b++) {
         if (builders[b](g, &json, &len) == HR_OK) {
             if (!json || strlen(json) != len) abort();
             free(json);

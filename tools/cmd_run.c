@@ -146,21 +146,6 @@ static void apply_sampling(const run_args *a, const hr_generation_config *gc, hr
     cfg->compile = a->compile;
 }
 
-/* The model folder's tokenizer.json, or the one a GGUF file's metadata
- * describes. */
-static hr_status load_tokenizer(const char *path, hr_tokenizer **tok) {
-    char *gguf = NULL;
-    hr_status s = hr_gguf_resolve(path, &gguf);
-    if (s != HR_OK || !gguf) return s != HR_OK ? s : hr_tokenizer_load(path, tok);
-    char *json = NULL;
-    size_t len = 0;
-    s = hr_gguf_tokenizer_json(gguf, &json, &len);
-    if (s == HR_OK) s = hr_tokenizer_load_json(json, len, tok);
-    free(json);
-    free(gguf);
-    return s;
-}
-
 int hr_cmd_run(int argc, char **argv) {
     run_args a;
     int rc = parse(argc, argv, &a);
@@ -172,7 +157,7 @@ int hr_cmd_run(int argc, char **argv) {
     int64_t *ids = NULL, *out = NULL;
     size_t n_ids = 0;
     hr_generate_stats stats = {0};
-    hr_status s = load_tokenizer(a.dir, &tok);
+    hr_status s = hr_tokenizer_load(a.dir, &tok); /* a GGUF file's too */
     if (s == HR_OK) s = hr_model_load(a.dir, &a.opts, &model);
     if (s == HR_OK) s = hr_tokenizer_encode(tok, a.prompt, strlen(a.prompt), true, &ids32, &n_ids);
     if (s == HR_OK && n_ids == 0) {

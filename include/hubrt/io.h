@@ -117,6 +117,9 @@ HR_API hr_status hr_gguf_config_json(const char *path, char **json, size_t *len)
  * merges, control tokens as special added tokens, the pre-tokenizer that
  * tokenizer.ggml.pre names, ByteLevel decoder. */
 HR_API hr_status hr_gguf_tokenizer_json(const char *path, char **json, size_t *len);
+/* tokenizer_config.json text (malloc'd) for the GGUF file: bos/eos/pad/unk
+ * tokens by their strings, and tokenizer.chat_template as chat_template. */
+HR_API hr_status hr_gguf_tokenizer_config_json(const char *path, char **json, size_t *len);
 
 /* ---- JSON configs (config.json and friends) --------------------------- *
  *

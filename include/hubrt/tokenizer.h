@@ -16,7 +16,13 @@ extern "C" {
 
 typedef struct hr_tokenizer hr_tokenizer;
 
-/* `path` is a model folder (holding tokenizer.json) or a tokenizer.json file. */
+/* `path` is a model folder (holding tokenizer.json), a tokenizer.json file,
+ * or a GGUF model (a .gguf file, or a folder whose one .gguf is its model
+ * and which has no tokenizer.json): its vocabulary, special tokens and
+ * chat template from the metadata (hr_gguf_tokenizer_json and
+ * hr_gguf_tokenizer_config_json). tokenizer_config.json and
+ * special_tokens_map.json beside a tokenizer.json add special tokens and
+ * the chat template. */
 HR_API hr_status hr_tokenizer_load(const char *path, hr_tokenizer **out);
 /* From tokenizer.json text in memory; no tokenizer_config.json. */
 HR_API hr_status hr_tokenizer_load_json(const char *json, size_t len, hr_tokenizer **out);

@@ -120,9 +120,11 @@ void hr_gguf_dq_iq4_xs(const uint8_t *src, float *dst, int64_t nb);
  * none. *perm_heads is the head count whose permutation to undo, or 0. */
 bool hr_gguf_hf_name(const hr_gguf *g, const char *name, char *buf, size_t cap, int64_t *perm_heads);
 
-/* hr_gguf_config_json and hr_gguf_tokenizer_json (hubrt/io.h) of a parsed
- * image: config.json / tokenizer.json text (free()) from its metadata. */
+/* hr_gguf_config_json, hr_gguf_tokenizer_json and
+ * hr_gguf_tokenizer_config_json (hubrt/io.h) of a parsed image: the JSON
+ * text (free()) from its metadata. */
 hr_status hr_gguf_config_json_of(const hr_gguf *g, char **json, size_t *len);
 hr_status hr_gguf_tokenizer_json_of(const hr_gguf *g, char **json, size_t *len);
+hr_status hr_gguf_tokenizer_config_json_of(const hr_gguf *g, char **json, size_t *len);
 
 #endif

@@ -499,3 +499,38 @@ hr_status hr_gguf_tokenizer_json(const char *path, char **json, size_t *len) {
 hr_status hr_gguf_tokenizer_json_of(const hr_gguf *g, char **json, size_t *len) {
     return build_json(g, build_tokenizer, json, len);
 }
+
+/* ---- tokenizer_config.json --------------------------------------------------- */
+
+/* The special tokens llama.cpp names by id (as their strings, which is how
+ * tokenizer_config.json names them; an id outside the vocabulary is left
+ * out) and tokenizer.chat_template, as transformers' GGUF loading takes
+ * them. add_bos_token is the tokenizer.json's post-processor already. */
+static hr_status build_tokenizer_config(const hr_gguf *g, cJSON *root) {
+    const gguf_kv *toks = hr_gguf_find(g, "tokenizer.ggml.tokens");
+    static const char *const ids[][2] = {{"tokenizer.ggml.bos_token_id", "bos_token"},
+                                         {"tokenizer.ggml.eos_token_id", "eos_token"},
+                                         {"tokenizer.ggml.padding_token_id", "pad_token"},
+                                         {"tokenizer.ggml.unknown_token_id", "unk_token"}};
+    for (size_t i = 0; toks && toks->strs && i < sizeof ids / sizeof ids[0]; i++) {
+        int64_t id = meta_int(g, ids[i][0], -1);
+        if (id < 0 || (uint64_t)id >= toks->n) continue;
+        cJSON *v = str_item(&toks->strs[id]);
+        if (!v || !cJSON_AddItemToObject(root, ids[i][1], v)) return hr_error(HR_ERR_OOM, "out of memory");
+    }
+    gguf_str tmpl;
+    if (hr_gguf_find(g, "tokenizer.chat_template")) {
+        HR_TRY(hr_gguf_get_str(g, "tokenizer.chat_template", &tmpl));
+        cJSON *v = str_item(&tmpl);
+        if (!v || !cJSON_AddItemToObject(root, "chat_template", v)) return hr_error(HR_ERR_OOM, "out of memory");
+    }
+    return HR_OK;
+}
+
+hr_status hr_gguf_tokenizer_config_json(const char *path, char **json, size_t *len) {
+    return with_file(path, build_tokenizer_config, json, len);
+}
+
+hr_status hr_gguf_tokenizer_config_json_of(const hr_gguf *g, char **json, size_t *len) {
+    return build_json(g, build_tokenizer_config, json, len);
+}

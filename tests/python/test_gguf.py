@@ -36,13 +36,18 @@ _libc = ctypes.CDLL(None)
 _libc.free.argtypes = [ctypes.c_void_p]
 
 
-def hubrt_tokenizer(path):
+def tokenizer_json(path):
+    """The tokenizer.json text hubrt builds from the GGUF file's metadata."""
     p, n = ctypes.c_void_p(), ctypes.c_size_t()
     check(_tok_json(os.fsencode(path), ctypes.byref(p), ctypes.byref(n)))
     try:
-        return Tokenizer.from_str(ctypes.string_at(p, n.value))
+        return ctypes.string_at(p, n.value).decode()
     finally:
         _libc.free(p)
+
+
+def hubrt_tokenizer(path):
+    return Tokenizer.from_str(tokenizer_json(path))
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +162,30 @@ def test_tokenizer_matches_transformers(hf_tokenizer):
     for text in TEXTS:
         assert tok.encode(text) == hf_tokenizer.encode(text), text
         assert tok.decode(tok.encode(text)) == text
+
+
+@pytest.mark.parametrize("as_folder", [False, True])
+def test_auto_tokenizer_reads_the_file(hf_tokenizer, tmp_path, as_folder):
+    """hubrt.AutoTokenizer on the GGUF file (or a folder holding only it):
+    the ids, special tokens and chat template transformers takes from the
+    same metadata."""
+    path = GGUF
+    if as_folder:
+        (tmp_path / GGUF.name).symlink_to(GGUF)
+        path = tmp_path
+    tok = hubrt.AutoTokenizer.from_pretrained(path)
+    assert tok.chat_template == hf_tokenizer.chat_template and tok.chat_template.startswith("{% for message")
+    assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == \
+        (hf_tokenizer.bos_token_id, hf_tokenizer.eos_token_id, hf_tokenizer.pad_token_id)
+    for text in TEXTS:
+        assert tok(text)["input_ids"] == hf_tokenizer(text)["input_ids"], text
+
+
+def test_tokenizer_json_beside_the_gguf_wins(tmp_path):
+    (tmp_path / GGUF.name).symlink_to(GGUF)
+    (tmp_path / "tokenizer.json").write_text(tokenizer_json(GGUF))
+    (tmp_path / "tokenizer_config.json").write_text('{"chat_template": "mine"}')
+    assert hubrt.AutoTokenizer.from_pretrained(tmp_path).chat_template == "mine"
 
 
 def test_tokenizer_splits_digits_as_smollm2_does():

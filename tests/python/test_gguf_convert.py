@@ -134,6 +134,10 @@ def test_tokenizer_matches_the_checkpoints(ggufs, name):
     ours = hubrt_tokenizer(ggufs[name])
     for text in CORPUS:
         assert ours.encode(text, add_special_tokens=False) == hf.encode(text, add_special_tokens=False), repr(text)
+    # the front end on the file: special tokens and the chat template the converter carried over
+    auto = hubrt.AutoTokenizer.from_pretrained(ggufs[name])
+    assert auto.chat_template == hf.chat_template
+    assert (auto.bos_token_id, auto.eos_token_id) == (hf.bos_token_id, hf.eos_token_id)
 
 
 def file_ranges(path):
