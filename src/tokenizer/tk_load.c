@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "hubrt/io.h"
+#include "io/gguf.h"
 #include "tokenizer/tk_internal.h"
 
 static hr_status read_file(const char *path, char **out, size_t *len) {
@@ -185,14 +185,17 @@ static hr_status load_side_file(hr_tokenizer *t, const char *dir, const char *na
 }
 
 /* A GGUF file's tokenizer: tokenizer.json and tokenizer_config.json as
- * its metadata describes them (io/gguf_llama.c). */
+ * its metadata describes them (io/gguf_llama.c), from one parse of it. */
 static hr_status load_gguf(const char *gguf, hr_tokenizer **out) {
     char *json = NULL, *cfg = NULL;
     size_t len = 0, cfg_len = 0;
     hr_tokenizer *t = NULL;
-    hr_status st = hr_gguf_tokenizer_json(gguf, &json, &len);
+    hr_gguf *g = NULL;
+    hr_status st = hr_gguf_open(gguf, &g);
+    if (st == HR_OK) st = hr_gguf_tokenizer_json_of(g, &json, &len);
+    if (st == HR_OK) st = hr_gguf_tokenizer_config_json_of(g, &cfg, &cfg_len);
+    hr_gguf_close(g);
     if (st == HR_OK) st = load_json_text(json, len, gguf, &t);
-    if (st == HR_OK) st = hr_gguf_tokenizer_config_json(gguf, &cfg, &cfg_len);
     if (st == HR_OK) st = apply_config_text(t, cfg, cfg_len, gguf);
     free(json);
     free(cfg);
@@ -210,19 +213,6 @@ hr_status hr_tokenizer_load(const char *path, hr_tokenizer **out) {
     struct stat sb;
     if (stat(path, &sb) != 0) return hr_error(errno == ENOENT ? HR_ERR_NOT_FOUND : HR_ERR_IO, "%s: %s", path, strerror(errno));
     char dir[4096], file[4096];
-    /* A GGUF file, or a folder whose model is one and that has no
-     * tokenizer.json of its own (which wins, as transformers reads it). */
-    if (snprintf(file, sizeof file, "%s/tokenizer.json", path) >= (int)sizeof file)
-        return hr_error(HR_ERR_INVALID_ARG, "tokenizer: path too long");
-    if (!S_ISDIR(sb.st_mode) || access(file, F_OK) != 0) {
-        char *gguf = NULL;
-        HR_TRY(hr_gguf_resolve(path, &gguf));
-        if (gguf) {
-            hr_status st = load_gguf(gguf, out);
-            free(gguf);
-            return st;
-        }
-    }
     if (S_ISDIR(sb.st_mode)) {
         snprintf(dir, sizeof dir, "%s", path);
         if (snprintf(file, sizeof file, "%s/tokenizer.json", path) >= (int)sizeof file)
@@ -233,6 +223,17 @@ hr_status hr_tokenizer_load(const char *path, hr_tokenizer **out) {
         char *slash = strrchr(dir, '/');
         if (slash) *slash = '\0';
         else snprintf(dir, sizeof dir, ".");
+    }
+    /* A GGUF file, or a folder whose model is one and that has no
+     * tokenizer.json of its own (which wins, as transformers reads it). */
+    if (!S_ISDIR(sb.st_mode) || access(file, F_OK) != 0) {
+        char *gguf = NULL;
+        HR_TRY(hr_gguf_resolve(path, &gguf));
+        if (gguf) {
+            hr_status st = load_gguf(gguf, out);
+            free(gguf);
+            return st;
+        }
     }
     char *text;
     size_t len;
