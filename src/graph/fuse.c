@@ -58,12 +58,7 @@ static bool dead_after(const hr_plan *p, const hr_tensor *t, int after) {
 static bool fusable_linear(const hr_plan *p, const hr_plan_node *n) {
     if (n->op != HR_OP_linear || !runs(n)) return false;
     const hr_tensor *w = t_in(p, n, 1), *out = t_out(p, n, 0);
-    if (!hr_fused_linear_fits(t_in(p, n, 0), w, out)) return false;
-    if (n->n_in == 3) {
-        const hr_tensor *b = t_in(p, n, 2);
-        if (b->ndim != 1 || b->shape[0] != w->shape[0] || (b->dtype != HR_F32 && b->dtype != HR_BF16 && b->dtype != HR_F16))
-            return false;
-    }
+    if (!hr_fused_linear_fits(t_in(p, n, 0), w, n->n_in == 3 ? t_in(p, n, 2) : NULL, out)) return false;
     return value_of(p, out) != value_of(p, t_in(p, n, 0));
 }
 

@@ -278,15 +278,13 @@ static hr_status fold_weight_only_nodes(hr_plan *p) {
     return s;
 }
 
-/* Fusion runs on the CPU device only (other devices compile the captured
- * list themselves), and only with HUBRT_FUSE=1: on the 2-core bench
- * machine a fused decode step measured no faster than the unfused one
- * (decode streams the weights at memory speed either way), and a
- * SmolLM2-shaped step up to 8% slower, so it stays opt-in until a quiet
- * measurement says otherwise. */
+/* Linear fusion runs on the CPU device only (other devices compile the
+ * captured list themselves), unless HUBRT_FUSE=0: decode at 2 threads,
+ * alternated with the unfused plan on the AVX-512 BF16 machine (docs/
+ * architecture.md, Compile), measured the fused step faster in most rounds
+ * (Qwen3 shape 47.7 against 44.8 tok/s, SmolLM2 shape 178 against 166). */
 static bool fusion_enabled(const hr_plan *p) {
-    const char *env = getenv("HUBRT_FUSE");
-    return p->device == hr_device_cpu() && p->device->host_visible && env && !strcmp(env, "1");
+    return p->device == hr_device_cpu() && p->device->host_visible && hr_fused_linears_enabled();
 }
 
 /* Elementwise chains: CPU only, on unless HUBRT_FUSE_CHAINS=0. The chain

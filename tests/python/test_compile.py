@@ -164,26 +164,28 @@ def test_static_cache_argument_is_checked():
 
 @pytest.mark.parametrize("name,batch", [("tiny-llama-bias", 1), ("tiny-qwen3", 3), ("tiny-llama-gqa7", 4)])
 def test_fused_plans_generate_what_unfused_plans_do(name, batch, monkeypatch, isa):
-    """HUBRT_FUSE=1 fuses (q/k/v and gate/up in one pass, silu_mul and the
-    residual add in the epilogue); by default the captured ops replay one
-    by one. Decode batches up to 4 rows fuse; float32 greedy tokens agree
-    with each other and with eager."""
+    """By default decode rows fuse (q/k/v and gate/up in one pass, silu_mul
+    and, in plans, the residual add in the epilogue), eager and compiled;
+    with HUBRT_FUSE=0 every op runs on its own. Decode batches up to 4 rows
+    fuse; float32 greedy tokens agree across all four."""
     ids = np.random.default_rng(13).integers(3, 500, (batch, 21))
     args = dict(max_new_tokens=40, do_sample=False, eos_token_id=[])
-    monkeypatch.setenv("HUBRT_FUSE", "1")
+    monkeypatch.delenv("HUBRT_FUSE", raising=False)
     fused = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name, dtype="float32")
     got = fused.generate(ids, cache_implementation="static", **args)
-    monkeypatch.delenv("HUBRT_FUSE")
+    got_eager = fused.generate(ids, **args)
+    monkeypatch.setenv("HUBRT_FUSE", "0")
     plain = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name, dtype="float32")
     want = plain.generate(ids, cache_implementation="static", **args)
     np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got_eager, want)
     np.testing.assert_array_equal(got, plain.generate(ids, **args))
 
 
 def test_fused_bf16_plans_agree_with_eager(monkeypatch):
     """bf16 rows (up to 4) fuse too; greedy tokens as the existing bf16
     check asks of compiled plans."""
-    monkeypatch.setenv("HUBRT_FUSE", "1")
+    monkeypatch.delenv("HUBRT_FUSE", raising=False)
     ids = np.random.default_rng(7).integers(3, 500, (2, 40))
     m = hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-qwen3-bf16-trained", dtype="bfloat16")
     eager = m.generate(ids, max_new_tokens=32, do_sample=False, eos_token_id=[])

@@ -81,19 +81,23 @@ def test_file_pages_let_go(checkpoint, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("batch", [3, 9])
 def test_fused_decode_node_reads_panels_as_linear(checkpoint, monkeypatch, tmp_path, packed_isa, batch):
-    """HUBRT_FUSE=1 compiled decode (q/k/v and gate/up in one pass, up to 4
-    bf16 rows, 16 f16 ones: 9 takes the AVX2 tile twice) gives the unfused
-    plan's tokens bit for bit: both read the same panels in the same order.
-    Random weights make near-ties common, so a fused sum off by one
-    rounding would change some of the 24 tokens per row."""
+    """Fused decode (the default: q/k/v and gate/up in one pass, up to 4
+    bf16 rows, 16 f16 ones: 9 takes the AVX2 tile twice), compiled and
+    eager, gives HUBRT_FUSE=0's tokens bit for bit: both read the same
+    panels in the same order. Random weights make near-ties common, so a
+    fused sum off by one rounding would change some of the 24 tokens per
+    row."""
     monkeypatch.setenv("HUBRT_CACHE_DIR", str(tmp_path / "cache"))
     ids = np.random.default_rng(2).integers(3, 1000, (batch, 11))
-    args = dict(max_new_tokens=24, do_sample=False, eos_token_id=[], cache_implementation="static")
-    monkeypatch.setenv("HUBRT_FUSE", "1")
-    fused = hubrt.AutoModelForCausalLM.from_pretrained(checkpoint).generate(ids, **args)
-    monkeypatch.delenv("HUBRT_FUSE")
-    plain = hubrt.AutoModelForCausalLM.from_pretrained(checkpoint).generate(ids, **args)
+    args = dict(max_new_tokens=24, do_sample=False, eos_token_id=[])
+    monkeypatch.delenv("HUBRT_FUSE", raising=False)
+    m = hubrt.AutoModelForCausalLM.from_pretrained(checkpoint)
+    fused, fused_eager = m.generate(ids, cache_implementation="static", **args), m.generate(ids, **args)
+    monkeypatch.setenv("HUBRT_FUSE", "0")
+    m = hubrt.AutoModelForCausalLM.from_pretrained(checkpoint)
+    plain, plain_eager = m.generate(ids, cache_implementation="static", **args), m.generate(ids, **args)
     np.testing.assert_array_equal(fused, plain)
+    np.testing.assert_array_equal(fused_eager, plain_eager)
 
 
 @pytest.fixture(scope="module")

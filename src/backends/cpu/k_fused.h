@@ -32,9 +32,14 @@ typedef struct hr_fused_linear {
  * and one row stride; sets both. */
 bool hr_fused_rows(const hr_tensor *t, int64_t *rows, int64_t *row_stride);
 
-/* Whether a linear x [..., k] @ w [n, k]^T -> out takes the GEMV route the
- * fused kernel replaces (few rows, k-contiguous weights, one dtype). */
-bool hr_fused_linear_fits(const hr_tensor *x, const hr_tensor *w, const hr_tensor *out);
+/* Whether a linear x [..., k] @ w [n, k]^T + b -> out takes the GEMV route
+ * the fused kernel replaces (few rows, k-contiguous weights, one dtype, a
+ * bias, if any, of [n] floats). */
+bool hr_fused_linear_fits(const hr_tensor *x, const hr_tensor *w, const hr_tensor *b, const hr_tensor *out);
+
+/* Linear fusion, eager and compiled, on unless HUBRT_FUSE=0 (read at each
+ * call: tests switch it). */
+bool hr_fused_linears_enabled(void);
 
 hr_status hr_cpu_fused_linear(const hr_fused_linear *f);
 

@@ -5,6 +5,7 @@
  * output dtype first, as the unfused ops would have stored them. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/k_eltwise.h"
@@ -37,12 +38,19 @@ bool hr_fused_rows(const hr_tensor *t, int64_t *rows, int64_t *row_stride) {
     return true;
 }
 
-bool hr_fused_linear_fits(const hr_tensor *x, const hr_tensor *w, const hr_tensor *out) {
+bool hr_fused_linears_enabled(void) {
+    const char *env = getenv("HUBRT_FUSE");
+    return !env || strcmp(env, "0");
+}
+
+bool hr_fused_linear_fits(const hr_tensor *x, const hr_tensor *w, const hr_tensor *b, const hr_tensor *out) {
     int64_t rows, rs, orows, ors;
     if (x->dtype != HR_F32 && x->dtype != HR_BF16 && x->dtype != HR_F16) return false;
     if (w->dtype != x->dtype || out->dtype != x->dtype || w->ndim != 2 || out->ndim != x->ndim) return false;
     int64_t k = x->shape[x->ndim - 1];
     if (k < 1 || w->shape[1] != k || (k > 1 && w->strides[1] != 1) || out->shape[out->ndim - 1] != w->shape[0])
+        return false;
+    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0] || (b->dtype != HR_F32 && b->dtype != HR_BF16 && b->dtype != HR_F16)))
         return false;
     if (!hr_fused_rows(x, &rows, &rs) || !hr_fused_rows(out, &orows, &ors)) return false;
     for (int d = 0; d + 1 < x->ndim; d++)
