@@ -39,19 +39,33 @@ def cpu_flags():
     return set()
 
 
+def build_readbw(out):
+    """The read-bandwidth probe for this CPU, built into `out`."""
+    if "avx512f" in cpu_flags():
+        return build("readbw", [], out)  # the shared probe reads with AVX-512 loads
+    return build("readbw_avx2", [], out, PROBES)  # ours, the same method with AVX2 loads
+
+
+def read_gbs(exe, threads, mib=1024):
+    """One probe: the median of its passes over `mib` MiB in huge pages."""
+    out = run(exe, threads, [str(mib)], env={"HUGE": "1"})
+    return float(re.search(r"median ([0-9.]+)", out).group(1))
+
+
 def main():
+    if sys.argv[1:2] == ["--build-readbw"]:
+        # bench/run.sh: the probe bench/report.py runs beside each bandwidth-bound case
+        print(build_readbw(sys.argv[2]))
+        return
     res = {"cpu": "", "read_gbs": {}, "bf16_peak_gflops": {}, "bf16_unit": ""}
     with open("/proc/cpuinfo") as f:
         m = re.search(r"model name\s*:\s*(.*)", f.read())
         res["cpu"] = m.group(1).strip() if m else ""
     flags = cpu_flags()
     with tempfile.TemporaryDirectory() as tmp:
-        # the shared probe reads with AVX-512 loads; ours with AVX2 elsewhere
-        rb = build("readbw", [], tmp) if "avx512f" in flags else build("readbw_avx2", [], tmp, PROBES)
+        rb = build_readbw(tmp)
         for t in (1, 2):
-            out = run(rb, t, ["1024"], env={"HUGE": "1"})
-            m = re.search(r"median ([0-9.]+)", out)
-            res["read_gbs"][str(t)] = float(m.group(1))
+            res["read_gbs"][str(t)] = read_gbs(rb, t)
         if "amx_bf16" in flags:
             exe = build("amx", ["-mamx-tile", "-mamx-bf16"], tmp)
             res["bf16_unit"] = "amx"

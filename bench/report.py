@@ -57,9 +57,23 @@ def last_json(text):
     return None
 
 
+def probe_gbs(exe, threads):
+    """The read bandwidth now (bench/limits.py's probe), or None if it failed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import limits
+    try:
+        return limits.read_gbs(exe, threads)
+    except (OSError, subprocess.CalledProcessError, AttributeError):
+        return None
+
+
 def run_case(a, cmd):
     piece = {"engine": a.engine, "model": a.model, "case": a.case, "cmd": " ".join(cmd),
              "loadavg_before": loadavg()}
+    if a.probe:
+        # The bandwidth right before and after the run: on this VM it moves between two modes (about 35 and
+        # 60 GB/s) for minutes at a time, so a bandwidth-bound case is held against the reads beside it.
+        piece["read_gbs_before"] = probe_gbs(a.probe, a.probe_threads)
     t0 = time.perf_counter()
     try:
         # own process group: a timeout also ends the engine's helpers (inductor compile workers)
@@ -75,6 +89,8 @@ def run_case(a, cmd):
         out, err, rc = "", str(e), 127
     piece["wall_s"] = round(time.perf_counter() - t0, 2)
     piece["loadavg_after"] = loadavg()
+    if a.probe:
+        piece["read_gbs_after"] = probe_gbs(a.probe, a.probe_threads)
     data = last_json(out) if rc is not None else None
     if data:
         piece.update({k: v for k, v in data.items() if k not in piece or k == "engine"})
@@ -188,6 +204,7 @@ def merge(a):
             row["load_s"], row["peak_rss_mb"], row["compile_s"] = p.get("load_s"), p.get("peak_rss_mb"), p.get("compile_s")
             row["loadavg"] = (p.get("loadavg_before") or [None])[0]
             row["plans"] = {k: p[k] for k in ("compiles", "cache_hits", "disk_hits") if k in p}
+    runs_of = {(p["model"], p["engine"]): beside_runs(p) for p in pieces if p["case"] == "b1"}
     for model, rows in table.items():
         for key, *_ in METRICS:
             peer_vals = [rows[e][key]["value"] for e in PEERS if e in rows and key in rows[e]
@@ -200,6 +217,9 @@ def merge(a):
                     continue
                 cell["x_best_peer"] = round(cell["value"] / best, 3) if best else None
                 cell["of_limit"] = round(cell["value"] / b["tok_s"], 4) if b else None
+                if key == "decode_b1" and peak and model in models:
+                    cell["beside"] = of_limit_beside(models[model]["shape"], meta["cases"]["b1"],
+                                                     runs_of.get((model, e), []), peak)
     out = {"date_utc": meta.get("date_utc") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "machine": meta.get("machine", {}), "settings": {k: meta.get(k) for k in ("threads", "dtype", "cases")},
            "versions": meta.get("versions", {}), "limits": limits, "models": models, "table": table,
@@ -240,8 +260,40 @@ def collapse(pieces):
         rss = [p["peak_rss_mb"] for p in ok if p.get("peak_rss_mb") is not None]
         if rss:
             merged["peak_rss_mb"] = max(rss)
+        merged["beside"] = [b for p in ok for b in beside_runs(p)]
         out.append(merged)
     return out
+
+
+def beside_runs(p):
+    """A run's decode tok/s with the bandwidth probes read right before and after it ([] without them)."""
+    if "beside" in p:
+        return p["beside"]
+    vals = (p.get("decode_tok_s"), p.get("read_gbs_before"), p.get("read_gbs_after"))
+    return [list(vals)] if all(v is not None for v in vals) else []
+
+
+# Probes beside a run that differ by more than this part of their mean: the bandwidth changed mode during it.
+MODE_CHANGE = 0.2
+
+
+def mode_changed(before, after):
+    return abs(before - after) > MODE_CHANGE * (before + after) / 2
+
+
+def of_limit_beside(shape, c, runs, peak):
+    """The b1 decode figure as a fraction of the bound the probes beside each run put on it: the median over
+    the runs of tok/s / bound(mean of the run's two probes). Also the probes, and whether the bandwidth
+    changed mode during any run."""
+    fracs, probes, mixed = [], [], False
+    for tok, before, after in runs:
+        bw = (before + after) / 2
+        fracs.append(tok / bound(shape, "decode", c["batch"], c["prompt_len"], c["gen"], bw, peak)["tok_s"])
+        probes.append([before, after])
+        mixed |= mode_changed(before, after)
+    if not fracs:
+        return None
+    return {"of_limit": round(statistics.median(fracs), 4), "read_gbs": probes, "mode_change": mixed}
 
 
 def best_limits(runs):
@@ -288,6 +340,11 @@ def _fmt(v, digits=1):
     return f"{v:.{digits}f}"
 
 
+def _frac(cell):
+    """The fraction of the bound a cell shows: beside its own runs' probes where it has them."""
+    return (cell.get("beside") or {}).get("of_limit", cell.get("of_limit"))
+
+
 def _cell(cell, notes):
     if not cell:
         return "not run"
@@ -299,9 +356,10 @@ def _cell(cell, notes):
     extra = []
     if cell.get("x_best_peer") is not None:
         extra.append(f"{cell['x_best_peer']:.2f}×")
-    if cell.get("of_limit") is not None:
+    f = _frac(cell)
+    if f is not None:
         # above 100%: the limit was measured low (load from other work during its probe)
-        extra.append(f"{100 * cell['of_limit']:.0f}%" + ("‡" if cell["of_limit"] > 1 else ""))
+        extra.append(f"{100 * f:.0f}%" + ("§" if cell.get("beside") else "") + ("‡" if f > 1 else ""))
     if cell.get("note"):
         extra.append(cell["note"])
     return f"{s} ({' · '.join(extra)})" if extra else s
@@ -383,6 +441,13 @@ def markdown(r):
                                    for k, *_ in METRICS] + ["", "", "", ""]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+        beside = [(e, rows[e]["decode_b1"]["beside"]) for e in ENGINES
+                  if e in rows and (rows[e].get("decode_b1") or {}).get("beside")]
+        if beside:
+            lines.append("Bandwidth beside the b1 runs (GB/s, before-after): " + "; ".join(
+                f"{e} " + ", ".join(f"{b:.1f}-{a:.1f}" + ("~" if mode_changed(b, a) else "")
+                                    for b, a in x["read_gbs"]) for e, x in beside) + ".")
+            lines.append("")
     if cases:
         lines.append("Cases: " + "; ".join(
             f"{k}: batch {c['batch']}, prompt {c['prompt_len']}, {c['gen']} new tokens" for k, c in cases.items())
@@ -403,8 +468,15 @@ def markdown(r):
     else:
         why = (r.get("tokenizer_error") or "no result").replace("|", "/")
         lines += [f"Tokenizers: the tokenizer benchmark failed this run: {why}", ""]
-    if any(c.get("of_limit", 0) > 1 for rows in r["table"].values() for row in rows.values()
-           for c in row.values() if isinstance(c, dict)):
+    cells = [c for rows in r["table"].values() for row in rows.values() for c in row.values() if isinstance(c, dict)]
+    if any(c.get("beside") for c in cells):
+        lines += ["§ Decode b1 is held against the read bandwidth probed right before and right after each of its "
+                  "runs (the median over the runs of tok/s ÷ the bound at the mean of the run's two probes), since "
+                  "this VM's bandwidth moves between two modes for minutes at a time; the *bound* row uses the "
+                  "run's median probe. The probes beside each engine's runs are under \"Bandwidth beside the b1 "
+                  "runs\"; ~ marks a run whose two probes differed by more than "
+                  f"{100 * MODE_CHANGE:.0f}% (the mode changed during it).", ""]
+    if any((_frac(c) or 0) > 1 for c in cells):
         lines += ["‡ Above 100% of the bound: the memory delivered more during that case than the median limit "
                   "probe measured (other work lowered the probes, or this VM's bandwidth was in its faster mode "
                   "then); the bound is then too low, not the engine faster than the hardware.", ""]
@@ -426,15 +498,15 @@ def chart(r, path):
     for ax, model in zip(axes[0], models):
         rows = r["table"][model]
         engines = [e for e in ENGINES if e in rows
-                   and any((rows[e].get(k) or {}).get("of_limit") is not None for k, *_ in METRICS)]
+                   and any(_frac(rows[e].get(k) or {}) is not None for k, *_ in METRICS)]
         width = 0.8 / max(1, len(engines))
         for j, e in enumerate(engines):
             xs, ys, labels = [], [], []
             for i, (k, *_rest) in enumerate(METRICS):
                 cell = rows[e].get(k) or {}
-                if cell.get("of_limit") is not None:
+                if _frac(cell) is not None:
                     xs.append(i + (j - (len(engines) - 1) / 2) * width)
-                    ys.append(100 * cell["of_limit"])
+                    ys.append(100 * _frac(cell))
                     labels.append(_fmt(cell["value"]))
             bars = ax.bar(xs, ys, width, label=e, color=COLORS[ENGINES.index(e)])
             for b, lab in zip(bars, labels):
@@ -456,6 +528,8 @@ def main():
     for f in ("engine", "model", "case", "out"):
         c.add_argument(f"--{f}", required=True)
     c.add_argument("--timeout", type=float, default=600)
+    c.add_argument("--probe", help="read-bandwidth probe to run before and after the case")
+    c.add_argument("--probe-threads", type=int, default=2)
     c.add_argument("command", nargs=argparse.REMAINDER)
     m = sub.add_parser("merge")
     m.add_argument("workdir")

@@ -101,6 +101,8 @@ measure_limits() {  # $1: start or end
   "$PY" bench/limits.py > "$WORK/limits-$1.json" 2> "$WORK/limits-$1.err" || log "limits.py failed (see $WORK/limits-$1.err)"
 }
 measure_limits start
+# the read-bandwidth probe again, run right before and after each b1 case (bench/report.py --probe)
+PROBE=$("$PY" bench/limits.py --build-readbw "$WORK" 2> "$WORK/probe.err") || { PROBE=; log "no bandwidth probe beside the b1 cases (see $WORK/probe.err)"; }
 
 # --- tokenizers
 log "tokenizer throughput"
@@ -157,9 +159,11 @@ for spec in $CASE_SPEC; do
         record_skip "$e" "$m" "$c" "not available: $BUILD/hubrt bench has no --compile option yet"
         continue
       fi
+      probe=()
+      [[ $c == b1 && -n $PROBE ]] && probe=(--probe "$PROBE" --probe-threads "$THREADS")
       # shellcheck disable=SC2086
       "$PY" bench/report.py case --engine "$e" --model "$m" --case "$c" --timeout "$RUN_TIMEOUT" \
-        --out "$out.$e.json" -- $cmd
+        "${probe[@]}" --out "$out.$e.json" -- $cmd
     done
    done
   done

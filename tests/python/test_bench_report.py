@@ -1,16 +1,19 @@
 """bench/report.py's merging of repeated runs: an engine run in several
 interleaved rounds gives the median of each tok/s figure over the runs
-that succeeded, the largest peak RSS, and keeps every run's figures."""
+that succeeded, the largest peak RSS, and keeps every run's figures; a
+bandwidth-bound b1 run is held against the probes read beside it."""
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from report import collapse  # noqa: E402
+from report import collapse, markdown, of_limit_beside  # noqa: E402
 
 
-def piece(engine, decode, prefill=None, rss=100.0, error=None, case="b1"):
+def piece(engine, decode, prefill=None, rss=100.0, error=None, case="b1", probes=None):
     p = {"engine": engine, "model": "m", "case": case, "decode_tok_s": decode, "prefill_tok_s": prefill,
          "peak_rss_mb": rss}
+    if probes:
+        p["read_gbs_before"], p["read_gbs_after"] = probes
     if error:
         p["error"] = error
     return p
@@ -34,3 +37,42 @@ def test_repeats_give_medians_and_keep_every_run():
 def test_all_rounds_failed_keeps_the_error():
     out = collapse([piece("llama.cpp", None, error="boom"), piece("llama.cpp", None, error="boom")])
     assert len(out) == 1 and out[0]["error"] == "boom"
+
+
+def test_repeats_keep_each_runs_probes():
+    runs = [piece("hubrt", 27.0, probes=(35.0, 36.0)), piece("hubrt", None, error="boom", probes=(60.0, 61.0)),
+            piece("hubrt", 44.0, probes=(60.0, 62.0)), piece("llama.cpp", 20.0, probes=(35.5, 35.0)),
+            piece("hubrt", 300.0, case="b64")]
+    out = {(p["engine"], p["case"]): p for p in collapse(runs)}
+    assert out["hubrt", "b1"]["beside"] == [[27.0, 35.0, 36.0], [44.0, 60.0, 62.0]]  # the failed run left out
+    assert "beside" not in out["llama.cpp", "b1"]  # a single run keeps its own two probes
+    assert (out["llama.cpp", "b1"]["read_gbs_before"], out["llama.cpp", "b1"]["read_gbs_after"]) == (35.5, 35.0)
+
+
+def test_fraction_beside_each_run():
+    """With compute out of the way the bound is bandwidth / bytes per token: each run's fraction is its
+    tok/s over the bound at the mean of its own probes, so a run in the fast mode is not held against
+    the slow mode's bandwidth; the median is over the runs."""
+    shape = {"layers": 2, "heads": 2, "head_dim": 4, "body_params": 500_000_000, "head_params": 100_000_000,
+             "kv_bytes_per_token": 64}
+    case = {"batch": 1, "prompt_len": 4, "gen": 8}
+    bytes_per_tok = 1.2e9  # (body + head) bf16; the KV cache adds < 1e-6 of it
+    runs = [[27.0, 35.0, 36.0], [44.0, 60.0, 62.0], [30.0, 35.0, 36.0]]
+    got = of_limit_beside(shape, case, runs, peak=1e12)
+    want = sorted(tok / (bw * 1e9 / bytes_per_tok) for tok, bw in ((27, 35.5), (44, 61), (30, 35.5)))[1]
+    assert abs(got["of_limit"] - want) < 1e-3 and not got["mode_change"]
+    assert got["read_gbs"] == [[35.0, 36.0], [60.0, 62.0], [35.0, 36.0]]
+    assert of_limit_beside(shape, case, [[30.0, 35.0, 60.0]], peak=1e12)["mode_change"]
+    assert of_limit_beside(shape, case, [], peak=1e12) is None
+
+
+def test_table_shows_the_fraction_beside_the_runs():
+    beside = {"of_limit": 0.9, "read_gbs": [[60.0, 62.0], [35.0, 58.0]], "mode_change": True}
+    r = {"date_utc": "2026-12-05T00:00:00", "machine": {}, "limits": {}, "versions": {},
+         "settings": {"threads": 2, "cases": {}}, "tokenizer": None,
+         "models": {"m": {"shape": {"params": 6e8, "checkpoint_bytes": 1.2e9}, "bounds": {}}},
+         "table": {"m": {"hubrt": {"decode_b1": {"value": 44.0, "error": None, "of_limit": 1.3, "beside": beside},
+                                   "decode_b64": {"value": 300.0, "error": None, "of_limit": 0.85}}}}}
+    md = markdown(r)
+    assert "44.0 (90%§)" in md and "300 (85%)" in md and "‡" not in md  # 130% of the median probe: not shown
+    assert "hubrt 60.0-62.0, 35.0-58.0~" in md
