@@ -283,17 +283,16 @@ def mode_changed(before, after):
 
 def of_limit_beside(shape, c, runs, peak):
     """The b1 decode figure as a fraction of the bound the probes beside each run put on it: the median over
-    the runs of tok/s / bound(mean of the run's two probes). Also the probes, and whether the bandwidth
-    changed mode during any run."""
-    fracs, probes, mixed = [], [], False
-    for tok, before, after in runs:
-        bw = (before + after) / 2
-        fracs.append(tok / bound(shape, "decode", c["batch"], c["prompt_len"], c["gen"], bw, peak)["tok_s"])
-        probes.append([before, after])
-        mixed |= mode_changed(before, after)
-    if not fracs:
+    the runs of tok/s / bound(mean of the run's two probes), leaving out runs during which the bandwidth
+    changed mode (their probes' mean is no measure of what the run met) unless every run did. Also the
+    probes, and how many runs were left out."""
+    if not runs:
         return None
-    return {"of_limit": round(statistics.median(fracs), 4), "read_gbs": probes, "mode_change": mixed}
+    steady = [r for r in runs if not mode_changed(r[1], r[2])] or runs
+    fracs = [tok / bound(shape, "decode", c["batch"], c["prompt_len"], c["gen"], (b + a) / 2, peak)["tok_s"]
+             for tok, b, a in steady]
+    return {"of_limit": round(statistics.median(fracs), 4), "read_gbs": [[b, a] for _, b, a in runs],
+            "left_out": len(runs) - len(steady)}
 
 
 def best_limits(runs):
@@ -475,7 +474,8 @@ def markdown(r):
                   "this VM's bandwidth moves between two modes for minutes at a time; the *bound* row uses the "
                   "run's median probe. The probes beside each engine's runs are under \"Bandwidth beside the b1 "
                   "runs\"; ~ marks a run whose two probes differed by more than "
-                  f"{100 * MODE_CHANGE:.0f}% (the mode changed during it).", ""]
+                  f"{100 * MODE_CHANGE:.0f}% (the mode changed during it), left out of the median unless every run "
+                  "of the engine was.", ""]
     if any((_frac(c) or 0) > 1 for c in cells):
         lines += ["‡ Above 100% of the bound: the memory delivered more during that case than the median limit "
                   "probe measured (other work lowered the probes, or this VM's bandwidth was in its faster mode "

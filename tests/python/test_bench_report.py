@@ -58,16 +58,21 @@ def test_fraction_beside_each_run():
     case = {"batch": 1, "prompt_len": 4, "gen": 8}
     bytes_per_tok = 1.2e9  # (body + head) bf16; the KV cache adds < 1e-6 of it
     runs = [[27.0, 35.0, 36.0], [44.0, 60.0, 62.0], [30.0, 35.0, 36.0]]
+    frac = lambda tok, bw: tok / (bw * 1e9 / bytes_per_tok)  # noqa: E731
     got = of_limit_beside(shape, case, runs, peak=1e12)
-    want = sorted(tok / (bw * 1e9 / bytes_per_tok) for tok, bw in ((27, 35.5), (44, 61), (30, 35.5)))[1]
-    assert abs(got["of_limit"] - want) < 1e-3 and not got["mode_change"]
+    want = sorted(frac(tok, bw) for tok, bw in ((27, 35.5), (44, 61), (30, 35.5)))[1]
+    assert abs(got["of_limit"] - want) < 1e-3 and got["left_out"] == 0
     assert got["read_gbs"] == [[35.0, 36.0], [60.0, 62.0], [35.0, 36.0]]
-    assert of_limit_beside(shape, case, [[30.0, 35.0, 60.0]], peak=1e12)["mode_change"]
+    # a run whose probes straddle a mode change is left out, unless every run is such a run
+    got = of_limit_beside(shape, case, [[30.0, 35.0, 60.0], [44.0, 60.0, 62.0]], peak=1e12)
+    assert abs(got["of_limit"] - frac(44, 61)) < 1e-3 and got["left_out"] == 1
+    got = of_limit_beside(shape, case, [[30.0, 35.0, 60.0]], peak=1e12)
+    assert abs(got["of_limit"] - frac(30, 47.5)) < 1e-3 and got["left_out"] == 0
     assert of_limit_beside(shape, case, [], peak=1e12) is None
 
 
 def test_table_shows_the_fraction_beside_the_runs():
-    beside = {"of_limit": 0.9, "read_gbs": [[60.0, 62.0], [35.0, 58.0]], "mode_change": True}
+    beside = {"of_limit": 0.9, "read_gbs": [[60.0, 62.0], [35.0, 58.0]], "left_out": 1}
     r = {"date_utc": "2026-12-05T00:00:00", "machine": {}, "limits": {}, "versions": {},
          "settings": {"threads": 2, "cases": {}}, "tokenizer": None,
          "models": {"m": {"shape": {"params": 6e8, "checkpoint_bytes": 1.2e9}, "bounds": {}}},
