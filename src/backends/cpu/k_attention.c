@@ -285,33 +285,6 @@ static inline __m128 hsum4x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-/* Prefetching in a direct (AVX2) decode unit, one step ahead of what is
- * read: while a block's scores read its K rows, the same block's V rows
- * are fetched, and while the value pass reads them, the K rows of the next
- * block the mask shows any of (past the unit's last, the first such block
- * of the worker's next unit), each at the rate the rows ahead are read,
- * into L2. In a model step K/V come from memory (the layer's weights
- * streamed through the cache since the step before). The whole next unit
- * prefetched during the scores only (attn_pf, which the AVX-512 BF16 and
- * the portable decode paths still use) issued two lines per line read
- * there: its prefetch instructions took an eighth of the score pass's
- * samples (perf, K/V in L3), and the value pass still waited on its first
- * V loads (bench_attention, cold b=1 t=540 case). */
-typedef struct rows_pf {
-    const char *p; /* row 0; NULL: nothing to prefetch */
-    int64_t ld;    /* bytes from one row to the next */
-    int n;         /* rows */
-    int lines;     /* 64-byte lines per row */
-} rows_pf;
-
-/* Lines [l0, l1) of rows [j, j + n) of b (the rows there are). */
-static inline __attribute__((always_inline)) void rows_pf_lines(const rows_pf *b, int j, int n, int l0, int l1) {
-    if (!b->p) return;
-    if (l1 > b->lines) l1 = b->lines;
-    for (int end = j + n < b->n ? j + n : b->n; j < end; j++)
-        for (int l = l0; l < l1; l++) _mm_prefetch(b->p + j * b->ld + 64 * (int64_t)l, _MM_HINT_T1);
-}
-
 /* ---- bf16 K/V in even/odd order ----
  * A 32-bit lane of bf16 data holds elements 2i (low half) and 2i+1 (high
  * half): shifted up, the lane is element 2i as f32; masked, element 2i+1.
@@ -356,7 +329,7 @@ static inline __attribute__((always_inline)) void qk_rows_avx2(int R, const floa
     size_t esz = hr_dtype_size(dt);
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     for (int j = 0; j < nk; j += 4) {
-        rows_pf_lines(vb, j, 4, 0, vb->lines);
+        hr_attn_rows_pf_lines(vb, j, 4, 0, vb->lines);
         const char *kr[4];
         for (int i = 0; i < 4; i++) kr[i] = k + (int64_t)(j + i < nk ? j + i : j) * ldk;
         __m256 acc[2][4];
@@ -408,7 +381,7 @@ static inline __attribute__((always_inline)) void pv_rows_avx2(int R, float *o, 
         for (int r = 0; r < R; r++)
             for (int i = 0; i < 4; i++) acc[r][i] = _mm256_loadu_ps(o + r * dv + e + 8 * i);
         for (int j = 0; j < nk; j++) {
-            rows_pf_lines(kb, j, 1, l0, l0 + share);
+            hr_attn_rows_pf_lines(kb, j, 1, l0, l0 + share);
             if (p[j] == 0.0f && (R == 1 || p[BK + j] == 0.0f)) continue;
             const char *vr = v + j * ldv + e * (int64_t)esz;
             __m256 vv[4];
@@ -424,7 +397,7 @@ static inline __attribute__((always_inline)) void pv_rows_avx2(int R, float *o, 
             for (int i = 0; i < 4; i++)
                 for (int r = 0; r < R; r++) acc[r][i] = _mm256_fmadd_ps(pr[r], vv[i], acc[r][i]);
         }
-        rows_pf_lines(kb, nk, kb->n - nk, l0, l0 + share); /* a next block longer than this one */
+        hr_attn_rows_pf_lines(kb, nk, kb->n - nk, l0, l0 + share); /* a next block longer than this one */
         for (int r = 0; r < R; r++)
             for (int i = 0; i < 4; i++) _mm256_storeu_ps(o + r * dv + e + 8 * i, acc[r][i]);
     }
@@ -436,19 +409,15 @@ static bool kv_direct_avx2(const attn_ctx *c) {
     return c->avx2 && c->k->strides[3] == 1 && c->v->strides[3] == 1 && c->d % 8 == 0 && c->dv % 32 == 0;
 }
 
-/* Rows [j0, j0 + n) of head (bi, kvh) of t as prefetch rows. */
-static rows_pf kv_rows(const hr_tensor *t, int64_t bi, int64_t kvh, int64_t j0, int n, int64_t width) {
+static void decode_range(const attn_ctx *c, int64_t sp, int64_t *lo, int64_t *hi);
+
+rows_pf hr_attn_kv_rows(const hr_tensor *t, int64_t bi, int64_t kvh, int64_t j0, int n, int64_t width) {
     int64_t esz = (int64_t)hr_dtype_size(t->dtype);
     return (rows_pf){n > 0 ? hr_attn_at(t, bi, kvh, j0) : NULL, t->strides[2] * esz, n,
                      (int)((width * esz + 63) / 64)};
 }
 
-static void decode_range(const attn_ctx *c, int64_t sp, int64_t *lo, int64_t *hi);
-
-/* The first block at or after *j0 (blocks BK apart, below hi) that the
- * mask shows any key of to the unit's rows: *j0 moves to it, and the
- * count of its keys up to the last one shown is returned (0: none left). */
-static int visible_block(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t *j0, int64_t hi) {
+int hr_attn_visible_block(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t *j0, int64_t hi) {
     for (; *j0 < hi; *j0 += BK) {
         int nk = (int)(hi - *j0 < BK ? hi - *j0 : BK);
         if (!c->mask) return nk;
@@ -457,13 +426,12 @@ static int visible_block(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t *j0
     return 0;
 }
 
-/* The K rows of the first block the worker's next unit (s->next) reads. */
-static rows_pf next_unit_keys(const attn_ctx *c, const attn_scratch *s) {
+rows_pf hr_attn_next_unit_keys(const attn_ctx *c, const attn_scratch *s) {
     if (s->next < 0) return (rows_pf){0};
     int64_t kvh = (s->next / c->nsplit) % c->hkv, bi = s->next / (c->nsplit * c->hkv), lo, hi;
     decode_range(c, s->next % c->nsplit, &lo, &hi);
-    int n = visible_block(c, bi, kvh, &lo, hi);
-    return kv_rows(c->k, bi, kvh, lo, n, c->d);
+    int n = hr_attn_visible_block(c, bi, kvh, &lo, hi);
+    return hr_attn_kv_rows(c->k, bi, kvh, lo, n, c->d);
 }
 
 /* Scores of the unit's rows against keys [j0, j0 + nk), into s->st; the
@@ -472,7 +440,7 @@ static void decode_scores(const attn_ctx *c, attn_scratch *s, const float *q, in
                           int64_t j0, int nk, bool eo) {
     int64_t d = c->d, ldk = c->k->strides[2] * (int64_t)hr_dtype_size(c->k->dtype);
     const char *k0 = hr_attn_at(c->k, bi, kvh, j0);
-    const rows_pf vb = kv_rows(c->v, bi, kvh, j0, nk, c->dv), none = {0};
+    const rows_pf vb = hr_attn_kv_rows(c->v, bi, kvh, j0, nk, c->dv), none = {0};
     for (int64_t r = 0; r < rows; r += 2) {
         const rows_pf *b = r ? &none : &vb;
         hr_dtype dt = c->k->dtype;
@@ -532,7 +500,7 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     int64_t j0, hi;
     hr_attn_decode_start(c, s, sp, o, &j0, &hi);
     attn_pf pf = direct ? (attn_pf){0} : hr_attn_pf_init(c, s); /* the direct path prefetches by block */
-    for (int nk = visible_block(c, bi, kvh, &j0, hi); nk;) {
+    for (int nk = hr_attn_visible_block(c, bi, kvh, &j0, hi); nk;) {
         if (direct) {
             decode_scores(c, s, q, rows, bi, kvh, j0, nk, eo);
         } else {
@@ -551,9 +519,9 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
                 for (int64_t e = 0; e < dv; e++) o[r * dv + e] *= corr;
         }
         int64_t jn = j0 + BK;
-        int nkn = visible_block(c, bi, kvh, &jn, hi);
+        int nkn = hr_attn_visible_block(c, bi, kvh, &jn, hi);
         if (direct) {
-            rows_pf kb = nkn ? kv_rows(c->k, bi, kvh, jn, nkn, d) : next_unit_keys(c, s);
+            rows_pf kb = nkn ? hr_attn_kv_rows(c->k, bi, kvh, jn, nkn, d) : hr_attn_next_unit_keys(c, s);
             decode_values(c, s, o, rows, bi, kvh, j0, nk, eo, &kb);
         } else {
             for (int j = 0; j < nk; j++) {

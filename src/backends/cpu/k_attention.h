@@ -131,6 +131,45 @@ static inline __attribute__((always_inline)) void hr_attn_pf_step(attn_pf *pf, i
     }
 }
 
+/* Prefetching in a decode unit (the direct AVX2 one and the AVX-512 BF16
+ * one), one step ahead of what is
+ * read: while a block's scores read its K rows, the same block's V rows
+ * are fetched, and while the value pass reads them, the K rows of the next
+ * block the mask shows any of (past the unit's last, the first such block
+ * of the worker's next unit), each at the rate the rows ahead are read,
+ * into L2. In a model step K/V come from memory (the layer's weights
+ * streamed through the cache since the step before). The whole next unit
+ * prefetched during the scores only (attn_pf, which the portable decode
+ * path still uses) issued two lines per line read there: its prefetch
+ * instructions took an eighth of the score pass's samples (perf, K/V in
+ * L3), and the value pass still waited on its first V loads
+ * (bench_attention, cold b=1 t=540 case). */
+typedef struct rows_pf {
+    const char *p; /* row 0; NULL: nothing to prefetch */
+    int64_t ld;    /* bytes from one row to the next */
+    int n;         /* rows */
+    int lines;     /* 64-byte lines per row */
+} rows_pf;
+
+/* Lines [l0, l1) of rows [j, j + n) of b (the rows there are). */
+static inline __attribute__((always_inline)) void hr_attn_rows_pf_lines(const rows_pf *b, int j, int n, int l0, int l1) {
+    if (!b->p) return;
+    if (l1 > b->lines) l1 = b->lines;
+    for (int end = j + n < b->n ? j + n : b->n; j < end; j++)
+        for (int l = l0; l < l1; l++) _mm_prefetch(b->p + j * b->ld + 64 * (int64_t)l, _MM_HINT_T1);
+}
+
+
+/* Rows [j0, j0 + n) of head (bi, kvh) of t as prefetch rows, width
+ * elements each. */
+rows_pf hr_attn_kv_rows(const hr_tensor *t, int64_t bi, int64_t kvh, int64_t j0, int n, int64_t width);
+/* The first block at or after *j0 (blocks BK apart, below hi) that the
+ * mask shows any key of to the unit's rows: *j0 moves to it, and the
+ * count of its keys up to the last one shown is returned (0: none left). */
+int hr_attn_visible_block(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t *j0, int64_t hi);
+/* The K rows of the first block the worker's next unit (s->next) reads. */
+rows_pf hr_attn_next_unit_keys(const attn_ctx *c, const attn_scratch *s);
+
 /* Masks scores p[0..nk) of query qi (position pos) of head h against keys
  * j0..: softcap, user mask, causal, window. tmp holds nk floats. */
 void hr_attn_mask_row(const attn_ctx *c, float *tmp, float *p, int64_t bi, int64_t h, int64_t qi, int64_t pos,

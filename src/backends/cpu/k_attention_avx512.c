@@ -446,17 +446,18 @@ void hr_attn_bf16_worker(void *arg, int ith, int nth) {
 /* ---- decode ---- */
 
 /* st[0..16) = scale * q . k[x] for sixteen key rows [d], ldk apart, d a
- * multiple of 32. pf_keys of the next unit's keys are prefetched, a few
- * at a time between the keys, not in a burst whose misses would hold up
- * these loads. */
+ * multiple of 32. The same sixteen keys' rows of vb (from row j; the
+ * block's V rows) are prefetched, a few at a time between the keys, not
+ * in a burst whose misses would hold up these loads (k_attention.h,
+ * rows_pf). */
 INLINE_ void dec_qk16_loop(const uint16_t *q, const uint16_t *k, int64_t ldk, int64_t d, float scale, float *st,
-                           attn_pf *pf, int64_t pf_keys) {
+                           const rows_pf *vb, int j) {
     __m512 acc[16];
-    int64_t pf_per = (pf_keys + d / 32 - 1) / (d / 32);
+    int64_t steps = d / 32, per = (16 + steps - 1) / steps;
 #pragma GCC unroll 16
     for (int x = 0; x < 16; x++) acc[x] = _mm512_setzero_ps();
-    for (int64_t e = 0; e < d; e += 32) {
-        hr_attn_pf_step(pf, pf_per);
+    for (int64_t e = 0, i = 0; e < d; e += 32, i++) {
+        if (i * per < 16) hr_attn_rows_pf_lines(vb, j + (int)(i * per), (int)per, 0, vb->lines);
         __m512bh qv = (__m512bh)_mm512_loadu_si512(q + e);
         const uint16_t *kx = k + e;
 #pragma GCC unroll 16
@@ -472,15 +473,14 @@ INLINE_ void dec_qk16_loop(const uint16_t *q, const uint16_t *k, int64_t ldk, in
  * of a batch-64 decode unit's time). Each accumulator sums its key's
  * products in the same order as there: the same bits. */
 INLINE_ void dec_qk16_nc(int nc, const uint16_t *q, const uint16_t *k, int64_t ldk, float scale, float *st,
-                         attn_pf *pf, int64_t pf_keys) {
+                         const rows_pf *vb, int j) {
     __m512 acc[16];
     __m512bh qv[8];
 #pragma GCC unroll 8
     for (int c = 0; c < nc; c++) qv[c] = (__m512bh)_mm512_loadu_si512(q + 32 * c);
-    int64_t pf_per = (pf_keys + 3) / 4;
 #pragma GCC unroll 16
     for (int x = 0; x < 16; x++, k += ldk) {
-        if (x % 4 == 0) hr_attn_pf_step(pf, pf_per);
+        if (x % 4 == 0) hr_attn_rows_pf_lines(vb, j + x, 4, 0, vb->lines);
         acc[x] = _mm512_setzero_ps();
 #pragma GCC unroll 8
         for (int c = 0; c < nc; c++) acc[x] = _mm512_dpbf16_ps(acc[x], qv[c], (__m512bh)_mm512_loadu_si512(k + 32 * c));
@@ -489,12 +489,12 @@ INLINE_ void dec_qk16_nc(int nc, const uint16_t *q, const uint16_t *k, int64_t l
 }
 
 INLINE_ void dec_qk16(const uint16_t *q, const uint16_t *k, int64_t ldk, int64_t d, float scale, float *st,
-                      attn_pf *pf, int64_t pf_keys) {
+                      const rows_pf *vb, int j) {
     switch (d) {
-    case 64: dec_qk16_nc(2, q, k, ldk, scale, st, pf, pf_keys); break;
-    case 128: dec_qk16_nc(4, q, k, ldk, scale, st, pf, pf_keys); break;
-    case 256: dec_qk16_nc(8, q, k, ldk, scale, st, pf, pf_keys); break;
-    default: dec_qk16_loop(q, k, ldk, d, scale, st, pf, pf_keys); break;
+    case 64: dec_qk16_nc(2, q, k, ldk, scale, st, vb, j); break;
+    case 128: dec_qk16_nc(4, q, k, ldk, scale, st, vb, j); break;
+    case 256: dec_qk16_nc(8, q, k, ldk, scale, st, vb, j); break;
+    default: dec_qk16_loop(q, k, ldk, d, scale, st, vb, j); break;
     }
 }
 
@@ -504,15 +504,21 @@ INLINE_ __m512 widen16(const uint16_t *p) {
 
 /* o [rows][dv] += p [rows][BK] vr over nk value rows [dv], 16 nz features
  * at a time with the rows' accumulators in registers (rows and nz
- * constants): the widest nz that fits reads each V row in one pass. */
-INLINE_ void dec_pv(int rows, int nz, int nk, const float *p, const uint16_t *const *vr, int64_t dv, float *o) {
+ * constants): the widest nz that fits reads each V row in one pass. The
+ * rows of kb (the next block's keys) are prefetched a share of their
+ * lines per pass, one row per key, as pv_rows_avx2 does. */
+INLINE_ void dec_pv(int rows, int nz, int nk, const float *p, const uint16_t *const *vr, int64_t dv, float *o,
+                    const rows_pf *kb) {
+    int share = (int)((kb->lines * 16 * nz + dv - 1) / dv); /* lines per pass */
     for (int64_t f = 0; f < dv; f += 16 * nz) {
+        int l0 = (int)(f / (16 * nz)) * share;
         __m512 acc[HR_ATTN_DEC_ROWS][8];
 #pragma GCC unroll 8
         for (int r = 0; r < rows; r++)
 #pragma GCC unroll 8
             for (int z = 0; z < nz; z++) acc[r][z] = _mm512_loadu_ps(o + r * dv + f + 16 * z);
         for (int j = 0; j < nk; j++) {
+            hr_attn_rows_pf_lines(kb, j, 1, l0, l0 + share);
             __m512 v[8];
 #pragma GCC unroll 8
             for (int z = 0; z < nz; z++) v[z] = widen16(vr[j] + f + 16 * z);
@@ -523,6 +529,7 @@ INLINE_ void dec_pv(int rows, int nz, int nk, const float *p, const uint16_t *co
                 for (int z = 0; z < nz; z++) acc[r][z] = _mm512_fmadd_ps(pr, v[z], acc[r][z]);
             }
         }
+        hr_attn_rows_pf_lines(kb, nk, kb->n - nk, l0, l0 + share); /* a next block longer than this one */
 #pragma GCC unroll 8
         for (int r = 0; r < rows; r++)
 #pragma GCC unroll 8
@@ -533,9 +540,11 @@ INLINE_ void dec_pv(int rows, int nz, int nk, const float *p, const uint16_t *co
 /* Up to 16 accumulators: 8 vectors of features for 2 rows, 4 for 4, 2 for 8. */
 #define DEC_NZ(rows) ((rows) <= 2 ? 8 : (rows) <= 4 ? 4 : 2)
 #define DEC_PV(rows)                                                                                              \
-    (dv % (16 * DEC_NZ(rows)) == 0 ? dec_pv(rows, DEC_NZ(rows), nk, p, vr, dv, o) : dec_pv(rows, 2, nk, p, vr, dv, o))
+    (dv % (16 * DEC_NZ(rows)) == 0 ? dec_pv(rows, DEC_NZ(rows), nk, p, vr, dv, o, kb) \
+                                   : dec_pv(rows, 2, nk, p, vr, dv, o, kb))
 
-TARGET_ static void dec_pv_rows(int rows, int nk, const float *p, const uint16_t *const *vr, int64_t dv, float *o) {
+TARGET_ static void dec_pv_rows(int rows, int nk, const float *p, const uint16_t *const *vr, int64_t dv, float *o,
+                                const rows_pf *kb) {
     switch (rows) {
     case 1: DEC_PV(1); break;
     case 2: DEC_PV(2); break;
@@ -559,13 +568,10 @@ TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_
     float *o = s->ot; /* [rows][dv] */
     for (int64_t r = 0; r < rows; r++)
         q[r] = (const uint16_t *)hr_attn_at(c->q, bi, kvh * c->rep + r % c->rep, r / c->rep);
-    int64_t lo, hi;
-    hr_attn_decode_start(c, s, sp, o, &lo, &hi);
-    attn_pf pf = hr_attn_pf_init(c, s);
-    int64_t pf_keys = (16 + rows - 1) / rows; /* per Q.K call: sixteen keys over the rows' calls */
-    for (int64_t j0 = lo; j0 < hi; j0 += BK) {
-        int nk = (int)(hi - j0 < BK ? hi - j0 : BK);
-        if (c->mask && !(nk = hr_attn_block_keys(c, bi, kvh, 0, rows, j0, nk))) continue;
+    int64_t j0, hi;
+    hr_attn_decode_start(c, s, sp, o, &j0, &hi);
+    const rows_pf none = {0};
+    for (int nk = hr_attn_visible_block(c, bi, kvh, &j0, hi); nk;) {
         const uint16_t *k0 = (const uint16_t *)hr_attn_at(c->k, bi, kvh, j0);
         const uint16_t *v0 = (const uint16_t *)hr_attn_at(c->v, bi, kvh, j0);
         int nfull = nk / 16 * 16;
@@ -575,12 +581,14 @@ TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_
             memset(ktail + (nk - nfull) * d, 0, sizeof(uint16_t) * (size_t)((16 - nk + nfull) * d));
         }
         for (int j = 0; j < nk; j++) vr[j] = v0 + j * c->v->strides[2];
+        /* the block's V rows fetched while the first row's scores read its K */
+        const rows_pf vb = hr_attn_kv_rows(c->v, bi, kvh, j0, nk, dv);
         for (int64_t r = 0; r < rows; r++)
             for (int g = 0; g < nk; g += 16)
                 if (g < nfull)
-                    dec_qk16(q[r], k0 + g * ldk, ldk, d, c->scale, s->st + r * BK + g, &pf, pf_keys);
+                    dec_qk16(q[r], k0 + g * ldk, ldk, d, c->scale, s->st + r * BK + g, r ? &none : &vb, g);
                 else
-                    dec_qk16(q[r], ktail, d, d, c->scale, s->st + r * BK + g, &pf, pf_keys);
+                    dec_qk16(q[r], ktail, d, d, c->scale, s->st + r * BK + g, r ? &none : &vb, g);
         for (int64_t r = 0; r < rows; r++) {
             float *p = s->st + r * BK;
             int64_t qi = r / c->rep;
@@ -588,7 +596,12 @@ TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_
             float corr = hr_attn_softmax_step(c, s, p, nk, r);
             if (corr != 1.0f) scale_row(o + r * dv, dv, corr);
         }
-        dec_pv_rows((int)rows, nk, s->st, vr, dv, o);
+        /* the next block's K rows (or the worker's next unit's) fetched during the value pass */
+        int64_t jn = j0 + BK;
+        int nkn = hr_attn_visible_block(c, bi, kvh, &jn, hi);
+        rows_pf kb = nkn ? hr_attn_kv_rows(c->k, bi, kvh, jn, nkn, d) : hr_attn_next_unit_keys(c, s);
+        dec_pv_rows((int)rows, nk, s->st, vr, dv, o, &kb);
+        j0 = jn, nk = nkn;
     }
     hr_attn_decode_finish(c, s, u, o);
 }
