@@ -450,3 +450,24 @@ def test_sdpa_decode_long_context(isa, dtype):
     keep = torch.ones(b, 1, 1, t, dtype=torch.bool)
     keep[1, ..., 300:13000] = False
     check_any(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(keep)), q, k, v, dtype, atol=2e-5, mask=keep)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+@pytest.mark.parametrize("hq,hkv,d,t", [(16, 8, 128, 540), (12, 4, 128, 40), (9, 3, 64, 300), (8, 2, 64, 40),
+                                        (4, 2, 256, 70)])
+def test_decode_rows_of_a_kv_head_give_their_bits_alone(isa, dtype, hq, hkv, d, t):
+    """A decode unit scores the query rows that share a kv head together
+    (the AVX-512 BF16 unit two per K read at d = 128, the AVX2 one two per
+    K read always), each row
+    summing its products in the order it would alone: GQA attention gives
+    bit for bit what the same heads give with K/V repeated per query head
+    (one row per kv head)."""
+    q, k, v = qkv(2, hq, hkv, 1, t, d, dtype=dtype)
+    rep = hq // hkv
+    got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v))
+    alone = hubrt.ops.sdpa(to_hr(q), to_hr(k.repeat_interleave(rep, 1).contiguous()),
+                           to_hr(v.repeat_interleave(rep, 1).contiguous()))
+    assert torch.equal(to_torch(got).view(-1).view(torch.int16 if dtype == "bf16" else torch.int32),
+                       to_torch(alone).view(-1).view(torch.int16 if dtype == "bf16" else torch.int32))
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+    assert_close(got, want, atol=1e-4 if dtype == "f32" else None)

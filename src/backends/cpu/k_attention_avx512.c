@@ -488,6 +488,50 @@ INLINE_ void dec_qk16_nc(int nc, const uint16_t *q, const uint16_t *k, int64_t l
     _mm512_storeu_ps(st, _mm512_mul_ps(reduce16(acc, false), _mm512_set1_ps(scale)));
 }
 
+/* Two query rows against eight key rows (d = 32 * nc, nc <= 4): each K
+ * vector read serves both rows, where dec_qk16 reads the block once per
+ * row. The sixteen accumulators (row 0's eight keys, then row 1's) go
+ * through the same reduce16 as dec_qk16's, whose tree is the same for
+ * every accumulator, and each sums its products in the same order: the
+ * same bits. st0[0..8) and st1[0..8) get the scores; the rows of vb from
+ * j on are prefetched two per four keys. */
+INLINE_ void dec_qk8x2_nc(int nc, const uint16_t *q0, const uint16_t *q1, const uint16_t *k, int64_t ldk, float scale,
+                          float *st0, float *st1, const rows_pf *vb, int j) {
+    __m512 acc[16];
+    __m512bh qa[4], qb[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < nc; c++) {
+        qa[c] = (__m512bh)_mm512_loadu_si512(q0 + 32 * c);
+        qb[c] = (__m512bh)_mm512_loadu_si512(q1 + 32 * c);
+    }
+#pragma GCC unroll 8
+    for (int x = 0; x < 8; x++, k += ldk) {
+        if (x % 4 == 0) hr_attn_rows_pf_lines(vb, j + x, 4, 0, vb->lines);
+        acc[x] = acc[8 + x] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++) {
+            __m512bh kv = (__m512bh)_mm512_loadu_si512(k + 32 * c);
+            acc[x] = _mm512_dpbf16_ps(acc[x], qa[c], kv);
+            acc[8 + x] = _mm512_dpbf16_ps(acc[8 + x], qb[c], kv);
+        }
+    }
+    __m512 r = _mm512_mul_ps(reduce16(acc, false), _mm512_set1_ps(scale));
+    _mm256_storeu_ps(st0, _mm512_castps512_ps256(r));
+    _mm256_storeu_ps(st1, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(r), 1)));
+}
+
+/* Scores of query rows q0 and q1 against sixteen key rows of d = 128, as
+ * two dec_qk16 calls would give them. Only there: bench_attention's cold
+ * cases, alternated with one row at a time, gave the Qwen3 shape (d 128,
+ * two rows per kv head) 84-86 -> 79-81 us per call, and the SmolLM2 one (d
+ * 64, three rows) 20-21 -> 21-22, each accumulator's two products then too
+ * few for the reduction after them. */
+INLINE_ void dec_qk16x2(const uint16_t *q0, const uint16_t *q1, const uint16_t *k, int64_t ldk, float scale,
+                        float *st0, float *st1, const rows_pf *vb, int j) {
+    dec_qk8x2_nc(4, q0, q1, k, ldk, scale, st0, st1, vb, j);
+    dec_qk8x2_nc(4, q0, q1, k + 8 * ldk, ldk, scale, st0 + 8, st1 + 8, vb, j + 8);
+}
+
 INLINE_ void dec_qk16(const uint16_t *q, const uint16_t *k, int64_t ldk, int64_t d, float scale, float *st,
                       const rows_pf *vb, int j) {
     switch (d) {
@@ -583,12 +627,20 @@ TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_
         for (int j = 0; j < nk; j++) vr[j] = v0 + j * c->v->strides[2];
         /* the block's V rows fetched while the first row's scores read its K */
         const rows_pf vb = hr_attn_kv_rows(c->v, bi, kvh, j0, nk, dv);
-        for (int64_t r = 0; r < rows; r++)
+        /* rows in pairs where that pays (d = 128), the odd one alone */
+        int64_t r2 = 0;
+        for (; d == 128 && r2 + 2 <= rows; r2 += 2)
+            for (int g = 0; g < nk; g += 16) {
+                const uint16_t *kg = g < nfull ? k0 + g * ldk : ktail;
+                dec_qk16x2(q[r2], q[r2 + 1], kg, g < nfull ? ldk : d, c->scale, s->st + r2 * BK + g,
+                           s->st + (r2 + 1) * BK + g, r2 ? &none : &vb, g);
+            }
+        for (; r2 < rows; r2++)
             for (int g = 0; g < nk; g += 16)
                 if (g < nfull)
-                    dec_qk16(q[r], k0 + g * ldk, ldk, d, c->scale, s->st + r * BK + g, r ? &none : &vb, g);
+                    dec_qk16(q[r2], k0 + g * ldk, ldk, d, c->scale, s->st + r2 * BK + g, r2 ? &none : &vb, g);
                 else
-                    dec_qk16(q[r], ktail, d, d, c->scale, s->st + r * BK + g, r ? &none : &vb, g);
+                    dec_qk16(q[r2], ktail, d, d, c->scale, s->st + r2 * BK + g, r2 ? &none : &vb, g);
         for (int64_t r = 0; r < rows; r++) {
             float *p = s->st + r * BK;
             int64_t qi = r / c->rep;
