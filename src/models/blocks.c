@@ -119,10 +119,10 @@ static hr_status linear_into(const hr_tensor *x, const hr_tensor *w, const hr_te
  * or gate/up with silu_mul as GATED) in one pass over the thread pool
  * (k_fused_linear.c), each column the bits the separate ops give. One
  * dispatch, barrier and stream per group instead of one per linear: decode
- * at 2 threads measured 4-9% faster (docs/architecture.md, Compile).
- * Returns false, having run nothing, where the kernel does not apply: other
- * devices, a capture (the compiled plan fuses on its own), HUBRT_FUSE=0,
- * prefill-sized rows. */
+ * at 2 threads measured 3-10% faster (docs/architecture.md, Compile);
+ * HUBRT_PROFILE counts a group as one linear call. Returns false, having
+ * run nothing, where the kernel does not apply: other devices, a capture
+ * (the compiled plan fuses on its own), HUBRT_FUSE=0, prefill-sized rows. */
 static bool fused_linears(const hr_model *m, const hr_tensor *x, hr_fused_epilogue epi, int n,
                           const hr_tensor *const *w, const hr_tensor *const *b, hr_tensor *const *out,
                           hr_status *st) {

@@ -494,7 +494,7 @@ INLINE_ void dec_qk16_nc(int nc, const uint16_t *q, const uint16_t *k, int64_t l
  * through the same reduce16 as dec_qk16's, whose tree is the same for
  * every accumulator, and each sums its products in the same order: the
  * same bits. st0[0..8) and st1[0..8) get the scores; the rows of vb from
- * j on are prefetched two per four keys. */
+ * j on are prefetched four per four keys, as dec_qk16_nc does. */
 INLINE_ void dec_qk8x2_nc(int nc, const uint16_t *q0, const uint16_t *q1, const uint16_t *k, int64_t ldk, float scale,
                           float *st0, float *st1, const rows_pf *vb, int j) {
     __m512 acc[16];
