@@ -29,6 +29,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from limits import read_gbs  # bench/limits.py, beside this file (a script's folder is on sys.path)
+
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ("transformers-eager", "transformers-compile", "llama.cpp")
 ENGINES = ("hubrt", "hubrt-compiled", "hubrt-xla_cpu") + PEERS
@@ -59,10 +61,8 @@ def last_json(text):
 
 def probe_gbs(exe, threads):
     """The read bandwidth now (bench/limits.py's probe), or None if it failed."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import limits
     try:
-        return limits.read_gbs(exe, threads)
+        return read_gbs(exe, threads)
     except (OSError, subprocess.CalledProcessError, AttributeError):
         return None
 

@@ -480,6 +480,69 @@ static void decode_values(const attn_ctx *c, const attn_scratch *s, float *o, in
     }
 }
 
+/* The next decode unit's K and V rows, key by key, for prefetching. */
+typedef struct attn_pf {
+    const attn_ctx *c;
+    int64_t bi, kvh;        /* the unit's (batch, kv head) */
+    int64_t j, lo, hi;      /* the next key; the unit's key range */
+    int64_t shown, next_blk; /* end of the keys of j's block the unit reads; start of the next block */
+    const char *k, *v;      /* key j's rows */
+    int64_t ldk, ldv;       /* bytes from one key's row to the next */
+    int64_t kbytes, vbytes;
+} attn_pf;
+
+/* The next unit's K/V rows are fetched into L2 while this one computes, a
+ * few keys per step (the portable decode path, which K/V rows not in place
+ * for AVX2 take; the direct AVX2 and the AVX-512 BF16 paths prefetch one
+ * step ahead instead, rows_pf in k_attention.h): in a model step K/V come
+ * from memory (the layer's weights streamed through the cache since the
+ * last step), and one unit's misses at a time left the bandwidth mostly
+ * idle (batch-64 decode, 17 -> 24 GB/s of K/V). The prefetches cost a third more time when K/V
+ * are in cache already (one call repeated, which no model step does).
+ * Keys the unit will skip as masked (the empty slots of a static cache)
+ * are skipped here too. */
+static inline __attribute__((always_inline)) void attn_pf_step(attn_pf *pf, int64_t keys) {
+    while (keys > 0 && pf->j < pf->hi) {
+        if (pf->j == pf->next_blk) { /* a block starts: the keys of it the unit reads */
+            int nk = (int)(pf->hi - pf->j < HR_ATTN_BK ? pf->hi - pf->j : HR_ATTN_BK);
+            pf->next_blk = pf->j + nk;
+            pf->shown = pf->j + (pf->c->mask ? hr_attn_block_keys(pf->c, pf->bi, pf->kvh, 0, pf->c->rep * pf->c->s,
+                                                                  pf->j, nk)
+                                             : nk);
+        }
+        if (pf->j >= pf->shown) { /* to the next block */
+            pf->k += (pf->next_blk - pf->j) * pf->ldk;
+            pf->v += (pf->next_blk - pf->j) * pf->ldv;
+            pf->j = pf->next_blk;
+            continue;
+        }
+        int64_t n = pf->shown - pf->j < keys ? pf->shown - pf->j : keys;
+        hr_attn_pf_rows(pf->k, pf->kbytes, pf->ldk, n);
+        hr_attn_pf_rows(pf->v, pf->vbytes, pf->ldv, n);
+        pf->j += n, pf->k += n * pf->ldk, pf->v += n * pf->ldv, keys -= n;
+    }
+}
+
+/* The K/V rows of decode unit s->next (none when it is -1); by value, so
+ * that the cursor can live in registers. */
+static attn_pf attn_pf_init(const attn_ctx *c, const attn_scratch *s) {
+    attn_pf pf = {.c = c};
+    if (s->next < 0) return pf;
+    pf.kvh = (s->next / c->nsplit) % c->hkv;
+    pf.bi = s->next / (c->nsplit * c->hkv);
+    decode_range(c, s->next % c->nsplit, &pf.lo, &pf.hi);
+    pf.j = pf.next_blk = pf.lo;
+    if (pf.hi <= pf.lo) return pf;
+    int64_t ek = (int64_t)hr_dtype_size(c->k->dtype), ev = (int64_t)hr_dtype_size(c->v->dtype);
+    pf.k = hr_attn_at(c->k, pf.bi, pf.kvh, pf.lo);
+    pf.v = hr_attn_at(c->v, pf.bi, pf.kvh, pf.lo);
+    pf.ldk = c->k->strides[2] * ek;
+    pf.ldv = c->v->strides[2] * ev;
+    pf.kbytes = ((c->d - 1) * c->k->strides[3] + 1) * ek;
+    pf.vbytes = ((c->dv - 1) * c->v->strides[3] + 1) * ev;
+    return pf;
+}
+
 /* Unit (batch, kv head, split): every query row of the pair against the
  * split's keys, one key row at a time straight from K and V. With a few
  * rows, packing K/V into GEMM panels costs more than the products it
@@ -499,13 +562,13 @@ static void attn_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     }
     int64_t j0, hi;
     hr_attn_decode_start(c, s, sp, o, &j0, &hi);
-    attn_pf pf = direct ? (attn_pf){0} : hr_attn_pf_init(c, s); /* the direct path prefetches by block */
+    attn_pf pf = direct ? (attn_pf){0} : attn_pf_init(c, s); /* the direct path prefetches by block */
     for (int nk = hr_attn_visible_block(c, bi, kvh, &j0, hi); nk;) {
         if (direct) {
             decode_scores(c, s, q, rows, bi, kvh, j0, nk, eo);
         } else {
             for (int j = 0; j < nk; j++) {
-                hr_attn_pf_step(&pf, 1);
+                attn_pf_step(&pf, 1);
                 load_row(c, kr, c->k, bi, kvh, j0 + j, d);
                 for (int64_t r = 0; r < rows; r++) s->st[r * BK + j] = dot_f32(q + r * d, kr, d, c->avx2);
             }
@@ -552,24 +615,6 @@ void hr_attn_decode_start(const attn_ctx *c, attn_scratch *s, int64_t sp, float 
     }
     memset(o, 0, sizeof(float) * (size_t)(rows * c->dv));
     decode_range(c, sp, lo, hi);
-}
-
-attn_pf hr_attn_pf_init(const attn_ctx *c, const attn_scratch *s) {
-    attn_pf pf = {.c = c};
-    if (s->next < 0) return pf;
-    pf.kvh = (s->next / c->nsplit) % c->hkv;
-    pf.bi = s->next / (c->nsplit * c->hkv);
-    decode_range(c, s->next % c->nsplit, &pf.lo, &pf.hi);
-    pf.j = pf.next_blk = pf.lo;
-    if (pf.hi <= pf.lo) return pf;
-    int64_t ek = (int64_t)hr_dtype_size(c->k->dtype), ev = (int64_t)hr_dtype_size(c->v->dtype);
-    pf.k = hr_attn_at(c->k, pf.bi, pf.kvh, pf.lo);
-    pf.v = hr_attn_at(c->v, pf.bi, pf.kvh, pf.lo);
-    pf.ldk = c->k->strides[2] * ek;
-    pf.ldv = c->v->strides[2] * ev;
-    pf.kbytes = ((c->d - 1) * c->k->strides[3] + 1) * ek;
-    pf.vbytes = ((c->dv - 1) * c->v->strides[3] + 1) * ev;
-    return pf;
 }
 
 void hr_attn_decode_finish(const attn_ctx *c, const attn_scratch *s, int64_t u, float *o) {

@@ -64,16 +64,6 @@ static inline char *hr_attn_at(const hr_tensor *t, int64_t i0, int64_t i1, int64
            (i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2]) * (int64_t)hr_dtype_size(t->dtype);
 }
 
-/* The next decode unit's K and V rows, key by key, for prefetching. */
-typedef struct attn_pf {
-    const attn_ctx *c;
-    int64_t bi, kvh;        /* the unit's (batch, kv head) */
-    int64_t j, lo, hi;      /* the next key; the unit's key range */
-    int64_t shown, next_blk; /* end of the keys of j's block the unit reads; start of the next block */
-    const char *k, *v;      /* key j's rows */
-    int64_t ldk, ldv;       /* bytes from one key's row to the next */
-    int64_t kbytes, vbytes;
-} attn_pf;
 
 /* Fills c for the call (q, k, v[, mask] -> o): shapes, attributes, the
  * path, its units and threads; allocates nothing. */
@@ -99,42 +89,9 @@ static inline __attribute__((always_inline)) void hr_attn_pf_rows(const char *p,
         for (int64_t e = 0; e < len; e += 64) _mm_prefetch(p + e, _MM_HINT_T1);
 }
 
-/* The next unit's K/V rows are fetched into L2 while this one computes, a
- * few keys per step (the AVX-512 BF16 decode path, and the portable one
- * K/V rows not in place for AVX2 take; the direct AVX2 path prefetches one
- * step ahead instead, k_attention.c): in a model step K/V come from memory (the layer's
- * weights streamed through the cache since the last step), and one unit's
- * misses at a time left the bandwidth mostly idle (batch-64 decode,
- * 17 -> 24 GB/s of K/V). The prefetches cost a third more time when K/V
- * are in cache already (one call repeated, which no model step does).
- * Keys the unit will skip as masked (the empty slots of a static cache)
- * are skipped here too. */
-static inline __attribute__((always_inline)) void hr_attn_pf_step(attn_pf *pf, int64_t keys) {
-    while (keys > 0 && pf->j < pf->hi) {
-        if (pf->j == pf->next_blk) { /* a block starts: the keys of it the unit reads */
-            int nk = (int)(pf->hi - pf->j < HR_ATTN_BK ? pf->hi - pf->j : HR_ATTN_BK);
-            pf->next_blk = pf->j + nk;
-            pf->shown = pf->j + (pf->c->mask ? hr_attn_block_keys(pf->c, pf->bi, pf->kvh, 0, pf->c->rep * pf->c->s,
-                                                                  pf->j, nk)
-                                             : nk);
-        }
-        if (pf->j >= pf->shown) { /* to the next block */
-            pf->k += (pf->next_blk - pf->j) * pf->ldk;
-            pf->v += (pf->next_blk - pf->j) * pf->ldv;
-            pf->j = pf->next_blk;
-            continue;
-        }
-        int64_t n = pf->shown - pf->j < keys ? pf->shown - pf->j : keys;
-        hr_attn_pf_rows(pf->k, pf->kbytes, pf->ldk, n);
-        hr_attn_pf_rows(pf->v, pf->vbytes, pf->ldv, n);
-        pf->j += n, pf->k += n * pf->ldk, pf->v += n * pf->ldv, keys -= n;
-    }
-}
-
 /* Prefetching in a decode unit (the direct AVX2 one and the AVX-512 BF16
- * one), one step ahead of what is
- * read: while a block's scores read its K rows, the same block's V rows
- * are fetched, and while the value pass reads them, the K rows of the next
+ * one), one step ahead of what is read: while a block's scores read its K
+ * rows, the same block's V rows are fetched, and while the value pass reads them, the K rows of the next
  * block the mask shows any of (past the unit's last, the first such block
  * of the worker's next unit), each at the rate the rows ahead are read,
  * into L2. In a model step K/V come from memory (the layer's weights
@@ -159,7 +116,6 @@ static inline __attribute__((always_inline)) void hr_attn_rows_pf_lines(const ro
         for (int l = l0; l < l1; l++) _mm_prefetch(b->p + j * b->ld + 64 * (int64_t)l, _MM_HINT_T1);
 }
 
-
 /* Rows [j0, j0 + n) of head (bi, kvh) of t as prefetch rows, width
  * elements each. */
 rows_pf hr_attn_kv_rows(const hr_tensor *t, int64_t bi, int64_t kvh, int64_t j0, int n, int64_t width);
@@ -180,9 +136,6 @@ float hr_attn_softmax_step(const attn_ctx *c, attn_scratch *s, float *p, int nk,
 /* Starts a decode unit of split sp: running max and denominator reset,
  * numerators o [rows][dv] zeroed, and its key range [lo, hi). */
 void hr_attn_decode_start(const attn_ctx *c, attn_scratch *s, int64_t sp, float *o, int64_t *lo, int64_t *hi);
-/* The K/V rows of decode unit s->next (none when it is -1); by value, so
- * that the cursor can live in registers. */
-attn_pf hr_attn_pf_init(const attn_ctx *c, const attn_scratch *s);
 /* Ends decode unit u: its rows' numerators o [rows][dv] go to c->parts,
  * or, with one split, normalized straight to the output. */
 void hr_attn_decode_finish(const attn_ctx *c, const attn_scratch *s, int64_t u, float *o);

@@ -630,17 +630,13 @@ TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_
         /* rows in pairs where that pays (d = 128), the odd one alone */
         int64_t r2 = 0;
         for (; d == 128 && r2 + 2 <= rows; r2 += 2)
-            for (int g = 0; g < nk; g += 16) {
-                const uint16_t *kg = g < nfull ? k0 + g * ldk : ktail;
-                dec_qk16x2(q[r2], q[r2 + 1], kg, g < nfull ? ldk : d, c->scale, s->st + r2 * BK + g,
-                           s->st + (r2 + 1) * BK + g, r2 ? &none : &vb, g);
-            }
+            for (int g = 0; g < nk; g += 16)
+                dec_qk16x2(q[r2], q[r2 + 1], g < nfull ? k0 + g * ldk : ktail, g < nfull ? ldk : d, c->scale,
+                           s->st + r2 * BK + g, s->st + (r2 + 1) * BK + g, r2 ? &none : &vb, g);
         for (; r2 < rows; r2++)
             for (int g = 0; g < nk; g += 16)
-                if (g < nfull)
-                    dec_qk16(q[r2], k0 + g * ldk, ldk, d, c->scale, s->st + r2 * BK + g, r2 ? &none : &vb, g);
-                else
-                    dec_qk16(q[r2], ktail, d, d, c->scale, s->st + r2 * BK + g, r2 ? &none : &vb, g);
+                dec_qk16(q[r2], g < nfull ? k0 + g * ldk : ktail, g < nfull ? ldk : d, d, c->scale,
+                         s->st + r2 * BK + g, r2 ? &none : &vb, g);
         for (int64_t r = 0; r < rows; r++) {
             float *p = s->st + r * BK;
             int64_t qi = r / c->rep;
