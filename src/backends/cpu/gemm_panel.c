@@ -246,26 +246,33 @@ TARGET_ void hr_gemm_panel_rows(hr_gemm_amx_fn amx, int rows, int64_t k, const u
 
 size_t hr_gemm_panel_bytes(int64_t k) { return (size_t)((k + 1) / 2) * PN * 4; }
 
-static void panel_worker(void *arg, int ith, int nth) {
-    (void)nth;
-    panel_ctx *ctx = arg;
+/* Segment s's items, claimed from its front (its owner) or its back (a
+ * thief), each run with the next item's unit prefetched; false when the
+ * scratch could not be had. */
+static bool run_claims(panel_ctx *ctx, int s, bool front, uint32_t **scratch) {
     const hr_gemm *g = ctx->g;
-    int s = ith / 2;
-    bool front = ith % 2 == 0;
-    int64_t i = claim(ctx, s, front), dir = front ? 1 : -1, ch = ctx->chunks;
-    if (i < 0) return;
-    uint32_t *scratch = NULL;
-    if (!ctx->packed && !(scratch = hr_gemm_thread_scratch(hr_gemm_panel_bytes(g->k)))) {
-        atomic_store(&ctx->failed, 1);
-        return;
-    }
-    for (; i >= 0; i = claim(ctx, s, front)) {
+    int64_t dir = front ? 1 : -1, ch = ctx->chunks;
+    for (int64_t i; (i = claim(ctx, s, front)) >= 0;) {
+        if (!ctx->packed && !*scratch && !(*scratch = hr_gemm_thread_scratch(hr_gemm_panel_bytes(g->k)))) {
+            atomic_store(&ctx->failed, 1);
+            return false;
+        }
         int64_t u = i / ch, c = i % ch, r0 = c * ctx->row_chunk, r1 = ch == 1 ? ctx->rows : r0 + ctx->row_chunk;
         /* the next item's unit, unless it is this one (its panel is here) */
         int64_t next = (i + dir) / ch == u ? -1 : u + dir;
-        ctx->unit(ctx, u, next, g->n - u * PN < PN ? (int)(g->n - u * PN) : PN, scratch, r0,
+        ctx->unit(ctx, u, next, g->n - u * PN < PN ? (int)(g->n - u * PN) : PN, *scratch, r0,
                   r1 < ctx->rows ? r1 : ctx->rows);
     }
+    return true;
+}
+
+/* Task t runs its own segment t forward, then takes what is left of the
+ * others from their backs. */
+static void panel_worker(void *arg, int ith, int nth) {
+    panel_ctx *ctx = arg;
+    uint32_t *scratch = NULL;
+    for (int k = 0; k < nth; k++)
+        if (!run_claims(ctx, (ith + k) % nth, k == 0, &scratch)) return;
 }
 
 hr_status hr_gemm_panel_run(const hr_gemm *g, int64_t rows, const uint16_t *x, int64_t ldx) {
@@ -286,9 +293,9 @@ hr_status hr_gemm_panel_dispatch(panel_ctx *ctx) {
     atomic_init(&ctx->failed, 0);
     int64_t tasks = hr_parallel_threads_for(ctx->rows * g->n * g->k, HR_GRAIN_MATMUL);
     if (tasks > items) tasks = items;
-    if (tasks > 2 * P_MAX_SEGS) tasks = 2 * P_MAX_SEGS;
+    if (tasks > P_MAX_SEGS) tasks = P_MAX_SEGS;
     if (tasks < 1) tasks = 1;
-    int nseg = (int)((tasks + 1) / 2);
+    int nseg = (int)tasks;
     for (int sg = 0; sg < nseg; sg++) {
         int64_t b, e;
         hr_split_range(items, sg, nseg, &b, &e);
