@@ -1,9 +1,11 @@
 /* The CPU sdpa kernel's per-worker scratch (k_attention.h) does not grow
  * with the number of keys or queries: each path's request, as the kernel
  * plans it, is the same for 512 and 131072 tokens; nor do the decode
- * splits' partial results past 64 splits (16384 keys). The tensors are
- * broadcast views (stride 0 along the tokens), since the plan reads only
- * shapes, strides and dtypes. */
+ * splits' partial results past 64 splits (16384 keys with a pool of as
+ * many threads as kv heads, whose splits are 256 keys). Decode splits
+ * are 256 keys times the kv heads per thread. The tensors are broadcast
+ * views (stride 0 along the tokens), since the plan reads only shapes,
+ * strides and dtypes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -72,17 +74,43 @@ static void check_isa(hr_cpu_isa isa, hr_dtype dt) {
 
 static void test_scratch_bounded(void **state) {
     (void)state;
+    int threads = hr_num_threads();
+    assert_int_equal(hr_set_num_threads(HKV), HR_OK); /* one kv head per thread: splits of 256 keys */
     hr_cpu_isa best = hr_cpu_isa_get();
     for (int isa = HR_ISA_SCALAR; isa <= (int)best; isa++) {
         check_isa((hr_cpu_isa)isa, HR_BF16);
         check_isa((hr_cpu_isa)isa, HR_F32);
     }
     assert_int_equal(hr_cpu_isa_set(best), HR_OK);
+    assert_int_equal(hr_set_num_threads(threads), HR_OK);
+}
+
+/* Splits of 256 keys times the kv heads per thread of the pool (1 to 8):
+ * 8 kv heads on 2 threads read 1024 keys per split, on 1 thread 2048, on
+ * 16 threads 256; no partial results while one split holds every key. */
+static void test_decode_split_length(void **state) {
+    (void)state;
+    int threads = hr_num_threads();
+    static const struct { int threads; int64_t split; } cases[] = {{2, 1024}, {1, 2048}, {16, 256}, {4, 512}};
+    size_t row_parts = sizeof(float) * HKV * (HQ / HKV) * (2 + D);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(hr_set_num_threads(cases[i].threads), HR_OK);
+        bool bf16;
+        size_t parts;
+        scratch_for(1, cases[i].split, HR_BF16, &bf16, &parts);
+        assert_int_equal(parts, 0);
+        scratch_for(1, cases[i].split + 1, HR_BF16, &bf16, &parts);
+        assert_int_equal(parts, 2 * row_parts);
+        scratch_for(1, 5 * cases[i].split, HR_BF16, &bf16, &parts);
+        assert_int_equal(parts, 5 * row_parts);
+    }
+    assert_int_equal(hr_set_num_threads(threads), HR_OK);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scratch_bounded),
+        cmocka_unit_test(test_decode_split_length),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -210,7 +210,8 @@ def test_sdpa_skips_masked_key_blocks(dtype, s, hq, hkv, kind, isa):
     seeing a prefix of a different length, one row seeing nothing and one
     row seeing only a window in the middle: blocks no row of a query block
     sees are skipped, the output is torch's. Up to 8 (query, head) rows
-    per kv head take the direct decode path with two key splits, more the
+    per kv head take the direct decode path (in two key splits where a
+    thread has at most one kv head, as 2 and 1 on two threads), more the
     blocked one."""
     t, d, b = 300, 64, 3
     g = torch.Generator().manual_seed(17)

@@ -755,12 +755,25 @@ void hr_attn_plan(attn_ctx *c, const hr_attrs_sdpa *a, const hr_tensor *const *i
               hr_gemm_use_avx512_bf16();
     c->nth = hr_parallel_threads_for(c->b * c->hq * c->s * (c->t + 1) * (c->d + c->dv + 1), HR_GRAIN_MATMUL);
     if (c->decode) {
-        /* Past HR_ATTN_DEC_MAX_SPLITS splits of the least size, longer
-         * ones (whole key blocks), so that the partial results stay a
-         * bounded share of K/V; a long context leaves both threads
-         * enough splits to share. */
-        c->dsplit = DEC_SPLIT;
-        if ((c->t + DEC_SPLIT - 1) / DEC_SPLIT > HR_ATTN_DEC_MAX_SPLITS)
+        /* Key splits give the threads units to share where kv heads are
+         * few (one kv head at batch 1 would be one unit), but each is a
+         * fresh start of the K/V streams and a partial result to merge
+         * after the call: DEC_SPLIT keys times the kv heads per thread of
+         * the pool (1 to 8), so a model with kv heads to spare reads each
+         * head whole up to that length. From the pool and the heads only,
+         * not b or t, so that the batch size, or a compiled step's
+         * capacity-wide K, leaves each row's splits and bits as they are.
+         * bench_attention's cold Qwen3 shape (8 kv heads, 2 threads: 1024
+         * keys against 256), alternated sample by sample: t = 540 69 ->
+         * 60 us per call in the fast memory mode, 75.5 -> 73.5 in the
+         * slow one; t = 1024 126 -> 111 and 140 -> 136; cached, t = 640,
+         * 38-39 -> 35.5. Past HR_ATTN_DEC_MAX_SPLITS splits, longer ones
+         * (whole key blocks), so that the partial results stay a bounded
+         * share of K/V; a long context leaves the threads enough splits
+         * to share. */
+        int64_t per = c->hkv / hr_num_threads();
+        c->dsplit = DEC_SPLIT * (per < 1 ? 1 : per > 8 ? 8 : per);
+        if ((c->t + c->dsplit - 1) / c->dsplit > HR_ATTN_DEC_MAX_SPLITS)
             c->dsplit = ((c->t + HR_ATTN_DEC_MAX_SPLITS - 1) / HR_ATTN_DEC_MAX_SPLITS + BK - 1) / BK * BK;
         c->nsplit = (c->t + c->dsplit - 1) / c->dsplit;
         c->units = c->b * c->hkv * c->nsplit;

@@ -18,7 +18,7 @@
 #define HR_ATTN_BQ 48 /* query rows per block, a multiple of HR_GEMM_F32_MR and of 6 */
 #define HR_ATTN_BK 64 /* keys per block, a multiple of HR_GEMM_F32_NR and of 16 */
 #define HR_ATTN_DEC_ROWS 8    /* rep * s up to this takes the direct (decode) path */
-#define HR_ATTN_DEC_SPLIT 256 /* least keys per decode split, a multiple of BK, counted from key 0 */
+#define HR_ATTN_DEC_SPLIT 256 /* least keys per decode split (a multiple of BK), splits counted from key 0 */
 #define HR_ATTN_DEC_MAX_SPLITS 64 /* decode splits per (batch, kv head) at most, bounding c->parts */
 #define HR_ATTN_CHUNK 16 /* bf16 prefill: most row blocks per unit, whose running state the scratch holds */
 
@@ -37,7 +37,8 @@ typedef struct attn_ctx {
     int64_t rblocks, units; /* row blocks of HR_ATTN_BQ over rep * s rows */
     int64_t chunks;  /* bf16 prefill: chunks of up to HR_ATTN_CHUNK row blocks per (batch, kv head) */
     bool decode;     /* few rows: the direct path, its keys in splits */
-    int64_t dsplit;  /* keys per split: HR_ATTN_DEC_SPLIT, or more past HR_ATTN_DEC_MAX_SPLITS of them */
+    int64_t dsplit;  /* keys per split: HR_ATTN_DEC_SPLIT times kv heads per thread, more past
+                      * HR_ATTN_DEC_MAX_SPLITS of them */
     int64_t nsplit;  /* key splits per (batch, kv head) in the direct path */
     float *parts;    /* [units][rep * s][2 + dv]: max, denominator, numerators; NULL when nsplit is 1 */
     int nth;         /* threads the call runs on */
