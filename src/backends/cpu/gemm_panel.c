@@ -41,19 +41,6 @@
 /* Rows of A per tile (6 x 4 accumulators + 4 panel vectors fit the 32 zmm
  * registers). */
 #define PR 6
-/* The next work item of segment s from its front (or back); -1 when none is left. */
-static int64_t claim(panel_ctx *ctx, int s, bool front) {
-    uint64_t e = atomic_load_explicit(&ctx->ends[s], memory_order_relaxed);
-    for (;;) {
-        uint32_t lo = (uint32_t)e, hi = (uint32_t)(e >> 32);
-        if (lo >= hi) return -1;
-        uint64_t next = front ? (uint64_t)hi << 32 | (lo + 1) : (uint64_t)(hi - 1) << 32 | lo;
-        if (atomic_compare_exchange_weak_explicit(&ctx->ends[s], &e, next, memory_order_relaxed,
-                                                  memory_order_relaxed))
-            return front ? lo : hi - 1;
-    }
-}
-
 /* One K pair (the lone last element when `lone`) of every row against the
  * panel's four vectors at b. Row r's pair is at q0 + r * s for r < 3 and
  * q3 + (r - 3) * s after (bytes): three registers address the six rows
@@ -252,7 +239,7 @@ size_t hr_gemm_panel_bytes(int64_t k) { return (size_t)((k + 1) / 2) * PN * 4; }
 static bool run_claims(panel_ctx *ctx, int s, bool front, uint32_t **scratch) {
     const hr_gemm *g = ctx->g;
     int64_t dir = front ? 1 : -1, ch = ctx->chunks;
-    for (int64_t i; (i = claim(ctx, s, front)) >= 0;) {
+    for (int64_t i; (i = hr_claims_take(&ctx->claims, s, front)) >= 0;) {
         if (!ctx->packed && !*scratch && !(*scratch = hr_gemm_thread_scratch(hr_gemm_panel_bytes(g->k)))) {
             atomic_store(&ctx->failed, 1);
             return false;
@@ -293,14 +280,9 @@ hr_status hr_gemm_panel_dispatch(panel_ctx *ctx) {
     atomic_init(&ctx->failed, 0);
     int64_t tasks = hr_parallel_threads_for(ctx->rows * g->n * g->k, HR_GRAIN_MATMUL);
     if (tasks > items) tasks = items;
-    if (tasks > P_MAX_SEGS) tasks = P_MAX_SEGS;
+    if (tasks > HR_CLAIMS_MAX) tasks = HR_CLAIMS_MAX;
     if (tasks < 1) tasks = 1;
-    int nseg = (int)tasks;
-    for (int sg = 0; sg < nseg; sg++) {
-        int64_t b, e;
-        hr_split_range(items, sg, nseg, &b, &e);
-        atomic_init(&ctx->ends[sg], (uint64_t)e << 32 | (uint64_t)b);
-    }
+    hr_claims_init(&ctx->claims, items, (int)tasks);
     hr_parallel_run(panel_worker, ctx, (int)tasks);
     if (atomic_load(&ctx->failed)) return hr_error(HR_ERR_OOM, "gemm: out of memory for weight panels");
     return HR_OK;

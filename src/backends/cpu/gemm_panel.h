@@ -9,23 +9,17 @@
 #include <xmmintrin.h>
 
 #include "backends/cpu/gemm.h"
+#include "core/claims.h"
 
-/* Work sharing: one task per thread and one segment of the units per
- * task; task t claims segment t's units one at a time from its front, and
- * once it is done, what is left of the others from their backs. Each task
- * reads a run of contiguous weights forward, so the next panel it
- * prefetches is the one it will use (with many small tasks claimed in
- * turn, a task's first panel was cold and its last prefetch went to the
- * other core), and a slowed task leaves the rest of its segment to the
- * others. Qwen3 decode, 2 threads, alternated with four claimed tasks per
- * thread: batch 64 median 285 tok/s (280-301) against 280 (226-290),
- * batch 16 223-245 against 201-225. Against one segment per pair of tasks,
- * the second task claiming from its back (weights read backward a unit at
- * a time), bench_gemv's one-row Qwen3 shapes, alternated sample by sample
- * with a plain read in the fast memory mode (~60 GB/s): q_proj 83-85% ->
- * 87-88% of the read, gate/up 85% -> 88-89%, down 87-90% -> 91-92%; at 16
- * and 64 rows the same. */
-#define P_MAX_SEGS 64
+/* Work sharing: the units in one segment per task (core/claims.h), each
+ * task reading its own forward. Qwen3 decode, 2 threads, alternated with
+ * four claimed tasks per thread: batch 64 median 285 tok/s (280-301)
+ * against 280 (226-290), batch 16 223-245 against 201-225. Against one
+ * segment per pair of tasks, the second task claiming from its back
+ * (weights read backward a unit at a time), bench_gemv's one-row Qwen3
+ * shapes, alternated sample by sample with a plain read in the fast
+ * memory mode (~60 GB/s): q_proj 83-85% -> 87-88% of the read, gate/up
+ * 85% -> 88-89%, down 87-90% -> 91-92%; at 16 and 64 rows the same. */
 
 typedef struct panel_ctx panel_ctx;
 /* Rows [r0, r1) of C over weight rows [u * PN, u * PN + nj), unit `next`'s
@@ -47,7 +41,7 @@ struct panel_ctx {
     const uint32_t *packed; /* B's panels made at load, or NULL: pack per call */
     hr_gemm_amx_fn amx;     /* the AMX kernel, or NULL: the AVX-512 tile */
     int64_t ldc;            /* C's rows, across batches, this many elements apart; -1: not evenly */
-    _Atomic uint64_t ends[P_MAX_SEGS]; /* segment s's unclaimed work items: [low 32 bits, high 32 bits) */
+    hr_claims claims;       /* the work items */
     atomic_int failed;
 };
 

@@ -12,6 +12,7 @@
 #include "backends/cpu/k_fused.h"
 #include "backends/cpu/linear_pack.h"
 #include "backends/cpu/simd_math.h"
+#include "core/claims.h"
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
@@ -77,6 +78,7 @@ typedef struct fl_ctx {
     hr_gemm_amx_fn amx; /* the panel route's AMX kernel, or NULL */
     bool panels;        /* x and weights read through their panels, as the linear op would (bf16; f16
                          * where the AVX2 kernel, which alone has f16 panels, runs the route) */
+    hr_claims claims;   /* the units */
 } fl_ctx;
 
 /* y[r][0..nc) = x[r] . w[j] rows c0.., for every row r. */
@@ -121,37 +123,42 @@ static void silu_mul_row(float *g, const float *u, int64_t n, bool simd) {
     for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-static void fl_worker(void *arg, int ith, int nth) {
-    const fl_ctx *c = arg;
+/* Unit u (CHUNK columns of one linear, or of gate and up) into the outputs. */
+static void fl_unit(const fl_ctx *c, int64_t u) {
     const hr_fused_linear *f = c->f;
-    int64_t begin, end;
-    hr_split_range(c->first_unit[f->n], ith, nth, &begin, &end);
     float y[2][HR_GEMV_ROUTE_ROWS][CHUNK], res[CHUNK];
-    for (int64_t u = begin; u < end; u++) {
-        int j = 0;
-        while (u >= c->first_unit[j + 1]) j++;
-        int64_t c0 = (u - c->first_unit[j]) * CHUNK, n = f->w[j]->shape[0];
-        int64_t nc = n - c0 < CHUNK ? n - c0 : CHUNK;
-        fl_product(c, j, c0, nc, y[0]);
-        if (f->epi == HR_FUSED_GATED) fl_product(c, 1, c0, nc, y[1]);
-        hr_tensor *o = f->out[j];
-        size_t osz = hr_dtype_size(o->dtype);
-        for (int r = 0; r < c->rows; r++) {
-            float *yr = y[0][r];
-            if (f->epi == HR_FUSED_GATED) {
-                hr_k_round_f32(yr, o->dtype, nc, c->simd);
-                hr_k_round_f32(y[1][r], o->dtype, nc, c->simd);
-                silu_mul_row(yr, y[1][r], nc, c->simd);
-            } else if (f->epi == HR_FUSED_RESIDUAL) {
-                hr_k_round_f32(yr, o->dtype, nc, c->simd);
-                hr_load_f32(res, (const char *)hr_tensor_ptr(f->res) + (r * c->res_rs + c0) * (int64_t)osz,
-                            f->res->dtype, nc, 1);
-                for (int64_t i = 0; i < nc; i++) yr[i] += res[i];
-            }
-            hr_k_store_f32((char *)hr_tensor_ptr(o) + (r * c->out_rs[j] + c0) * (int64_t)osz, o->dtype, yr, nc, 1,
-                           c->simd);
+    int j = 0;
+    while (u >= c->first_unit[j + 1]) j++;
+    int64_t c0 = (u - c->first_unit[j]) * CHUNK, n = f->w[j]->shape[0];
+    int64_t nc = n - c0 < CHUNK ? n - c0 : CHUNK;
+    fl_product(c, j, c0, nc, y[0]);
+    if (f->epi == HR_FUSED_GATED) fl_product(c, 1, c0, nc, y[1]);
+    hr_tensor *o = f->out[j];
+    size_t osz = hr_dtype_size(o->dtype);
+    for (int r = 0; r < c->rows; r++) {
+        float *yr = y[0][r];
+        if (f->epi == HR_FUSED_GATED) {
+            hr_k_round_f32(yr, o->dtype, nc, c->simd);
+            hr_k_round_f32(y[1][r], o->dtype, nc, c->simd);
+            silu_mul_row(yr, y[1][r], nc, c->simd);
+        } else if (f->epi == HR_FUSED_RESIDUAL) {
+            hr_k_round_f32(yr, o->dtype, nc, c->simd);
+            hr_load_f32(res, (const char *)hr_tensor_ptr(f->res) + (r * c->res_rs + c0) * (int64_t)osz,
+                        f->res->dtype, nc, 1);
+            for (int64_t i = 0; i < nc; i++) yr[i] += res[i];
         }
+        hr_k_store_f32((char *)hr_tensor_ptr(o) + (r * c->out_rs[j] + c0) * (int64_t)osz, o->dtype, yr, nc, 1,
+                       c->simd);
     }
+}
+
+/* The units shared as the panel route shares its own (core/claims.h):
+ * each task runs its segment forward, then the others' leftovers, where
+ * fixed halves left a task the other core outran waiting at the end. */
+static void fl_worker(void *arg, int ith, int nth) {
+    fl_ctx *c = arg;
+    for (int k = 0; k < nth; k++)
+        for (int64_t u; (u = hr_claims_take(&c->claims, (ith + k) % nth, k == 0)) >= 0;) fl_unit(c, u);
 }
 
 hr_status hr_cpu_fused_linear(const hr_fused_linear *f) {
@@ -186,7 +193,9 @@ hr_status hr_cpu_fused_linear(const hr_fused_linear *f) {
     int64_t units = c.first_unit[f->n];
     int nth = hr_parallel_threads_for(rows * work * c.k, HR_GRAIN_MATMUL);
     if (nth > units) nth = (int)units;
+    if (nth > HR_CLAIMS_MAX) nth = HR_CLAIMS_MAX;
     if (nth < 1) nth = 1;
+    hr_claims_init(&c.claims, units, nth);
     hr_parallel_run(fl_worker, &c, nth);
     free(x);
     return HR_OK;
