@@ -3,7 +3,6 @@
 #include "core/threadpool.h"
 
 void hr_claims_init(hr_claims *c, int64_t items, int segs) {
-    c->n = segs;
     for (int s = 0; s < segs; s++) {
         int64_t b, e;
         hr_split_range(items, s, segs, &b, &e);

@@ -20,7 +20,6 @@ typedef struct hr_claims {
     struct {
         _Alignas(64) _Atomic uint64_t ends; /* unclaimed items [low 32 bits, high 32 bits) */
     } seg[HR_CLAIMS_MAX];
-    int n;
 } hr_claims;
 
 /* items (< 2^32) in segs segments (1..HR_CLAIMS_MAX), as even as

@@ -153,8 +153,10 @@ static void fl_unit(const fl_ctx *c, int64_t u) {
 }
 
 /* The units shared as the panel route shares its own (core/claims.h):
- * each task runs its segment forward, then the others' leftovers, where
- * fixed halves left a task the other core outran waiting at the end. */
+ * each task runs its segment forward, then the others' leftovers, so a
+ * task the OS deschedules leaves its rest to the other (fixed halves made
+ * the other wait). Qwen3 b1, where the two cores keep pace, measured the
+ * same either way. */
 static void fl_worker(void *arg, int ith, int nth) {
     fl_ctx *c = arg;
     for (int k = 0; k < nth; k++)
