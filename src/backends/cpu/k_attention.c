@@ -45,6 +45,21 @@ static float exp_sum_avx2(float *p, int n, float m) {
     return s;
 }
 
+/* The largest of p[0..n) (-inf for none), passing over NaN scores as the
+ * scalar loop does: max_ps keeps its second operand, the running max,
+ * when the score is NaN. */
+static float max_avx2(const float *p, int n) {
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) mv = _mm256_max_ps(_mm256_loadu_ps(p + j), mv);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    float mx = _mm_cvtss_f32(h);
+    for (; j < n; j++) mx = p[j] > mx ? p[j] : mx;
+    return mx;
+}
+
 static float exp_sum_scalar(float *p, int n, float m) {
     float s = 0.0f;
     for (int j = 0; j < n; j++) s += p[j] = expf(p[j] - m);
@@ -154,8 +169,14 @@ int hr_attn_block_keys(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t r0, i
  * against the updated running max; returns the factor that rescales the
  * row's earlier numerators (1 when the block adds nothing). */
 float hr_attn_softmax_step(const attn_ctx *c, attn_scratch *s, float *p, int nk, int64_t i) {
+    /* With a scalar max, the mask and this step were a fifth of a cached
+     * Qwen3-shape AVX-512 decode call; the AVX2 max gave it what a
+     * 16-wide step did (42 -> 36-39 us, the same bits). */
     float mx = -INFINITY;
-    for (int j = 0; j < nk; j++) mx = p[j] > mx ? p[j] : mx;
+    if (c->avx2)
+        mx = max_avx2(p, nk);
+    else
+        for (int j = 0; j < nk; j++) mx = p[j] > mx ? p[j] : mx;
     if (mx == -INFINITY) { /* nothing to attend in this block */
         memset(p, 0, sizeof(float) * (size_t)nk);
         return 1.0f;

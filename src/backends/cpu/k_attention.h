@@ -65,7 +65,6 @@ static inline char *hr_attn_at(const hr_tensor *t, int64_t i0, int64_t i1, int64
            (i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2]) * (int64_t)hr_dtype_size(t->dtype);
 }
 
-
 /* Fills c for the call (q, k, v[, mask] -> o): shapes, attributes, the
  * path, its units and threads; allocates nothing. */
 void hr_attn_plan(attn_ctx *c, const hr_attrs_sdpa *a, const hr_tensor *const *in, int n_in, hr_tensor *o);

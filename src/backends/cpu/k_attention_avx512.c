@@ -68,27 +68,6 @@ INLINE_ __m512 exp16_less(__m512 v, __m512 ml) {
     return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
 }
 
-/* hr_exp8 (simd_math.h) on 16 lanes: the same operations in the same
- * order, so each lane has the bits hr_exp8 gives it. */
-INLINE_ __m512 exp16_as8(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.0f);
-    __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mov_ps(keep, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
-}
-
 /* The first n lanes of a 16-lane chunk (none for n <= 0, all for n >= 16). */
 INLINE_ __mmask16 lanes_left(int n) { return n >= 16 ? (__mmask16)0xffff : n > 0 ? (__mmask16)((1u << n) - 1) : 0; }
 
@@ -622,45 +601,6 @@ TARGET_ static void dec_pv_rows(int rows, int nk, const float *p, const uint16_t
     }
 }
 
-/* hr_attn_softmax_step (k_attention.c) for the decode unit, 16 scores a
- * step where its AVX2 form takes 8 and its max one: the same max, each
- * exp of the same bits (exp16_as8), and the sum in the same order (each
- * 16 as its two halves, one after the other), so the same probabilities
- * and denominator to the bit. Its scalar max and the 8-wide exps were a
- * fifth of a cached Qwen3-shape decode call. */
-TARGET_ static float dec_softmax_step(attn_scratch *s, float *p, int nk, int64_t i) {
-    __m512 mv = _mm512_set1_ps(-INFINITY);
-    for (int j = 0; j < nk; j += 16) /* max(p, m): a NaN score is passed over, as the scalar max does */
-        mv = _mm512_mask_max_ps(mv, lanes_left(nk - j), _mm512_maskz_loadu_ps(lanes_left(nk - j), p + j), mv);
-    float mx = _mm512_reduce_max_ps(mv);
-    if (mx == -INFINITY) { /* nothing to attend in this block */
-        memset(p, 0, sizeof(float) * (size_t)nk);
-        return 1.0f;
-    }
-    float m_new = mx > s->m[i] ? mx : s->m[i];
-    float corr = expf(s->m[i] - m_new);
-    __m512 m16 = _mm512_set1_ps(m_new);
-    __m256 acc = _mm256_setzero_ps();
-    int j = 0;
-    for (; j + 16 <= nk; j += 16) {
-        __m512 e = exp16_as8(_mm512_sub_ps(_mm512_loadu_ps(p + j), m16));
-        _mm512_storeu_ps(p + j, e);
-        acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
-        acc = _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
-    }
-    if (j + 8 <= nk) {
-        __m512 e = exp16_as8(_mm512_sub_ps(_mm512_maskz_loadu_ps(0xff, p + j), m16));
-        _mm256_storeu_ps(p + j, _mm512_castps512_ps256(e));
-        acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
-        j += 8;
-    }
-    float sum = hr_hsum8(acc);
-    for (; j < nk; j++) sum += p[j] = expf(p[j] - m_new);
-    s->l[i] = s->l[i] * corr + sum;
-    s->m[i] = m_new;
-    return corr;
-}
-
 /* As attn_decode_unit (k_attention.c): unit (batch, kv head, split), rows
  * and keys read in place. */
 TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
@@ -701,7 +641,7 @@ TARGET_ void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_
             float *p = s->st + r * BK;
             int64_t qi = r / c->rep;
             hr_attn_mask_row(c, s->row, p, bi, kvh * c->rep + r % c->rep, qi, c->t - c->s + qi, j0, nk);
-            float corr = dec_softmax_step(s, p, nk, r);
+            float corr = hr_attn_softmax_step(c, s, p, nk, r);
             if (corr != 1.0f) scale_row(o + r * dv, dv, corr);
         }
         /* the next block's K rows (or the worker's next unit's) fetched during the value pass */
