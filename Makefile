@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 30
 ASAN_PRELOAD := $(shell gcc -print-file-name=libasan.so):$(shell gcc -print-file-name=libubsan.so)
 
 .PHONY: all deps build build-asan build-fuzz venv test-deps test test-c test-c-asan test-python \
-        test-python-asan test-fuzz demo bench clean
+        test-python-asan test-fuzz demo bench devkit clean
 
 all: build venv
 
@@ -75,6 +75,10 @@ demo: build venv
 
 bench: build test-deps
 	@bash bench/run.sh
+
+# What bench/device_check.sh needs on a lent device machine (docs/benchmarks.md)
+devkit: build
+	@bash scripts/device_kit.sh
 
 clean:
 	rm -rf build build-asan build-fuzz

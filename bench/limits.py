@@ -1,6 +1,7 @@
 """Re-measures the machine's limits in the same run as the benchmarks.
 
-Builds the probes in ../shared/tools/limits into a scratch folder and runs:
+Builds the probes in ../shared/tools/limits ($HUBRT_SHARED_DIR/tools/limits
+where set) into a scratch folder and runs:
 DRAM read bandwidth (1 GiB, 1 and 2 threads, with huge pages; on CPUs
 without AVX-512, bench/probes/readbw_avx2.c, the same method) and the bf16
 compute peak: AMX tiles where the CPU has them, AVX512_BF16 (vdpbf16ps)
@@ -15,7 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "limits"
+SHARED = Path(os.environ.get("HUBRT_SHARED_DIR", Path(__file__).resolve().parents[1].parent / "shared"))
+SRC = SHARED / "tools" / "limits"
 PROBES = Path(__file__).resolve().parent / "probes"
 
 

@@ -4,8 +4,9 @@
 # limits measured in the same run. Writes bench/results/latest.{json,md,png}.
 # Method and budget: docs/benchmarks.md.
 #
-# Knobs (environment): HUBRT_BUILD (build folder with the hubrt CLI, default
-# build), BENCH_MODELS (default: both shapes), BENCH_ENGINES (default: all),
+# Knobs (environment): PY (the Python with torch and transformers, default
+# .venv/bin/python), HUBRT_BUILD (build folder with the hubrt CLI and
+# libhubrt.so, default build), BENCH_MODELS (default: the three shapes), BENCH_ENGINES (default: all),
 # BENCH_CASE_SPEC (name:batch:prompt:gen list), BENCH_RUN_TIMEOUT (seconds per engine
 # process, default 420), BENCH_BUDGET (seconds for all model cases, default
 # 4500: later runs are recorded as skipped), BENCH_THREADS (default 2),
@@ -57,8 +58,10 @@ if [[ -z ${BENCH_SKIP_INSTALL:-} ]]; then
 fi
 
 # --- checkpoints: random-weight bf16 checkpoints in the Hub layout, and their BF16 GGUFs
-"$PY" scripts/make_fixtures.py bench > "$WORK/fixtures.log" 2>&1 || log "make_fixtures failed (see $WORK/fixtures.log)"
+"$PY" scripts/make_fixtures.py bench --only $MODELS > "$WORK/fixtures.log" 2>&1 \
+  || log "make_fixtures failed (see $WORK/fixtures.log)"
 for m in $MODELS; do
+  [[ " $ENGINES " == *" llama.cpp "* ]] || break
   gguf=$FIX/$m.bf16.gguf
   if [[ ! -f $gguf || $FIX/$m/model.safetensors -nt $gguf ]]; then
     log "converting $m to $gguf with llama.cpp's convert_hf_to_gguf.py"
@@ -85,6 +88,7 @@ try:
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 except OSError:
     git = ""
+git = git or os.environ.get("HUBRT_GIT_REV", "")  # a copy of the tree without .git (bench/device_check.sh)
 json.dump({"date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "machine": {"cpu": cpu.group(1).strip() if cpu else platform.processor(), "cores": os.cpu_count(),
                        "mem_gb": round(mem, 1), "kernel": platform.release(),

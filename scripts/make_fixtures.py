@@ -6,7 +6,8 @@
     python scripts/make_fixtures.py tiny --only tiny-qwen3
 
 Tiny models use a small vocabulary except the `-tok` ones, which carry a
-real tokenizer from ../shared/data/tokenizers/ and its full vocabulary.
+real tokenizer from ../shared/data/tokenizers/ (or $HUBRT_SHARED_DIR/data/tokenizers/)
+and its full vocabulary.
 Weights are redrawn with a larger spread than transformers' init so that
 logits are peaked and greedy choices are not near-ties. The `-trained` ones
 are then trained for a few seconds on arithmetic sequences (see
@@ -27,7 +28,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKENIZERS = ROOT.parent / "shared" / "data" / "tokenizers"
+TOKENIZERS = Path(os.environ.get("HUBRT_SHARED_DIR", ROOT.parent / "shared")) / "data" / "tokenizers"
 
 BASE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
