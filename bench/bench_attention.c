@@ -5,16 +5,17 @@
  *
  * The "model" cases make the call a model's eager decode step makes: K/V
  * narrowed views of a static cache [b, hkv, cap, d] holding t keys (or,
- * "compiled", the whole cache under a bool mask [b, 1, 1, cap] that shows
- * the t filled slots, as a compiled step attends), and,
+ * "compiled", the whole cache under a bool mask [b, 1, s, cap] that shows
+ * each query the filled slots up to its own, as a compiled step or
+ * prefill attends), and,
  * "cold", one such cache per layer (all in one buffer, as the model's KV
  * cache is) with a layer's linear weights streamed by the GEMV between two
  * calls, so that K/V come from memory as they do in a step (repeating one
  * call keeps them in cache). A cold sample is the mean call over the
  * layers.
  *
- * FLOPs count 2 (d + dv) per (query, key) pair; causal with s = t counts
- * half. Reports the best and the median of --samples, and the best as a
+ * FLOPs count 2 (d + dv) per (query, key) pair; causal (or its mask) with
+ * s = t counts half. Reports the best and the median of --samples, and the best as a
  * share of --peak GFLOP/s (default 466: vdpbf16ps on 2 threads here).
  *
  * Built by `make` (CMake target bench_attention in the build folder).
@@ -44,6 +45,10 @@ typedef struct attn_case {
 static const attn_case CASES[] = {
     {"qwen3 prefill 512", 1, 16, 8, 512, 512, 128, true, 0, 0, false},
     {"llama-1b prefill 512", 1, 32, 8, 512, 512, 64, true, 0, 0, false},
+    {"qwen3 prefill 512/640 compiled", 1, 16, 8, 512, 512, 128, false, 640, 0, true},
+    /* SmolLM2-135M's heads: 9 query heads on 3 KV heads of 64 */
+    {"smollm2 prefill 512", 1, 9, 3, 512, 512, 64, true, 0, 0, false},
+    {"smollm2 prefill 512/640 compiled", 1, 9, 3, 512, 512, 64, false, 640, 0, true},
     {"qwen3 decode b=64 t=48", 64, 16, 8, 1, 48, 128, false, 0, 0, false},
     {"qwen3 decode b=1 t=640", 1, 16, 8, 1, 640, 128, false, 0, 0, false},
     {"model b=1 t=540/640 cold", 1, 16, 8, 1, 540, 128, false, 640, QWEN3_LAYERS, false},
@@ -174,11 +179,12 @@ int main(int argc, char **argv) {
         const hr_tensor *in[QWEN3_LAYERS][4];
         hr_tensor *mask = NULL;
         if (c->masked) {
-            int64_t mshape[4] = {c->b, 1, 1, cap};
-            uint8_t *keep = malloc((size_t)(c->b * cap));
+            /* query i holds slot t - s + i and sees the slots up to it */
+            int64_t mshape[4] = {c->b, 1, c->s, cap}, n = c->b * c->s * cap;
+            uint8_t *keep = malloc((size_t)n);
             if (!keep) check(HR_ERR_OOM, "mask");
-            for (int64_t i = 0; i < c->b * cap; i++) keep[i] = i % cap < c->t;
-            check(hr_tensor_from_host(hr_device_cpu(), HR_BOOL, 4, mshape, keep, (size_t)(c->b * cap), &mask), "mask");
+            for (int64_t i = 0; i < n; i++) keep[i] = i % cap <= c->t - c->s + i / cap % c->s;
+            check(hr_tensor_from_host(hr_device_cpu(), HR_BOOL, 4, mshape, keep, (size_t)n, &mask), "mask");
             free(keep);
         }
         for (int64_t l = 0; l < nl; l++) {
@@ -200,7 +206,7 @@ int main(int argc, char **argv) {
         check(hr_tensor_empty(hr_device_cpu(), HR_BF16, 4, oshape, &o), "out");
         hr_attrs_sdpa a = {.is_causal = c->causal};
         double flop = 2.0 * (double)(c->b * c->hq * c->s * c->t) * (double)(2 * c->d);
-        if (c->causal && c->s == c->t) flop *= 0.5;
+        if ((c->causal || c->masked) && c->s == c->t) flop *= 0.5;
         double tn[1000], to[1000];
         for (int i = 0; i < samples; i++) {
             tn[i] = c->layers ? time_cold(op, &a, in, n_in, nl, o, best, &lw) : time_call(op, &a, in[0], n_in, o, best);

@@ -393,6 +393,28 @@ def test_sdpa_bf16_long_keys(isa, kind):
     check_bf16(got, q, k, v, mask=keep, causal=True)
 
 
+@pytest.mark.parametrize("s,past,cap,hq,hkv,d", [(512, 0, 640, 9, 3, 64), (130, 70, 256, 4, 2, 128),
+                                                  (97, 0, 97, 7, 1, 64), (300, 12, 333, 2, 2, 128)])
+def test_sdpa_bf16_cache_mask_gives_causal_bits(isa, s, past, cap, hq, hkv, d):
+    """A compiled prefill attends over the whole cache [.., cap, d] under a
+    bool mask [b, 1, s, cap] showing each query the slots up to its own; the
+    eager one over the filled slots with is_causal. The mask, read a block
+    row as bits, gives the causal call's bits, and a mask with holes (left
+    padding, a hidden block, scattered keys; no causal flag) torch's."""
+    t = past + s
+    q, k, v = qkv(2, hq, hkv, s, cap, d, dtype="bf16")
+    keep = (torch.arange(cap)[None, :] <= torch.arange(s)[:, None] + past).expand(2, 1, s, cap).clone()
+    got = to_torch(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(keep)))
+    want = to_torch(hubrt.ops.sdpa(to_hr(q), to_hr(k[:, :, :t]), to_hr(v[:, :, :t]), is_causal=True))
+    assert torch.equal(got, want)
+    holes = keep.clone()
+    holes[0, ..., :5] = False  # left padding
+    holes[1, ..., 64:128] = False  # a whole key block
+    holes &= torch.rand(2, 1, s, cap, generator=torch.Generator().manual_seed(3)) > 0.2
+    holes |= torch.arange(cap)[None, :] == torch.arange(s)[:, None] + past  # each row sees its own slot
+    check_bf16(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(holes)), q, k, v, mask=holes)
+
+
 def test_sdpa_bf16_long_prefill_chunks(isa):
     """s = t = 1109 with 7 heads per kv head: 7763 rows, 162 query blocks
     in chunks of up to 16, the causal diagonal crossing every key block."""

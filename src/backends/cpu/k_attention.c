@@ -133,6 +133,25 @@ static void pack_kv(const attn_ctx *c, const hr_tensor *t, int64_t bi, int64_t h
     }
 }
 
+/* 1 + the index of m[0..n)'s last nonzero byte, 0 when all are zero. A
+ * compiled prefill's causal mask over a whole cache hides most of the
+ * blocks a row block visits, so each of their rows is read to its start:
+ * eight bytes at a time, the last nonzero one found from the word's
+ * highest set bit (little-endian). */
+static int last_set_byte(const uint8_t *m, int n) {
+    int j = n;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; j >= 8; j -= 8) {
+        uint64_t w;
+        memcpy(&w, m + j - 8, sizeof w);
+        if (w) return j - 8 + (63 - __builtin_clzll(w)) / 8 + 1;
+    }
+#endif
+    for (; j > 0; j--)
+        if (m[j - 1]) return j;
+    return 0;
+}
+
 /* How many keys of [j0, j0+nk) the block's rows need: up to the last one
  * the mask shows any row (0: the block is skipped). Reading nq * nk mask
  * entries costs far less than packing K/V and the two products, and a
@@ -146,7 +165,9 @@ int hr_attn_block_keys(const attn_ctx *c, int64_t bi, int64_t kvh, int64_t r0, i
         const char *mp = (const char *)hr_tensor_ptr(c->mask) +
                          (bi * c->mstr[0] + (kvh * c->rep + r % c->rep) * c->mstr[1] + (r / c->rep) * c->mstr[2] +
                           j0 * c->mstr[3]) * (int64_t)esz;
-        if (c->mask->dtype == HR_BOOL) {
+        if (c->mask->dtype == HR_BOOL && c->mstr[3] == 1) {
+            n += last_set_byte((const uint8_t *)mp + n, nk - n);
+        } else if (c->mask->dtype == HR_BOOL) {
             for (int j = nk - 1; j >= n; j--)
                 if (((const uint8_t *)mp)[j * c->mstr[3]]) {
                     n = j + 1;

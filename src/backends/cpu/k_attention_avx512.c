@@ -315,28 +315,69 @@ static void bf16_block_start(const attn_ctx *c, bf16_scratch *s, int64_t bi, int
     if (c->window > 0 && pos_first - c->window + 1 > blk->lo) blk->lo = pos_first - c->window + 1;
 }
 
+/* A bool mask with unit key stride, and nothing else hiding keys: its
+ * rows are read as bits (a compiled step's or prefill's mask). */
+static bool mask_as_bits(const attn_ctx *c) {
+    return c->mask && c->mask->dtype == HR_BOOL && c->mstr[3] == 1 && !c->causal && !(c->softcap > 0) &&
+           c->window <= 0;
+}
+
+/* bits[i]: the keys [j0, j0+nk) the mask shows block row i, bit j for key
+ * j0 + j (BK is 64: one load a row). */
+INLINE_ void mask_bits(const attn_ctx *c, int64_t bi, int64_t kvh, const bf16_block *blk, int64_t j0, int nk,
+                       uint64_t *bits) {
+    __mmask64 lanes = nk >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << nk) - 1;
+    for (int64_t i = 0; i < blk->nq; i++) {
+        int64_t r = blk->r0 + i;
+        const uint8_t *mp = (const uint8_t *)hr_tensor_ptr(c->mask) + bi * c->mstr[0] +
+                            (kvh * c->rep + r % c->rep) * c->mstr[1] + (r / c->rep) * c->mstr[2] + j0;
+        __m512i m = _mm512_maskz_loadu_epi8(lanes, mp);
+        bits[i] = _cvtmask64_u64(_mm512_test_epi8_mask(m, m));
+    }
+}
+
 /* The block's rows against the packed keys [j0, j0+nk): scores, masks,
  * the online softmax, and the numerators' update. */
 TARGET_ static void bf16_block_step(const attn_ctx *c, bf16_scratch *s, int64_t bi, int64_t kvh,
                                     const bf16_block *blk, int64_t j0, int nk) {
+    _Static_assert(BK == 64, "mask_bits reads a block's mask row as one 64-bit word");
     int64_t d2 = c->d / 2, dv = c->dv, ntile = blk->ntile;
-    /* Causal: keys of the block visible to each tile's last row; none for
-     * tiles wholly above the diagonal, which skip the block. */
+    uint64_t bits[BQ];
+    bool as_bits = mask_as_bits(c);
+    if (as_bits) mask_bits(c, bi, kvh, blk, j0, nk, bits);
+    /* Keys of the block visible to each tile's last row (causal), or up to
+     * the last one the mask shows any of its rows; none for tiles wholly
+     * above the diagonal, which skip the block. */
     int nkt[BQ / TR];
     for (int64_t ti = 0; ti < ntile; ti++) {
-        int64_t last = blk->r0 + (ti * TR + TR < blk->nq ? ti * TR + TR : blk->nq) - 1, pos = c->t - c->s + last / c->rep;
+        int64_t i1 = ti * TR + TR < blk->nq ? ti * TR + TR : blk->nq;
+        int64_t last = blk->r0 + i1 - 1, pos = c->t - c->s + last / c->rep;
         nkt[ti] = c->causal && pos - j0 + 1 < nk ? (int)(pos - j0 + 1 > 0 ? pos - j0 + 1 : 0) : nk;
+        if (as_bits) {
+            uint64_t any = 0;
+            for (int64_t i = ti * TR; i < i1; i++) any |= bits[i];
+            nkt[ti] = any ? 64 - __builtin_clzll(any) : 0;
+        }
         if (nkt[ti] > 0)
             tile_qk_keys(nkt[ti], d2, (const uint32_t *)blk->q + ti * TR * d2, s->kp, s->st + ti * TR * BK, c->scale);
     }
-    /* Keys each row sees: masks other than causal go through the generic
-     * row masking; causal alone, on diagonal blocks, is a lane limit. */
+    /* Keys each row sees: causal alone, on diagonal blocks, and a mask row
+     * that shows a prefix of the block are a lane limit; a mask row with
+     * holes sets them to -inf; other masks go through the generic row
+     * masking. */
     int vis[BQ];
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int64_t i = 0; i < blk->nq; i++) {
         int nkr = vis[i] = nkt[i / TR];
         if (!nkr) continue;
         int64_t r = blk->r0 + i, qi = r / c->rep, pos = c->t - c->s + qi;
-        if (c->softcap > 0 || c->mask || (c->window > 0 && pos - j0 >= c->window))
+        if (as_bits) {
+            uint64_t b = bits[i];
+            vis[i] = b ? 64 - __builtin_clzll(b) : 0;
+            if (b & (b + 1)) /* not a prefix */
+                for (int z = 0; 16 * z < vis[i]; z++)
+                    _mm512_mask_storeu_ps(s->st + i * BK + 16 * z, (__mmask16)~(b >> 16 * z), ninf);
+        } else if (c->softcap > 0 || c->mask || (c->window > 0 && pos - j0 >= c->window))
             hr_attn_mask_row(c, s->tmp, s->st + i * BK, bi, kvh * c->rep + r % c->rep, qi, pos, j0, nkr);
         else if (c->causal && j0 + nkr - 1 > pos)
             vis[i] = (int)(pos - j0 + 1 > 0 ? pos - j0 + 1 : 0);
