@@ -169,6 +169,34 @@ def test_index_copy_kv_cache():
     exact(hc, cache)
 
 
+@pytest.mark.parametrize("index", ["arange", "gaps", "int32", "duplicates", "decreasing"])
+@pytest.mark.parametrize("source", ["contiguous", "transposed", "strided_rows"])
+def test_index_copy_prefill_into_cache(index, source):
+    """A compiled prefill's write of s new keys into their slots of a
+    [b, h, cap, d] cache: increasing indices copy whole runs in parallel;
+    duplicates (last wins) and decreasing ones go slice by slice, as does a
+    source whose rows are not contiguous."""
+    b, h, cap, s, d = 2, 3, 700, 37, 64
+    cache = rand((b, h, cap, d), "bf16")
+    idx = {"arange": torch.arange(5, 5 + s), "gaps": torch.arange(s) * 17 + 3, "int32": torch.arange(s).int() + 600,
+           "duplicates": torch.arange(s) % 20 + 7, "decreasing": torch.arange(s).flip(0) * 3}[index]
+    if source == "transposed":  # [b, s, h, d] as [b, h, s, d], as the values come out of v_proj
+        src = rand((b, s, h, d), "bf16", seed=4).transpose(1, 2)
+        hsrc = to_hr(src.transpose(1, 2).contiguous()).transpose(1, 2)
+    elif source == "strided_rows":  # every other feature
+        src = rand((b, h, s, 2 * d), "bf16", seed=4)[..., ::2]
+        hsrc = to_hr(rand((b, h, s, 2 * d), "bf16", seed=4)).slice(3, 0, 2 * d, 2)
+    else:
+        src = rand((b, h, s, d), "bf16", seed=4)
+        hsrc = to_hr(src)
+    hc = to_hr(cache)
+    ops.index_copy_(hc, 2, to_hr(idx), hsrc)
+    want = cache.clone()
+    for i, j in enumerate(idx.tolist()):  # sequential: the last duplicate wins
+        want[:, :, j] = src[:, :, i]
+    exact(hc, want)
+
+
 def test_index_copy_out_of_place():
     dst, src = rand((5, 4), "f32"), rand((2, 4), "f32", seed=3)
     idx = torch.tensor([4, 0])

@@ -176,6 +176,56 @@ static bool same_view(const hr_tensor *a, const hr_tensor *b) {
     return true;
 }
 
+/* index_copy's common case, a static cache's update (a compiled step
+ * writing its keys and values to their slots): increasing indices, so no
+ * two copies land on the same slice and their order is free, and slices
+ * whose dims after `dim` are one contiguous run in source and destination.
+ * Every (outer position, index) run is then one memcpy, the runs split
+ * over the pool; copying slice by slice as views cost ~0.3 us per slice
+ * (1.5 GB/s for a 512-token prefill's keys). */
+typedef struct {
+    const hr_tensor *x, *index, *out;
+    int dim;
+    int64_t n, outer, run; /* indices; positions before dim; elements per run */
+} runs_ctx;
+
+/* Elements per run when t's dims after dim are contiguous (else -1). */
+static int64_t inner_run(const hr_tensor *t, int dim) {
+    int64_t want = 1;
+    for (int d = t->ndim - 1; d > dim; d--) {
+        if (t->shape[d] > 1 && t->strides[d] != want) return -1;
+        want *= t->shape[d];
+    }
+    return want;
+}
+
+static bool increasing(const hr_tensor *index, int64_t n) {
+    const char *ip = hr_tensor_ptr(index);
+    int64_t ist = index->ndim ? index->strides[0] : 0, prev = -1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = load_index(ip + i * ist * (int64_t)hr_dtype_size(index->dtype), index->dtype);
+        if (v <= prev) return false;
+        prev = v;
+    }
+    return true;
+}
+
+static void runs_body(void *vctx, int ith, int nth) {
+    const runs_ctx *c = vctx;
+    int64_t b, e;
+    hr_split_range(c->outer * c->n, ith, nth, &b, &e);
+    size_t size = hr_dtype_size(c->x->dtype), isz = hr_dtype_size(c->index->dtype);
+    const char *xp = hr_tensor_ptr(c->x), *ip = hr_tensor_ptr(c->index);
+    char *op = hr_tensor_ptr(c->out);
+    int64_t ist = c->index->ndim ? c->index->strides[0] : 0;
+    for (int64_t r = b; r < e; r++) {
+        int64_t o = r / c->n, i = r % c->n, j = load_index(ip + i * ist * (int64_t)isz, c->index->dtype);
+        int64_t xo = nd_offset(o, c->dim, c->x->shape, c->x->strides) + i * c->x->strides[c->dim];
+        int64_t oo = nd_offset(o, c->dim, c->out->shape, c->out->strides) + j * c->out->strides[c->dim];
+        memcpy(op + oo * (int64_t)size, xp + xo * (int64_t)size, (size_t)c->run * size);
+    }
+}
+
 /* Serial over the index list so duplicate indices resolve last-wins, as
  * a sequential loop in torch does; each slice copy may use the pool. */
 static hr_status k_index_copy(const void *attrs, const hr_tensor *const *in, int n_in,
@@ -187,7 +237,15 @@ static hr_status k_index_copy(const void *attrs, const hr_tensor *const *in, int
     snprintf(what, sizeof what, "dim %d of size %lld", dim, (long long)dst->shape[dim]);
     HR_TRY(check_indices("index_copy", "index", in[1], dst->shape[dim], what));
     if (!same_view(out[0], dst)) hr_k_copy_strided(out[0], dst, true);
-    move_ctx c = {in[2], in[1], out[0], dim, false};
+    const hr_tensor *x = in[2];
+    int64_t n = in[1]->ndim ? in[1]->shape[0] : 1, run = inner_run(x, dim);
+    if (run >= 0 && inner_run(out[0], dim) == run && increasing(in[1], n)) {
+        runs_ctx r = {x, in[1], out[0], dim, n, dim ? hr_shape_numel(dim, x->shape) : 1, run};
+        if (r.outer * n * run > 0)
+            hr_parallel_run(runs_body, &r, hr_parallel_threads_for(r.outer * n * run, MIN_PER_THREAD));
+        return HR_OK;
+    }
+    move_ctx c = {x, in[1], out[0], dim, false};
     move_slices(&c, 0, c.index->ndim ? c.index->shape[0] : 1, true);
     return HR_OK;
 }
