@@ -11,11 +11,12 @@
 #   1. the machine: CPU, flags, what hubrt detects, torch/transformers versions;
 #   2. the C tests (each kernel path the CPU has, AMX tiles included);
 #   3. the linear oracle tests against torch and transformers with amx;
-#   4. bench_gemm's Qwen3 shapes at 512 rows, 2 threads, amx then avx512;
+#   4. bench_gemm's Qwen3 shapes at 512 rows and bench_gemv's at one row,
+#      2 threads, amx then avx512;
 #   5. bench/run.sh on the Qwen3-0.6B shape (hubrt eager and compiled,
 #      transformers eager; prefill 512 + decode 128 at batch 1, batch 64),
-#      limits re-measured in the run (AMX peak, read bandwidth), and the
-#      prefill again with HUBRT_CPU_ISA=avx512 for the tile unit's share.
+#      limits re-measured in the run (AMX peak, read bandwidth), and
+#      prefill and decode again under amx and avx512, alternated.
 # Output: device_check.log, latest.json and latest.md (the bench table with
 # fractions of the AMX peak) and logs.tar.gz (every log) under $OUT.
 set -uo pipefail
@@ -39,7 +40,7 @@ export HUBRT_GIT_REV=$(cat "$KIT/commit" 2>/dev/null) # bench/run.sh records it
 step "machine"
 echo "kit built from $HUBRT_GIT_REV"
 grep -m1 'model name' /proc/cpuinfo
-echo "cpus: $(nproc), kernel $(uname -r)"
+echo "cpus: $(nproc), kernel $(uname -r), $(gcc --version 2>/dev/null | head -n 1 || echo 'no gcc (limits.py builds its probes with it)')"
 echo "flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(amx|avx512_bf16|avx512f$)' | tr '\n' ' ')"
 "$KIT/bin/hubrt" info --json | "$PY" -c 'import json, sys; print("hubrt:", json.load(sys.stdin)["cpu"])'
 "$PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
@@ -67,6 +68,15 @@ for i in amx avx512; do
   HUBRT_CPU_ISA=$i timeout 120 "$KIT/bin/bench_gemm" --model qwen3 --rows 512 --threads "$THREADS" --pack
 done
 
+# Packed weights go to the panel route at every row count, and under amx
+# its tiles take one-row decode too: whether they stream the weights as
+# fast as the AVX-512 tile has not been measured anywhere.
+step "bench_gemv: Qwen3 shapes, 1 row, $THREADS threads, packed weights, huge pages"
+for i in amx avx512; do
+  echo "-- HUBRT_CPU_ISA=$i"
+  HUBRT_CPU_ISA=$i timeout 60 "$KIT/bin/bench_gemv" --model qwen3 --rows 1 --threads "$THREADS" --pack --huge
+done
+
 step "bench/run.sh: Qwen3-0.6B shape, $THREADS threads"
 RES=/tmp/device_bench
 PY=$PY HUBRT_BUILD=.devkit/bin BENCH_SKIP_INSTALL=1 BENCH_MODELS=qwen3-0.6b-shaped BENCH_REPEATS=1 \
@@ -74,11 +84,11 @@ PY=$PY HUBRT_BUILD=.devkit/bin BENCH_SKIP_INSTALL=1 BENCH_MODELS=qwen3-0.6b-shap
   BENCH_RESULTS=$RES BENCH_THREADS=$THREADS timeout 420 bash bench/run.sh
 cp "$RES"/latest.json "$RES"/latest.md "$OUT/" 2>/dev/null
 
-step "prefill 512 under each ISA, $THREADS threads (last line of hubrt bench)"
+step "prefill 512 and decode 64 under each ISA, $THREADS threads (last line of hubrt bench)"
 for i in amx avx512 amx avx512; do
   echo "-- HUBRT_CPU_ISA=$i"
   HUBRT_CPU_ISA=$i HUBRT_NUM_THREADS=$THREADS timeout 120 "$KIT/bin/hubrt" bench fixtures/qwen3-0.6b-shaped \
-    --prompt-len 512 --gen 4 --dtype bf16 2>/dev/null | tail -n 1
+    --prompt-len 512 --gen 64 --dtype bf16 2>/dev/null | tail -n 1
 done
 
 tar czf "$OUT/logs.tar.gz" -C "$RES" run.tmp -C "$LOGS" . 2>/dev/null
