@@ -52,8 +52,9 @@ static const attn_case CASES[] = {
     {"qwen3 decode b=64 t=48", 64, 16, 8, 1, 48, 128, false, 0, 0, false},
     {"qwen3 decode b=1 t=640", 1, 16, 8, 1, 640, 128, false, 0, 0, false},
     {"model b=1 t=540/640 cold", 1, 16, 8, 1, 540, 128, false, 640, QWEN3_LAYERS, false},
-    /* SmolLM2-135M's heads: 9 query heads on 3 KV heads of 64 */
+    {"model b=1 t=540/640 compiled cold", 1, 16, 8, 1, 540, 128, false, 640, QWEN3_LAYERS, true},
     {"model smollm2 b=1 t=540/640 cold", 1, 9, 3, 1, 540, 64, false, 640, QWEN3_LAYERS, false},
+    {"model smollm2 b=1 t=540/640 compiled cold", 1, 9, 3, 1, 540, 64, false, 640, QWEN3_LAYERS, true},
     {"model b=64 t=48/52", 64, 16, 8, 1, 48, 128, false, 52, 0, false},
     {"model b=64 t=48/52 cold", 64, 16, 8, 1, 48, 128, false, 52, QWEN3_LAYERS, false},
     {"model b=64 t=48/128 compiled cold", 64, 16, 8, 1, 48, 128, false, 128, 8, true},

@@ -75,8 +75,19 @@ void hr_attn_mask_row(const attn_ctx *c, float *tmp, float *p, int64_t bi, int64
                          (bi * c->mstr[0] + h * c->mstr[1] + qi * c->mstr[2] + j0 * c->mstr[3]) *
                              (int64_t)hr_dtype_size(c->mask->dtype);
         if (c->mask->dtype == HR_BOOL) {
-            for (int j = 0; j < nk; j++)
-                if (!((const uint8_t *)mp)[j * c->mstr[3]]) p[j] = -INFINITY;
+            const uint8_t *m = (const uint8_t *)mp;
+            int j = 0;
+            /* A compiled step's mask shows whole blocks: eight keys at a
+             * time, looked at one by one only where a byte is zero. */
+            for (; c->mstr[3] == 1 && j + 8 <= nk; j += 8) {
+                uint64_t w;
+                memcpy(&w, m + j, sizeof w);
+                if (!((w - 0x0101010101010101ull) & ~w & 0x8080808080808080ull)) continue; /* no zero byte */
+                for (int e = j; e < j + 8; e++)
+                    if (!m[e]) p[e] = -INFINITY;
+            }
+            for (; j < nk; j++)
+                if (!m[j * c->mstr[3]]) p[j] = -INFINITY;
         } else {
             hr_load_f32(tmp, mp, c->mask->dtype, nk, c->mstr[3]);
             for (int j = 0; j < nk; j++) p[j] += tmp[j];
