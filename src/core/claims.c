@@ -21,3 +21,11 @@ int64_t hr_claims_take(hr_claims *c, int s, bool front) {
             return front ? lo : hi - 1;
     }
 }
+
+int64_t hr_claims_next(hr_claims *c, int t, int nth, int *seg) {
+    for (; *seg < nth; ++*seg) {
+        int64_t i = hr_claims_take(c, (t + *seg) % nth, *seg == 0);
+        if (i >= 0) return i;
+    }
+    return -1;
+}

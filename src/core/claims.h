@@ -29,4 +29,10 @@ void hr_claims_init(hr_claims *c, int64_t items, int segs);
 /* The next item of segment s from its front (or back); -1 when none is left. */
 int64_t hr_claims_take(hr_claims *c, int s, bool front);
 
+/* Task t's next item of nth segments: its own segment's from the front,
+ * then the others' (t + 1, t + 2, ... mod nth) from their backs. *seg
+ * starts at 0 and says which of those the item came from (0: t's own,
+ * claimed forward); -1 when none is left anywhere. */
+int64_t hr_claims_next(hr_claims *c, int t, int nth, int *seg);
+
 #endif

@@ -1,5 +1,6 @@
 /* Segment claims (core/claims.h): a segment's owner takes its items in
- * order from the front, a thief from the back; the segments are
+ * order from the front, a thief from the back; a task's hr_claims_next
+ * goes through its own segment and then the others'; the segments are
  * hr_split_range's; and tasks claiming at once, on their own segments and
  * then on the others', take every item exactly once. */
 #include <setjmp.h>
@@ -25,6 +26,22 @@ static void test_front_and_back(void **state) {
     assert_int_equal(hr_claims_take(&c, 0, true), 2);
     assert_int_equal(hr_claims_take(&c, 0, true), -1);
     assert_int_equal(hr_claims_take(&c, 0, false), -1);
+}
+
+/* One task alone: its own segment forward, then the next segment's items
+ * from the back, then the one after. */
+static void test_next_own_then_others_backs(void **state) {
+    (void)state;
+    hr_claims c;
+    hr_claims_init(&c, 9, 3); /* [0, 3) [3, 6) [6, 9) */
+    static const int64_t want[] = {3, 4, 5, 8, 7, 6, 2, 1, 0};
+    static const int segs[] = {0, 0, 0, 1, 1, 1, 2, 2, 2};
+    int seg = 0;
+    for (int k = 0; k < 9; k++) {
+        assert_int_equal(hr_claims_next(&c, 1, 3, &seg), want[k]);
+        assert_int_equal(seg, segs[k]);
+    }
+    assert_int_equal(hr_claims_next(&c, 1, 3, &seg), -1);
 }
 
 static void test_segments_are_split_ranges(void **state) {
@@ -62,14 +79,14 @@ static void *task(void *p) {
     task_arg *a = p;
     shared_run *r = a->run;
     int64_t last = -1;
-    for (int k = 0; k < TASKS; k++)
-        for (int64_t i; (i = hr_claims_take(&r->claims, (a->t + k) % TASKS, k == 0)) >= 0;) {
-            atomic_fetch_add(&r->taken[i], 1);
-            if (k == 0) {
-                if (i <= last) atomic_fetch_add(&r->out_of_order, 1);
-                last = i;
-            }
+    int seg = 0;
+    for (int64_t i; (i = hr_claims_next(&r->claims, a->t, TASKS, &seg)) >= 0;) {
+        atomic_fetch_add(&r->taken[i], 1);
+        if (seg == 0) {
+            if (i <= last) atomic_fetch_add(&r->out_of_order, 1);
+            last = i;
         }
+    }
     return NULL;
 }
 
@@ -99,6 +116,7 @@ static void test_concurrent_tasks_take_each_item_once(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_front_and_back),
+        cmocka_unit_test(test_next_own_then_others_backs),
         cmocka_unit_test(test_segments_are_split_ranges),
         cmocka_unit_test(test_concurrent_tasks_take_each_item_once),
     };

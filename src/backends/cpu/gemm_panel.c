@@ -233,33 +233,27 @@ TARGET_ void hr_gemm_panel_rows(hr_gemm_amx_fn amx, int rows, int64_t k, const u
 
 size_t hr_gemm_panel_bytes(int64_t k) { return (size_t)((k + 1) / 2) * PN * 4; }
 
-/* Segment s's items, claimed from its front (its owner) or its back (a
- * thief), each run with the next item's unit prefetched; false when the
- * scratch could not be had. */
-static bool run_claims(panel_ctx *ctx, int s, bool front, uint32_t **scratch) {
-    const hr_gemm *g = ctx->g;
-    int64_t dir = front ? 1 : -1, ch = ctx->chunks;
-    for (int64_t i; (i = hr_claims_take(&ctx->claims, s, front)) >= 0;) {
-        if (!ctx->packed && !*scratch && !(*scratch = hr_gemm_thread_scratch(hr_gemm_panel_bytes(g->k)))) {
-            atomic_store(&ctx->failed, 1);
-            return false;
-        }
-        int64_t u = i / ch, c = i % ch, r0 = c * ctx->row_chunk, r1 = ch == 1 ? ctx->rows : r0 + ctx->row_chunk;
-        /* the next item's unit, unless it is this one (its panel is here) */
-        int64_t next = (i + dir) / ch == u ? -1 : u + dir;
-        ctx->unit(ctx, u, next, g->n - u * PN < PN ? (int)(g->n - u * PN) : PN, *scratch, r0,
-                  r1 < ctx->rows ? r1 : ctx->rows);
-    }
-    return true;
-}
-
-/* Task t runs its own segment t forward, then takes what is left of the
- * others from their backs. */
+/* Task ith's items (its own segment forward, then the others' leftovers
+ * from their backs), each run with the next item's unit prefetched: the
+ * next one in the direction the task claims. */
 static void panel_worker(void *arg, int ith, int nth) {
     panel_ctx *ctx = arg;
+    const hr_gemm *g = ctx->g;
+    int64_t ch = ctx->chunks;
     uint32_t *scratch = NULL;
-    for (int k = 0; k < nth; k++)
-        if (!run_claims(ctx, (ith + k) % nth, k == 0, &scratch)) return;
+    int seg = 0;
+    for (int64_t i; (i = hr_claims_next(&ctx->claims, ith, nth, &seg)) >= 0;) {
+        if (!ctx->packed && !scratch && !(scratch = hr_gemm_thread_scratch(hr_gemm_panel_bytes(g->k)))) {
+            atomic_store(&ctx->failed, 1);
+            return;
+        }
+        int64_t dir = seg == 0 ? 1 : -1, u = i / ch, c = i % ch, r0 = c * ctx->row_chunk;
+        int64_t r1 = ch == 1 ? ctx->rows : r0 + ctx->row_chunk;
+        /* the next item's unit, unless it is this one (its panel is here) */
+        int64_t next = (i + dir) / ch == u ? -1 : u + dir;
+        ctx->unit(ctx, u, next, g->n - u * PN < PN ? (int)(g->n - u * PN) : PN, scratch, r0,
+                  r1 < ctx->rows ? r1 : ctx->rows);
+    }
 }
 
 hr_status hr_gemm_panel_run(const hr_gemm *g, int64_t rows, const uint16_t *x, int64_t ldx) {

@@ -159,8 +159,8 @@ static void fl_unit(const fl_ctx *c, int64_t u) {
  * same either way. */
 static void fl_worker(void *arg, int ith, int nth) {
     fl_ctx *c = arg;
-    for (int k = 0; k < nth; k++)
-        for (int64_t u; (u = hr_claims_take(&c->claims, (ith + k) % nth, k == 0)) >= 0;) fl_unit(c, u);
+    int seg = 0;
+    for (int64_t u; (u = hr_claims_next(&c->claims, ith, nth, &seg)) >= 0;) fl_unit(c, u);
 }
 
 hr_status hr_cpu_fused_linear(const hr_fused_linear *f) {

@@ -201,9 +201,9 @@ static int64_t inner_run(const hr_tensor *t, int dim) {
 
 static bool increasing(const hr_tensor *index, int64_t n) {
     const char *ip = hr_tensor_ptr(index);
-    int64_t ist = index->ndim ? index->strides[0] : 0, prev = -1;
+    int64_t ist = (index->ndim ? index->strides[0] : 0) * (int64_t)hr_dtype_size(index->dtype), prev = -1;
     for (int64_t i = 0; i < n; i++) {
-        int64_t v = load_index(ip + i * ist * (int64_t)hr_dtype_size(index->dtype), index->dtype);
+        int64_t v = load_index(ip + i * ist, index->dtype);
         if (v <= prev) return false;
         prev = v;
     }
