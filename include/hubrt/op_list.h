@@ -2,6 +2,9 @@
  *
  * X(name, min_inputs, max_inputs, outputs, attrs_type)
  *
+ * `outputs` is the count, or the most an op may have when its attrs set
+ * the count (hr_op_outputs_for).
+ *
  * Adding an op touches this list, one attrs struct (ops.h) if it has
  * attributes, one inference function and one kernel per device. Tables
  * built from this list are static_assert-ed against HR_OP_COUNT. */
@@ -49,6 +52,7 @@
     /* linear algebra */                                           \
     X(matmul,       2, 2, 1, hr_attrs_none)                        \
     X(linear,       2, 3, 1, hr_attrs_none)                        \
+    X(linear_group, 2, 8, 3, hr_attrs_linear_group)                \
     /* normalization and positions */                              \
     X(rms_norm,     1, 2, 1, hr_attrs_norm)                        \
     X(add_rms_norm, 2, 3, 2, hr_attrs_norm)                        \
@@ -69,6 +73,6 @@
 /* clang-format on */
 
 #define HR_MAX_OP_INPUTS 16
-#define HR_MAX_OP_OUTPUTS 2
+#define HR_MAX_OP_OUTPUTS 3
 
 #endif

@@ -57,6 +57,29 @@ typedef struct hr_attrs_topk {
     bool sorted;  /* kept for torch parity; results are always sorted */
 } hr_attrs_topk;
 
+/* linear_group(x [..., k], w_0 .. w_{n-1} [n_j, k], [b_0 .. b_{n-1} [n_j]],
+ *   [res]): the n linears (1..3) that read the same rows x, in one op
+ *   (q/k/v; gate/up), so a device may compute them in one pass (the CPU
+ *   streams every weight once for decode rows). Each product y_j = x @
+ *   w_j^T + b_j is rounded to x's dtype, as linear would store it; then:
+ *   STORE: n outputs y_j [..., n_j];
+ *   SILU_MUL, GELU_TANH_MUL: one output act(y_0) * y_1 (n = 2, n_0 = n_1;
+ *     silu, or gelu's tanh approximation), as silu_mul / gelu_mul give;
+ *   RESIDUAL: one output y_0 + res (n = 1; res [..., n_0], which the
+ *     output may overwrite in place).
+ *   The biases follow the weights when `bias` is set. */
+typedef enum hr_linear_epilogue {
+    HR_LINEAR_STORE = 0,
+    HR_LINEAR_SILU_MUL = 1,
+    HR_LINEAR_GELU_TANH_MUL = 2,
+    HR_LINEAR_RESIDUAL = 3,
+} hr_linear_epilogue;
+typedef struct hr_attrs_linear_group {
+    int64_t n;
+    int64_t epilogue; /* hr_linear_epilogue */
+    bool bias;
+} hr_attrs_linear_group;
+
 /* rms_norm: y = x / sqrt(mean(x^2) + eps) * (weight + weight_offset)
  * (weight_offset 1 for Gemma-style norms). layer_norm: inputs x, [weight],
  * [bias]; weight_offset likewise. Normalizes over the last dim. */
@@ -118,6 +141,10 @@ HR_API hr_status hr_op_find(const char *name, hr_op *out);
 HR_API int hr_op_min_inputs(hr_op op);
 HR_API int hr_op_max_inputs(hr_op op);
 HR_API int hr_op_num_outputs(hr_op op);
+/* The outputs a call with these attrs has: hr_op_num_outputs, except for
+ * ops whose attrs set the count (linear_group); -1 for attrs that set
+ * none (an invalid count). */
+HR_API int hr_op_outputs_for(hr_op op, const void *attrs);
 HR_API size_t hr_op_attrs_size(hr_op op);
 /* Fields of the op's attrs struct; *n receives the count (0 for none). */
 HR_API const hr_attr_field *hr_op_attr_fields(hr_op op, int *n);

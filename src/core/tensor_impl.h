@@ -24,8 +24,9 @@ struct hr_buffer {
     hr_device *device;
     void *data;    /* host address for host-visible devices, device handle otherwise */
     size_t nbytes;
-    /* Frees `data`; NULL means the device's buffer_free. Zero-copy wraps
-     * (mmap views) set their own. */
+    /* Frees `data` (and the buffer): the device's buffer_free for device
+     * allocations (hr_device_buffer_alloc), the wrapper's for zero-copy
+     * wraps (mmap views). Never NULL once the buffer is handed out. */
     void (*release)(hr_buffer *buf);
     void *release_ctx;
     /* Handed out zero-filled by the allocator (fresh anonymous memory):
@@ -72,6 +73,22 @@ hr_status hr_tensor_over_buffer(hr_buffer *buf, hr_dtype dt, int ndim, const int
 hr_status hr_tensor_empty_meta(hr_device *dev, const hr_tensor_meta *m, hr_tensor **out);
 int64_t hr_shape_numel(int ndim, const int64_t *shape);
 void hr_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+/* Checks a dtype, rank and sizes given for a new tensor; `what` names the
+ * caller in errors. */
+hr_status hr_shape_check(hr_dtype dt, int ndim, const int64_t *shape, const char *what);
+/* Resolves one -1 in `shape` for a view of t and checks the element count
+ * into res; the strides of such a view without a copy, as torch's
+ * computeStride (false when none exist). */
+hr_status hr_view_shape(const hr_tensor *t, int ndim, const int64_t *shape, int64_t *res);
+bool hr_view_strides(const hr_tensor *t, int ndim, const int64_t *shape, int64_t *strides);
+/* A trace running on this thread (ops/capture.c) is told of every buffer
+ * host memory is written into, since a function that builds tensors from
+ * host data during a capture cannot be replayed. Core and device code
+ * report here (the layers below the trace); NULL when no trace runs. */
+extern _Thread_local void (*hr_host_write_hook)(const hr_buffer *buf);
+static inline void hr_note_host_write(const hr_buffer *buf) {
+    if (hr_host_write_hook) hr_host_write_hook(buf);
+}
 /* Wraps a negative dim and checks range; `what` names the op for errors. */
 hr_status hr_norm_dim(int64_t dim, int ndim, const char *what, int *out);
 /* Human label for errors: the tensor's name or "tensor [2, 3] bf16". */

@@ -18,7 +18,7 @@ static hr_status clone_header(const hr_tensor *t, hr_tensor **out) {
 hr_status hr_tensor_alias(const hr_tensor *t, hr_tensor **out) { return clone_header(t, out); }
 
 /* Resolves one -1 and checks the element count. */
-static hr_status infer_view_shape(const hr_tensor *t, int ndim, const int64_t *shape,
+hr_status hr_view_shape(const hr_tensor *t, int ndim, const int64_t *shape,
                                   int64_t *res) {
     if (ndim < 0 || ndim > HR_MAX_DIMS)
         return hr_error(HR_ERR_SHAPE, "view: rank %d outside 0..%d", ndim, HR_MAX_DIMS);
@@ -53,7 +53,7 @@ mismatch:;
 /* Computes strides for `shape` over t's memory without copying, as torch's
  * computeStride does: each run of old dims that merges contiguously may be
  * split into new dims. Returns false when impossible. */
-static bool view_strides(const hr_tensor *t, int ndim, const int64_t *shape, int64_t *strides) {
+bool hr_view_strides(const hr_tensor *t, int ndim, const int64_t *shape, int64_t *strides) {
     int64_t numel = hr_shape_numel(t->ndim, t->shape);
     if (numel == 0 || t->ndim == 0) {
         hr_contiguous_strides(ndim, shape, strides);
@@ -86,8 +86,8 @@ hr_status hr_tensor_view(const hr_tensor *t, int ndim, const int64_t *shape, hr_
     if (!t || !out || (ndim && !shape)) return hr_error(HR_ERR_INVALID_ARG, "view: NULL argument");
     *out = NULL;
     int64_t res[HR_MAX_DIMS], strides[HR_MAX_DIMS];
-    HR_TRY(infer_view_shape(t, ndim, shape, res));
-    if (!view_strides(t, ndim, res, strides)) {
+    HR_TRY(hr_view_shape(t, ndim, shape, res));
+    if (!hr_view_strides(t, ndim, res, strides)) {
         char a[160], b[160];
         return hr_error(HR_ERR_SHAPE,
                         "view: cannot view %s as %s without a copy (strides do not allow it); "
@@ -99,19 +99,6 @@ hr_status hr_tensor_view(const hr_tensor *t, int ndim, const int64_t *shape, hr_
     memcpy((*out)->shape, res, sizeof(int64_t) * (size_t)ndim);
     memcpy((*out)->strides, strides, sizeof(int64_t) * (size_t)ndim);
     return HR_OK;
-}
-
-hr_status hr_tensor_reshape(const hr_tensor *t, int ndim, const int64_t *shape, hr_tensor **out) {
-    if (!t || !out || (ndim && !shape)) return hr_error(HR_ERR_INVALID_ARG, "reshape: NULL argument");
-    *out = NULL;
-    int64_t res[HR_MAX_DIMS], strides[HR_MAX_DIMS];
-    HR_TRY(infer_view_shape(t, ndim, shape, res));
-    if (view_strides(t, ndim, res, strides)) return hr_tensor_view(t, ndim, res, out);
-    hr_tensor *c;
-    HR_TRY(hr_contiguous(t, &c));
-    hr_status s = hr_tensor_view(c, ndim, res, out);
-    hr_tensor_free(c);
-    return s;
 }
 
 hr_status hr_tensor_slice(const hr_tensor *t, int dim, int64_t start, int64_t end, int64_t step,

@@ -1,11 +1,13 @@
-/* Device registry: backends by name, devices opened once per index. */
+/* Device registry: backends by name, devices opened once per index. The
+ * backends register themselves (src/backends/, from ELF constructors that
+ * run when the library loads): this layer knows none of them. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "backends/pjrt/pjrt.h"
 #include "device/device_impl.h"
 
 #define MAX_BACKENDS 8
@@ -15,7 +17,6 @@ static const hr_device_backend *g_backends[MAX_BACKENDS];
 static hr_device *g_devices[MAX_BACKENDS][MAX_DEVICES_PER_BACKEND];
 static int g_n_backends;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static hr_status register_locked(const hr_device_backend *b) {
     for (int i = 0; i < g_n_backends; i++)
@@ -27,13 +28,7 @@ static hr_status register_locked(const hr_device_backend *b) {
     return HR_OK;
 }
 
-static void register_builtins(void) {
-    register_locked(&hr_cpu_backend);
-    register_locked(&hr_xla_cpu_backend), register_locked(&hr_tpu_backend);
-}
-
 hr_status hr_device_register_backend(const hr_device_backend *backend) {
-    pthread_once(&g_once, register_builtins);
     pthread_mutex_lock(&g_lock);
     hr_status s = register_locked(backend);
     pthread_mutex_unlock(&g_lock);
@@ -42,7 +37,6 @@ hr_status hr_device_register_backend(const hr_device_backend *backend) {
 
 const char *const *hr_device_backends(void) {
     static const char *names[MAX_BACKENDS + 1];
-    pthread_once(&g_once, register_builtins);
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < g_n_backends; i++) names[i] = g_backends[i]->name;
     names[g_n_backends] = NULL;
@@ -73,7 +67,6 @@ static hr_status parse_spec(const char *spec, char *name, size_t cap, int *index
 hr_status hr_device_get(const char *spec, hr_device **out) {
     if (!spec || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_device_get: NULL argument");
     *out = NULL;
-    pthread_once(&g_once, register_builtins);
     char name[64];
     int index;
     HR_TRY(parse_spec(spec, name, sizeof name, &index));
@@ -112,4 +105,19 @@ int hr_device_index(const hr_device *dev) { return dev->index; }
 hr_status hr_device_sync(hr_device *dev) {
     if (!dev) return hr_error(HR_ERR_INVALID_ARG, "hr_device_sync: NULL device");
     return dev->vt->sync ? dev->vt->sync(dev) : HR_OK;
+}
+
+/* The host device, looked up once: ops fall back to it, and host data
+ * (file maps, arrays) is wrapped on it. */
+hr_device *hr_device_cpu(void) {
+    static _Atomic(hr_device *) cpu;
+    hr_device *d = atomic_load_explicit(&cpu, memory_order_acquire);
+    if (d) return d;
+    if (hr_device_get("cpu", &d) != HR_OK) {
+        hr_log(HR_LOG_ERROR, "no 'cpu' device backend is registered (was libhubrt.a linked whole?): %s",
+               hr_last_error());
+        return NULL;
+    }
+    atomic_store_explicit(&cpu, d, memory_order_release);
+    return d;
 }

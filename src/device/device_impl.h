@@ -5,7 +5,7 @@
 
 #include "core/tensor_impl.h"
 
-typedef struct hr_graph hr_graph;           /* captured graph (compile path) */
+typedef struct hr_plan hr_plan;             /* a compiled plan (graph/plan.h) */
 typedef struct hr_executable hr_executable; /* a device's compiled graph */
 
 typedef struct hr_device_vtable {
@@ -23,19 +23,29 @@ typedef struct hr_device_vtable {
                         const hr_tensor *const *in, int n_in, hr_tensor *const *out,
                         int n_out);
     /* Whole-graph compilation (NULL: hr_jit replays the plan op by op).
-     * `g` is a plan (graph/plan.h) built on this device; it outlives the
+     * `g` is a plan built on this device; it outlives the
      * executable. A device with `compile` may skip its kernels while a
      * capture is active (hr_capture_active()): the capture only records,
      * and hr_jit runs the executable to produce the call's results.
      * HR_ERR_UNSUPPORTED means "replay the plan instead". `name` names
      * the function in dumps and messages. */
-    hr_status (*compile)(hr_device *dev, const hr_graph *g, const char *name, hr_executable **out);
+    hr_status (*compile)(hr_device *dev, const hr_plan *g, const char *name, hr_executable **out);
     /* Runs exe on the inputs (the layouts it was compiled for); each
      * out[i] receives a new tensor; constants the graph writes are
      * updated in place. */
     hr_status (*execute)(hr_device *dev, hr_executable *exe, const hr_tensor *const *in,
                          int n_in, hr_tensor **out, int n_out);
     void (*executable_free)(hr_device *dev, hr_executable *exe);
+    /* The device's own passes over a plan built for it, after dead code
+     * and folding and before memory planning: substitutions for runs of
+     * nodes (hr_plan_substitute), each node's thread count (the CPU's
+     * fusion and threading plan). NULL: none. */
+    hr_status (*plan_passes)(hr_device *dev, hr_plan *plan);
+    /* Whether the device's kernel for `op` may write an output over an
+     * input of the same layout (each element read before its place is
+     * written), so the plan may give the output that input's memory when
+     * the input dies there. NULL: never. */
+    bool (*inplace_ok)(hr_device *dev, hr_op op);
     hr_status (*sync)(hr_device *dev);
 } hr_device_vtable;
 
@@ -55,9 +65,17 @@ typedef struct hr_device_backend {
     hr_status (*open)(int index, hr_device **out);
 } hr_device_backend;
 
-/* Adds a backend; built-in ones are registered on first use. */
+/* A buffer of `nbytes` on dev, freed by the device when released. */
+hr_status hr_device_buffer_alloc(hr_device *dev, size_t nbytes, hr_buffer **out);
+
+/* Adds a backend. The built-in ones call it from constructors in
+ * src/backends/ (HR_BACKEND_REGISTER), in the order of their priorities:
+ * cpu first. */
 hr_status hr_device_register_backend(const hr_device_backend *backend);
 
-extern const hr_device_backend hr_cpu_backend;
+#define HR_BACKEND_REGISTER(backend, priority)                                           \
+    __attribute__((constructor(priority))) static void hr_register_##backend(void) { \
+        hr_device_register_backend(&backend);                                            \
+    }
 
 #endif

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
-#include "generate/kv_cache.h"
+#include "models/kv_cache.h"
 #include "generate/sampling.h"
 #include "hubrt/runtime.h"
 #include "models/model_impl.h"

@@ -313,13 +313,17 @@ hr_status hr_plan_deserialize(const unsigned char *data, size_t len, uint64_t ke
         n->first_tensor = (int)get_i64(&r);
         int64_t asize = get_i64(&r);
         if (r.bad || hr_op_find(opname, &n->op) != HR_OK || n->n_in < hr_op_min_inputs(n->op) ||
-            n->n_in > hr_op_max_inputs(n->op) || n->n_out != hr_op_num_outputs(n->op) || n->first_tensor < 0 ||
+            n->n_in > hr_op_max_inputs(n->op) || n->n_out < 1 || n->n_out > hr_op_num_outputs(n->op) || n->first_tensor < 0 ||
             (int64_t)n->first_tensor + n->n_in + n->n_out > nt || asize != (int64_t)hr_op_attrs_size(n->op)) {
             s = bad("malformed node");
             goto done;
         }
         n->attrs_size = (size_t)asize;
         get(&r, n->attrs, n->attrs_size);
+        if (r.bad || n->n_out != hr_op_outputs_for(n->op, n->attrs_size ? n->attrs : NULL)) {
+            s = bad("malformed node");
+            goto done;
+        }
     }
     outs_meta = calloc((size_t)n_out, sizeof *outs_meta);
     out_ptrs = calloc((size_t)n_out, sizeof *out_ptrs);

@@ -209,7 +209,7 @@ static hr_status compile_on_device(hr_jit *j, hr_plan *plan, hr_executable **exe
     *exe = NULL;
     hr_device *dev = plan->device;
     if (!dev->vt->compile) return HR_OK;
-    hr_status s = dev->vt->compile(dev, (const hr_graph *)plan, j->name, exe);
+    hr_status s = dev->vt->compile(dev, plan, j->name, exe);
     if (s == HR_ERR_UNSUPPORTED) {
         hr_log(HR_LOG_WARN, "compiled function '%s' replays op by op on %s: %s", j->name, dev->backend,
                hr_last_error());

@@ -6,11 +6,12 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/grow.h"
 #include "core/hash.h"
 #include "core/threadpool.h"
 #include "device/device_impl.h"
-#include "graph/fuse.h"
 #include "hubrt/graph.h"
+#include "hubrt/runtime.h"
 #include "ops/profile.h"
 
 #define ARENA_ALIGN 64
@@ -47,28 +48,6 @@ static uint64_t structure_hash(const hr_plan *p) {
     return h;
 }
 
-/* Ops whose kernels may write their output over an input of the same
- * layout: output element i depends only on input elements i (the
- * eltwise kernels load a chunk before they store it at the same indices,
- * and casts do so between same-size dtypes), or on the input's own row
- * read whole before any of it is written (the norm kernels sum the row
- * first, then normalize it chunk by chunk; add_rms_norm documents its
- * outputs may alias its inputs). Copy is left out: its same-dtype rows
- * are memcpy, undefined on overlap; rope and softmax read other indices. */
-static bool inplace_safe(hr_op op) {
-    switch (op) {
-    case HR_OP_add: case HR_OP_sub: case HR_OP_mul: case HR_OP_div: case HR_OP_pow:
-    case HR_OP_maximum: case HR_OP_minimum: case HR_OP_neg: case HR_OP_exp: case HR_OP_log:
-    case HR_OP_sqrt: case HR_OP_rsqrt: case HR_OP_abs: case HR_OP_relu: case HR_OP_sigmoid:
-    case HR_OP_tanh: case HR_OP_silu: case HR_OP_gelu: case HR_OP_clamp: case HR_OP_scale:
-    case HR_OP_where: case HR_OP_silu_mul: case HR_OP_gelu_mul: case HR_OP_cast:
-    case HR_OP_rms_norm: case HR_OP_layer_norm: case HR_OP_add_rms_norm:
-        return true;
-    default:
-        return false;
-    }
-}
-
 /* t is a row-major tensor over all of its value's bytes, from byte 0. */
 static bool covers_value(const hr_plan *p, const hr_tensor *t, int v) {
     return t->offset == 0 && hr_tensor_is_contiguous(t) &&
@@ -77,6 +56,12 @@ static bool covers_value(const hr_plan *p, const hr_tensor *t, int v) {
 
 static bool arena_value(const hr_plan *p, int v) {
     return p->values[v].kind == HR_VALUE_TEMP && !p->values[v].owned;
+}
+
+static bool slot_taken(const int *taken, int slot) {
+    for (int k = 0; k < HR_MAX_OP_OUTPUTS; k++)
+        if (taken[k] == slot) return true;
+    return false;
 }
 
 static int slot_of(const int *alias, int v) {
@@ -91,21 +76,21 @@ static bool inplace_enabled(void) {
 }
 
 /* The tensors node n reads and writes when an output of it may take an
- * input's slot; false when none may. A chain node reads each block of
- * its operands before it writes that block of its output. */
+ * input's slot (its device says its kernel, or its substitution, reads
+ * each element before writing that element's place); false otherwise. */
 static bool inplace_io(const hr_plan *p, const hr_plan_node *n, const hr_tensor **ins, int *n_in,
                        const hr_tensor **outs, int *n_out) {
     if (!hr_plan_node_live(n) || n->absorbed) return false;
-    if (n->fused) {
-        const hr_plan_fused *f = &p->fused[n->fused - 1];
-        if (!f->is_chain) return false;
-        *n_in = f->chain.n_operands;
-        memcpy(ins, f->chain.operands, sizeof *ins * (size_t)*n_in);
-        *n_out = 1;
-        outs[0] = f->chain.out;
+    if (n->subst) {
+        const hr_plan_subst *f = &p->subst[n->subst - 1];
+        if (!f->inplace_ok) return false;
+        *n_in = f->n_in;
+        memcpy(ins, f->in, sizeof *ins * (size_t)f->n_in);
+        *n_out = f->n_out;
+        memcpy(outs, f->out, sizeof *outs * (size_t)f->n_out);
         return true;
     }
-    if (!inplace_safe(n->op)) return false;
+    if (!p->device->vt->inplace_ok || !p->device->vt->inplace_ok(p->device, n->op)) return false;
     *n_in = n->n_in;
     *n_out = n->n_out;
     for (int k = 0; k < n->n_in; k++) ins[k] = &p->tensors[n->first_tensor + k];
@@ -120,9 +105,10 @@ static bool inplace_io(const hr_plan *p, const hr_plan_node *n, const hr_tensor 
 static int assign_in_place(const hr_plan *p, int *first, int *last, int *alias) {
     int placed = 0;
     for (int i = 0; i < p->n_nodes; i++) {
-        const hr_tensor *ins[HR_MAX_OP_INPUTS > HR_FUSED_MAX_OPERANDS ? HR_MAX_OP_INPUTS : HR_FUSED_MAX_OPERANDS];
+        const hr_tensor *ins[HR_MAX_OP_INPUTS > HR_PLAN_SUBST_MAX_IN ? HR_MAX_OP_INPUTS : HR_PLAN_SUBST_MAX_IN];
         const hr_tensor *outs[HR_MAX_OP_OUTPUTS];
-        int n_in, n_out, taken[HR_MAX_OP_OUTPUTS] = {-1, -1};
+        int n_in, n_out, taken[HR_MAX_OP_OUTPUTS];
+        for (int k = 0; k < HR_MAX_OP_OUTPUTS; k++) taken[k] = -1;
         if (!inplace_io(p, &p->nodes[i], ins, &n_in, outs, &n_out)) continue;
         for (int k = 0; k < n_out; k++) {
             const hr_tensor *o = outs[k];
@@ -133,7 +119,7 @@ static int assign_in_place(const hr_plan *p, int *first, int *last, int *alias) 
             for (int j = 0; j < n_in && !read_here; j++) {
                 const hr_tensor *t = ins[j];
                 int vi = hr_plan_value_index(p, t), slot = slot_of(alias, vi);
-                if (!arena_value(p, vi) || slot == taken[0] || slot == taken[1] || last[slot] != i ||
+                if (!arena_value(p, vi) || slot_taken(taken, slot) || last[slot] != i ||
                     hr_dtype_size(t->dtype) != hr_dtype_size(o->dtype) || t->ndim != o->ndim ||
                     memcmp(t->shape, o->shape, sizeof(int64_t) * (size_t)o->ndim) || !covers_value(p, t, vi) ||
                     p->values[vi].nbytes != p->values[vo].nbytes)
@@ -165,16 +151,16 @@ size_t hr_plan_assign_arena(hr_plan *plan) {
     for (int i = 0; i < plan->n_nodes; i++) {
         const hr_plan_node *n = &plan->nodes[i];
         if (n->dead || n->folded || n->absorbed) continue;
-        const hr_plan_fused *f = n->fused ? &plan->fused[n->fused - 1] : NULL;
-        for (int k = 0; k < (f ? f->n_touched : n->n_in + n->n_out); k++) {
-            int v = hr_plan_value_index(plan, f ? f->touched[k] : &plan->tensors[n->first_tensor + k]);
+        const hr_plan_subst *f = n->subst ? &plan->subst[n->subst - 1] : NULL;
+        int touched = f ? f->n_in + f->n_out : n->n_in + n->n_out;
+        for (int k = 0; k < touched; k++) {
+            const hr_tensor *t = !f ? &plan->tensors[n->first_tensor + k] : k < f->n_in ? f->in[k] : f->out[k - f->n_in];
+            int v = hr_plan_value_index(plan, t);
             if (first[v] < 0) first[v] = i;
             last[v] = i;
         }
     }
-    /* which ops may alias is a fact about the CPU kernels */
-    bool inplace = inplace_enabled() && plan->device == hr_device_cpu();
-    plan->n_inplace = inplace ? assign_in_place(plan, first, last, alias) : 0;
+    plan->n_inplace = inplace_enabled() ? assign_in_place(plan, first, last, alias) : 0;
     /* Largest first; each value goes at the lowest offset that does not
      * overlap a placed value alive at the same time. */
     int m = 0;
@@ -262,7 +248,7 @@ static hr_status fold_weight_only_nodes(hr_plan *p) {
         if (!foldable) continue;
         for (int k = 0; k < n->n_out && s == HR_OK; k++) {
             hr_plan_value *pv = &p->values[hr_plan_value_index(p, &p->tensors[n->first_tensor + n->n_in + k])];
-            s = p->device->vt->buffer_alloc(p->device, pv->nbytes, &pv->owned);
+            s = hr_device_buffer_alloc(p->device, pv->nbytes, &pv->owned);
             if (s == HR_OK) pv->bound.data = pv->owned->data;
         }
         if (s == HR_OK)
@@ -278,22 +264,24 @@ static hr_status fold_weight_only_nodes(hr_plan *p) {
     return s;
 }
 
-/* Linear fusion runs on the CPU device only (other devices compile the
- * captured list themselves), unless HUBRT_FUSE=0: decode at 2 threads,
- * alternated with the unfused plan on the AVX-512 BF16 machine (docs/
- * architecture.md, Compile), measured the fused step faster in most rounds
- * (Qwen3 shape 47.7 against 44.8 tok/s, SmolLM2 shape 178 against 166). */
-static bool fusion_enabled(const hr_plan *p) {
-    return p->device == hr_device_cpu() && p->device->host_visible && hr_fused_linears_enabled();
+hr_status hr_plan_substitute(hr_plan *p, int head, const hr_plan_subst *sub, const int *absorbed, int n_absorbed) {
+    hr_plan_subst *grown = hr_grow(p->subst, p->n_subst, &p->cap_subst, sizeof *grown, 64);
+    if (!grown) {
+        free(sub->ctx);
+        return hr_error(HR_ERR_OOM, "plan: out of memory substituting nodes");
+    }
+    p->subst = grown;
+    p->subst[p->n_subst++] = *sub;
+    p->nodes[head].subst = p->n_subst;
+    for (int k = 0; k < n_absorbed; k++) p->nodes[absorbed[k]].absorbed = true;
+    p->n_absorbed += n_absorbed;
+    return HR_OK;
 }
 
-/* Elementwise chains: CPU only, on unless HUBRT_FUSE_CHAINS=0. The chain
- * node gives the unfused plan's bytes and measured faster wherever it
- * applies (see docs/architecture.md, Compile); a model whose step has no
- * such run gets the same plan either way. */
-static bool chain_fusion_enabled(const hr_plan *p) {
-    const char *env = getenv("HUBRT_FUSE_CHAINS");
-    return p->device == hr_device_cpu() && p->device->host_visible && (!env || strcmp(env, "0"));
+int hr_plan_count_subst(const hr_plan *p, const char *kind) {
+    int n = 0;
+    for (int i = 0; i < p->n_subst; i++) n += !strcmp(p->subst[i].kind, kind);
+    return n;
 }
 
 hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_in, int n_out,
@@ -374,9 +362,9 @@ hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_
     double t0 = hr_profile_now();
     hr_status s = eliminate_dead_nodes(p);
     if (s == HR_OK && fold_constants) s = fold_weight_only_nodes(p);
-    if (s == HR_OK && fusion_enabled(p)) s = hr_plan_fuse(p);
-    if (s == HR_OK && chain_fusion_enabled(p)) s = hr_plan_fuse_chains(p);
-    if (s == HR_OK) hr_plan_assign_threads(p);
+    p->pool_threads = hr_num_threads();
+    /* the device's own passes (the CPU's fusion and threading plan) */
+    if (s == HR_OK && p->device->vt->plan_passes) s = p->device->vt->plan_passes(p->device, p);
     if (s == HR_OK && p->device->host_visible) {
         p->arena_size = hr_plan_assign_arena(p);
         if (p->arena_size == (size_t)-1) s = hr_error(HR_ERR_OOM, "plan: out of memory planning the arena");
@@ -389,7 +377,7 @@ hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_
         for (int v = 0; v < p->n_values && s == HR_OK; v++) {
             hr_plan_value *pv = &p->values[v];
             if (pv->kind != HR_VALUE_TEMP || pv->owned) continue;
-            s = p->device->vt->buffer_alloc(p->device, pv->nbytes, &pv->owned);
+            s = hr_device_buffer_alloc(p->device, pv->nbytes, &pv->owned);
             if (s == HR_OK) pv->bound.data = pv->owned->data;
         }
     }
@@ -400,10 +388,9 @@ hr_status hr_plan_build(const hr_capture *cap, hr_tensor *const *outputs, int n_
     p->structure_hash = structure_hash(p);
     p->build_ms = (hr_profile_now() - t0) * 1e3;
     hr_log(HR_LOG_DEBUG,
-           "plan: %d nodes, %d dead, %d folded, %d fused into %d (%d chains), %d in place, %d on one thread, "
-           "arena %zu bytes, built in %.1f ms",
-           p->n_nodes, p->n_dead, p->n_folded, p->n_absorbed, p->n_fused, p->n_chains, p->n_inplace, p->n_serial,
-           p->arena_size, p->build_ms);
+           "plan: %d nodes, %d dead, %d folded, %d absorbed by %d substitutions, %d in place, arena %zu bytes, "
+           "built in %.1f ms",
+           p->n_nodes, p->n_dead, p->n_folded, p->n_absorbed, p->n_subst, p->n_inplace, p->arena_size, p->build_ms);
     *out = p;
     return HR_OK;
 }
@@ -466,7 +453,7 @@ hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **ou
     for (int i = 0; i < p->n_out && s == HR_OK; i++) {
         hr_plan_value *pv = &p->values[p->output_value[i]];
         if (!outbufs[i]) {
-            s = p->device->vt->buffer_alloc(p->device, pv->nbytes, &outbufs[i]);
+            s = hr_device_buffer_alloc(p->device, pv->nbytes, &outbufs[i]);
             if (s != HR_OK) break;
             atomic_fetch_add_explicit(&g_output_allocs, 1, memory_order_relaxed);
         }
@@ -482,10 +469,8 @@ hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **ou
         double t0 = profile ? hr_profile_now() : 0;
         /* a node planned on the whole pool takes a pool grown since */
         hr_parallel_plan_set(n->threads < p->pool_threads ? n->threads : 0);
-        if (n->fused && p->fused[n->fused - 1].is_chain)
-            s = hr_cpu_fused_chain(&p->fused[n->fused - 1].chain);
-        else if (n->fused)
-            s = hr_cpu_fused_linear(&p->fused[n->fused - 1].k);
+        if (n->subst)
+            s = p->subst[n->subst - 1].run(p->subst[n->subst - 1].ctx);
         else
             s = p->device->vt->run_op(p->device, n->op, n->attrs_size ? n->attrs : NULL, ins, n->n_in, outs,
                                       n->n_out);
@@ -517,7 +502,8 @@ void hr_plan_free(hr_plan *p) {
         if (p->values[v].owned) hr_buffer_release(p->values[v].owned);
     }
     free(p->arena);
-    free(p->fused);
+    for (int i = 0; i < p->n_subst; i++) free(p->subst[i].ctx);
+    free(p->subst);
     free(p->nodes);
     free(p->tensors);
     free(p->in_ptrs);

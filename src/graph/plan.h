@@ -4,8 +4,7 @@
 #ifndef HR_GRAPH_PLAN_H
 #define HR_GRAPH_PLAN_H
 
-#include "backends/cpu/k_fused.h"
-#include "graph/capture.h"
+#include "ops/capture.h"
 
 typedef struct hr_plan_value {
     hr_value_kind kind;
@@ -28,28 +27,35 @@ typedef struct hr_plan_node {
     bool empty;  /* every output has no elements: the kernel is skipped */
     bool dead;   /* no live value depends on it (dead-code elimination) */
     bool folded; /* reads only weights: ran once at build, result kept */
-    bool absorbed; /* an earlier fused node does its work */
-    int fused;     /* 1 + index into plan->fused: runs that kernel instead of op */
-    int threads;   /* planned thread count (graph/plan_threads.c); 0: the kernel's choice */
+    bool absorbed; /* an earlier node's substitution does its work */
+    int subst;     /* 1 + index into plan->subst: runs that instead of op */
+    int threads;   /* the thread count its device planned; 0: the kernel's choice */
     size_t attrs_size;
     unsigned char attrs[HR_CAPTURE_ATTRS_MAX];
 } hr_plan_node;
 
 /* Whether the node's work happens at each call: not removed by DCE, not
  * folded at build, some output not empty. Absorbed nodes count: their
- * fused node does the work. */
+ * substitution does the work. */
 static inline bool hr_plan_node_live(const hr_plan_node *n) { return !n->dead && !n->folded && !n->empty; }
 
-/* A fused CPU node (graph/fuse.c): linears or an elementwise chain, and
- * every tensor it reads or writes, for liveness. */
-typedef struct hr_plan_fused {
-    bool is_chain;
-    hr_fused_linear k;
-    hr_fused_chain chain;
-    int n_touched;
-    const hr_tensor *touched[HR_FUSED_MAX_OPERANDS + 1 > 4 * HR_FUSED_MAX_LINEARS ? HR_FUSED_MAX_OPERANDS + 1
-                                                                                   : 4 * HR_FUSED_MAX_LINEARS];
-} hr_plan_fused;
+#define HR_PLAN_SUBST_MAX_IN 12
+#define HR_PLAN_SUBST_MAX_OUT HR_MAX_OP_OUTPUTS
+
+/* A device's replacement for a run of nodes, added by its plan_passes
+ * (the CPU backend's fused linears and elementwise chains): the node it
+ * is attached to runs run(ctx) instead of its op, the nodes it absorbed
+ * run nothing. in and out are every plan tensor it reads and writes, for
+ * liveness and in-place planning. */
+typedef struct hr_plan_subst {
+    const char *kind;             /* for logs and tests: "fused_linear", "chain" */
+    hr_status (*run)(void *ctx);
+    void *ctx;                    /* malloc'd by the device, freed with the plan */
+    int n_in, n_out;
+    const hr_tensor *in[HR_PLAN_SUBST_MAX_IN];
+    const hr_tensor *out[HR_PLAN_SUBST_MAX_OUT];
+    bool inplace_ok;              /* may write an output over a dead input of the same layout */
+} hr_plan_subst;
 
 typedef struct hr_plan {
     hr_device *device;
@@ -67,13 +73,11 @@ typedef struct hr_plan {
     int *output_value;
     uint64_t structure_hash;  /* ops, attrs and layouts: part of the disk key */
     int n_dead, n_folded;     /* what the passes removed */
-    int n_absorbed;           /* nodes whose work a fused node does */
-    int n_chains;             /* fused nodes that run elementwise chains */
+    int n_absorbed;           /* nodes whose work a substitution does */
     int n_inplace;            /* outputs given a dead input's arena slot */
-    int n_serial;             /* nodes planned on one thread */
     int pool_threads;         /* the pool's size when the threads were planned */
-    int n_fused, cap_fused;
-    hr_plan_fused *fused;
+    int n_subst, cap_subst;
+    hr_plan_subst *subst;
     double build_ms;          /* passes and arena, capture excluded */
     bool portable;            /* every constant has a name: may go to disk */
 } hr_plan;
@@ -95,8 +99,11 @@ void hr_plan_free(hr_plan *plan);
  * `bound` header). */
 int hr_plan_value_index(const hr_plan *plan, const hr_tensor *t);
 
-/* Plans each running node's thread count (HUBRT_PLAN_THREADS=0: none). */
-void hr_plan_assign_threads(hr_plan *plan);
+/* Attaches `sub` to node `head` and marks the `n_absorbed` nodes listed
+ * in `absorbed` as done by it; the plan takes sub->ctx. */
+hr_status hr_plan_substitute(hr_plan *plan, int head, const hr_plan_subst *sub, const int *absorbed, int n_absorbed);
+/* The substitutions of this kind (tests, logs). */
+int hr_plan_count_subst(const hr_plan *plan, const char *kind);
 
 /* Assigns arena offsets to TEMP values by liveness (exposed for tests). */
 size_t hr_plan_assign_arena(hr_plan *plan);

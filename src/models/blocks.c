@@ -6,8 +6,8 @@
 
 #include "backends/cpu/k_fused.h"
 #include "core/error.h"
-#include "generate/kv_cache.h"
-#include "graph/capture.h"
+#include "models/kv_cache.h"
+#include "ops/capture.h"
 #include "io/st_internal.h"
 #include "models/model_impl.h"
 #include "ops/profile.h"

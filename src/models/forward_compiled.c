@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/hash.h"
-#include "generate/kv_cache.h"
+#include "models/kv_cache.h"
 #include "models/model_impl.h"
 
 enum { IN_IDS, IN_COS, IN_SIN, IN_CACHE_POS, IN_MASK, IN_K, IN_V, N_IN };

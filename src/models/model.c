@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "generate/kv_cache.h"
+#include "models/kv_cache.h"
 #include "io/st_internal.h"
 #include "models/model_impl.h"
 #include "models/weights_anon.h"

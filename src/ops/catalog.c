@@ -38,6 +38,9 @@ static_assert(sizeof ops / sizeof ops[0] == HR_OP_COUNT, "op info table out of s
     NORM_(F, rms_norm) NORM_(F, add_rms_norm) NORM_(F, layer_norm)                       \
     F(rope_cos_sin, F64, hr_attrs_rope_cos_sin, attention_scaling)                       \
     F(rope_cos_sin, I64, hr_attrs_rope_cos_sin, dtype)                                   \
+    F(linear_group, I64, hr_attrs_linear_group, n)                                       \
+    F(linear_group, I64, hr_attrs_linear_group, epilogue)                                \
+    F(linear_group, BOOL, hr_attrs_linear_group, bias)                                   \
     F(sdpa, F64, hr_attrs_sdpa, scale) F(sdpa, F64, hr_attrs_sdpa, softcap)              \
     F(sdpa, I64, hr_attrs_sdpa, window) F(sdpa, BOOL, hr_attrs_sdpa, is_causal)          \
     DIM_(F, index_select) DIM_(F, gather) DIM_(F, index_copy) DIM_(F, cat)               \
@@ -58,6 +61,13 @@ const char *hr_op_name(hr_op op) { return (unsigned)op < HR_OP_COUNT ? ops[op].n
 int hr_op_min_inputs(hr_op op) { return (unsigned)op < HR_OP_COUNT ? ops[op].min_in : 0; }
 int hr_op_max_inputs(hr_op op) { return (unsigned)op < HR_OP_COUNT ? ops[op].max_in : 0; }
 int hr_op_num_outputs(hr_op op) { return (unsigned)op < HR_OP_COUNT ? ops[op].n_out : 0; }
+
+int hr_op_outputs_for(hr_op op, const void *attrs) {
+    if (op != HR_OP_linear_group) return hr_op_num_outputs(op);
+    const hr_attrs_linear_group *a = attrs;
+    if (!a || a->n < 1 || a->n > 3) return -1;
+    return a->epilogue == HR_LINEAR_STORE ? (int)a->n : 1;
+}
 
 size_t hr_op_attrs_size(hr_op op) {
     if ((unsigned)op >= HR_OP_COUNT) return 0;

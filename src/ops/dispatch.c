@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "device/device_impl.h"
-#include "graph/capture.h"
+#include "ops/capture.h"
 #include "ops/profile.h"
 #include "ops/op_impl.h"
 
@@ -41,15 +41,16 @@ static hr_status op_context(hr_status s, const char *name) {
     return hr_error(s, "op '%s':%s", name, rest);
 }
 
-static hr_status validate(hr_op op, const hr_tensor *const *in, int n_in, hr_tensor **outs,
+static hr_status validate(hr_op op, const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor **outs,
                           int n_out) {
     if ((unsigned)op >= HR_OP_COUNT) return hr_error(HR_ERR_INVALID_ARG, "invalid op id %d", (int)op);
     if (n_in < hr_op_min_inputs(op) || n_in > hr_op_max_inputs(op))
         return hr_error(HR_ERR_INVALID_ARG, "op '%s' takes %d..%d inputs, got %d", hr_op_name(op),
                         hr_op_min_inputs(op), hr_op_max_inputs(op), n_in);
-    if (n_out != hr_op_num_outputs(op))
-        return hr_error(HR_ERR_INVALID_ARG, "op '%s' has %d outputs, %d given", hr_op_name(op),
-                        hr_op_num_outputs(op), n_out);
+    int want = hr_op_outputs_for(op, attrs);
+    if (want < 0) return hr_error(HR_ERR_INVALID_ARG, "op '%s': its attrs give no valid output count", hr_op_name(op));
+    if (n_out != want)
+        return hr_error(HR_ERR_INVALID_ARG, "op '%s' has %d outputs, %d given", hr_op_name(op), want, n_out);
     if (!outs) return hr_error(HR_ERR_INVALID_ARG, "op '%s': outs is NULL", hr_op_name(op));
     for (int i = 0; i < n_in; i++)
         if (!in || !in[i]) return hr_error(HR_ERR_INVALID_ARG, "op '%s': input %d is NULL", hr_op_name(op), i);
@@ -135,7 +136,7 @@ static hr_status run_fallback(hr_device *dev, hr_op op, const void *attrs,
 
 static hr_status op_run_on(hr_device *dev, hr_op op, const void *attrs, const hr_tensor *const *in, int n_in,
                            hr_tensor **outs, int n_out, double *kernel_s) {
-    HR_TRY(validate(op, in, n_in, outs, n_out));
+    HR_TRY(validate(op, attrs, in, n_in, outs, n_out));
     const char *name = hr_op_name(op);
     for (int i = 0; i < n_in; i++) {
         hr_device *d = in[i]->buf->device;

@@ -67,7 +67,49 @@ static hr_status infer_linear(const void *attrs, const hr_tensor *const *in, int
     return HR_OK;
 }
 
+/* Each member is checked as linear checks its own inputs (errors name the
+ * member); then the epilogue's requirements. */
+static hr_status infer_linear_group(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor_meta *out,
+                                    int n_out) {
+    const hr_attrs_linear_group *a = attrs;
+    if (!a || a->n < 1 || a->n > 3)
+        return hr_error(HR_ERR_INVALID_ARG, "linear_group: n must be 1..3, got %lld", a ? (long long)a->n : 0LL);
+    int n = (int)a->n;
+    bool gated = a->epilogue == HR_LINEAR_SILU_MUL || a->epilogue == HR_LINEAR_GELU_TANH_MUL;
+    bool residual = a->epilogue == HR_LINEAR_RESIDUAL;
+    if (!gated && !residual && a->epilogue != HR_LINEAR_STORE)
+        return hr_error(HR_ERR_INVALID_ARG, "linear_group: unknown epilogue %lld", (long long)a->epilogue);
+    int want = 1 + n + (a->bias ? n : 0) + residual;
+    if (n_in != want)
+        return hr_error(HR_ERR_INVALID_ARG, "linear_group: %d linears%s%s take %d inputs, got %d", n,
+                        a->bias ? " with biases" : "", residual ? " and a residual" : "", want, n_in);
+    if (gated && n != 2) return hr_error(HR_ERR_INVALID_ARG, "linear_group: a gated epilogue takes 2 linears, got %d", n);
+    if (residual && n != 1)
+        return hr_error(HR_ERR_INVALID_ARG, "linear_group: the residual epilogue takes 1 linear, got %d", n);
+    for (int j = 0; j < n; j++) {
+        const hr_tensor *mem[3] = {in[0], in[1 + j], a->bias ? in[1 + n + j] : NULL};
+        hr_status s = infer_linear(NULL, mem, a->bias ? 3 : 2, &out[gated || residual ? 0 : j], 1);
+        if (s != HR_OK) return hr_error_context(s, "linear_group member %d", j);
+    }
+    if (gated && in[2]->shape[0] != in[1]->shape[0])
+        return hr_error(HR_ERR_SHAPE, "linear_group: gate and up give %lld and %lld features", (long long)in[1]->shape[0],
+                        (long long)in[2]->shape[0]);
+    if (residual) {
+        const hr_tensor *r = in[n_in - 1];
+        bool same = r->dtype == out[0].dtype && r->ndim == out[0].ndim;
+        for (int d = 0; same && d < r->ndim; d++) same = r->shape[d] == out[0].shape[d];
+        if (!same) {
+            char sr[160], so[160];
+            return hr_error(HR_ERR_SHAPE, "linear_group: the residual is %s %s, the product %s %s",
+                            hr_shape_str(r->ndim, r->shape, sr, sizeof sr), hr_dtype_name(r->dtype),
+                            hr_shape_str(out[0].ndim, out[0].shape, so, sizeof so), hr_dtype_name(out[0].dtype));
+        }
+    }
+    return HR_OK;
+}
+
 void hr_infer_register_linalg(hr_infer_fn *table) {
     table[HR_OP_matmul] = infer_matmul;
     table[HR_OP_linear] = infer_linear;
+    table[HR_OP_linear_group] = infer_linear_group;
 }

@@ -309,9 +309,10 @@ def replayed(fn, reread, ins):
 
 
 def chains_built(capfd):
-    """Chain nodes of the plans built since the last call (debug log)."""
+    """Chain nodes of the plans built since the last call (the CPU plan
+    passes' debug log: "cpu plan: L linear groups, C chains, ...")."""
     err = capfd.readouterr().err
-    return [int(line.split("(")[1].split(" chains")[0]) for line in err.splitlines() if "] plan:" in line]
+    return [int(line.split(", ")[1].split(" chains")[0]) for line in err.splitlines() if "] cpu plan:" in line]
 
 
 def chain_hr_transcendental(x, row, col, reread):

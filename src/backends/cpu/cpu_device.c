@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "backends/cpu/plan_passes.h"
 #include "core/anon_map.h"
 #include "core/error.h"
 #include "device/device_impl.h"
@@ -101,6 +102,8 @@ static const hr_device_vtable cpu_vtable = {
     .copy_from_host = cpu_copy_from_host,
     .copy_to_host = cpu_copy_to_host,
     .run_op = cpu_run_op,
+    .plan_passes = hr_cpu_plan_passes,
+    .inplace_ok = hr_cpu_inplace_ok,
 };
 
 static hr_device g_cpu = {.vt = &cpu_vtable, .backend = "cpu", .index = 0, .host_visible = true};
@@ -112,6 +115,5 @@ static hr_status cpu_open(int index, hr_device **out) {
     return HR_OK;
 }
 
-const hr_device_backend hr_cpu_backend = {.name = "cpu", .count = cpu_count, .open = cpu_open};
-
-hr_device *hr_device_cpu(void) { return &g_cpu; }
+static const hr_device_backend cpu_backend = {.name = "cpu", .count = cpu_count, .open = cpu_open};
+HR_BACKEND_REGISTER(cpu_backend, 101)

@@ -9,6 +9,7 @@
 
 #include "backends/cpu/k_eltwise.h"
 #include "core/tensor_impl.h"
+#include "ops/op_impl.h"
 
 #define HR_FUSED_MAX_LINEARS 3
 
@@ -16,6 +17,7 @@ typedef enum hr_fused_epilogue {
     HR_FUSED_STORE = 0,    /* out[j] = x @ w[j]^T + b[j], for each j */
     HR_FUSED_GATED = 1,    /* out[0] = silu(x @ w[0]^T + b[0]) * (x @ w[1]^T + b[1]) */
     HR_FUSED_RESIDUAL = 2, /* out[0] = (x @ w[0]^T + b[0]) + res */
+    HR_FUSED_GATED_GELU = 3, /* GATED with gelu's tanh approximation for silu */
 } hr_fused_epilogue;
 
 typedef struct hr_fused_linear {
@@ -25,7 +27,7 @@ typedef struct hr_fused_linear {
     const hr_tensor *w[HR_FUSED_MAX_LINEARS]; /* [n_j, k], k contiguous, x's dtype */
     const hr_tensor *b[HR_FUSED_MAX_LINEARS]; /* [n_j] or NULL */
     const hr_tensor *res;                     /* RESIDUAL: [..., n_0] */
-    hr_tensor *out[HR_FUSED_MAX_LINEARS];     /* [..., n_j]; GATED, RESIDUAL: out[0] only */
+    hr_tensor *out[HR_FUSED_MAX_LINEARS];     /* [..., n_j]; GATED*, RESIDUAL: out[0] only */
 } hr_fused_linear;
 
 /* True when t reads as a matrix [rows, last dim] with unit element stride
@@ -42,6 +44,9 @@ bool hr_fused_linear_fits(const hr_tensor *x, const hr_tensor *w, const hr_tenso
 bool hr_fused_linears_enabled(void);
 
 hr_status hr_cpu_fused_linear(const hr_fused_linear *f);
+
+/* The linear_group kernel (k_linear_group.c), registered with linalg's. */
+void hr_cpu_register_linear_group(hr_cpu_kernel_fn *table);
 
 /* ---- elementwise chains ----------------------------------------------------
  * A run of elementwise ops whose intermediates nothing else reads becomes

@@ -131,16 +131,20 @@ static void fl_unit(const fl_ctx *c, int64_t u) {
     while (u >= c->first_unit[j + 1]) j++;
     int64_t c0 = (u - c->first_unit[j]) * CHUNK, n = f->w[j]->shape[0];
     int64_t nc = n - c0 < CHUNK ? n - c0 : CHUNK;
+    bool gated = f->epi == HR_FUSED_GATED || f->epi == HR_FUSED_GATED_GELU;
     fl_product(c, j, c0, nc, y[0]);
-    if (f->epi == HR_FUSED_GATED) fl_product(c, 1, c0, nc, y[1]);
+    if (gated) fl_product(c, 1, c0, nc, y[1]);
     hr_tensor *o = f->out[j];
     size_t osz = hr_dtype_size(o->dtype);
     for (int r = 0; r < c->rows; r++) {
         float *yr = y[0][r];
-        if (f->epi == HR_FUSED_GATED) {
+        if (gated) {
             hr_k_round_f32(yr, o->dtype, nc, c->simd);
             hr_k_round_f32(y[1][r], o->dtype, nc, c->simd);
-            silu_mul_row(yr, y[1][r], nc, c->simd);
+            if (f->epi == HR_FUSED_GATED)
+                silu_mul_row(yr, y[1][r], nc, c->simd);
+            else /* gelu_mul's own arithmetic, as the unfused op computes it */
+                hr_k_eltwise_f32(HR_EW_GELU_TANH_MUL, 0, 0, yr, yr, y[1][r], nc, c->simd);
         } else if (f->epi == HR_FUSED_RESIDUAL) {
             hr_k_round_f32(yr, o->dtype, nc, c->simd);
             hr_load_f32(res, (const char *)hr_tensor_ptr(f->res) + (r * c->res_rs + c0) * (int64_t)osz,
@@ -176,7 +180,7 @@ hr_status hr_cpu_fused_linear(const hr_fused_linear *f) {
             return hr_error(HR_ERR_INVALID_ARG, "fused linear: output %d rows are not evenly strided", j);
     if (f->res && !hr_fused_rows(f->res, &orows, &c.res_rs))
         return hr_error(HR_ERR_INVALID_ARG, "fused linear: residual rows are not evenly strided");
-    /* GATED walks the columns of w[0] and takes w[1]'s alongside. */
+    /* GATED* walk the columns of w[0] and take w[1]'s alongside. */
     int n_walk = f->epi == HR_FUSED_STORE ? f->n : 1;
     int64_t work = 0;
     for (int j = 0; j < n_walk; j++) c.first_unit[j + 1] = c.first_unit[j] + (f->w[j]->shape[0] + CHUNK - 1) / CHUNK;

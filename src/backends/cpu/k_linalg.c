@@ -2,6 +2,7 @@
  * one batched GEMM description (gemm.h); no operand is copied or
  * transposed, whatever its strides. */
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/k_fused.h"
 #include "backends/cpu/linear_pack.h"
 #include "core/error.h"
 #include "ops/op_impl.h"
@@ -102,4 +103,5 @@ static hr_status k_linear(const void *attrs, const hr_tensor *const *in, int n_i
 void hr_cpu_register_linalg(hr_cpu_kernel_fn *table) {
     table[HR_OP_matmul] = k_matmul;
     table[HR_OP_linear] = k_linear;
+    hr_cpu_register_linear_group(table);
 }

@@ -6,9 +6,6 @@
 
 #include "device/device_impl.h"
 
-extern const hr_device_backend hr_xla_cpu_backend;
-extern const hr_device_backend hr_tpu_backend;
-
 /* What `hubrt info` prints about a PJRT backend. */
 typedef struct hr_pjrt_info {
     char path[512];     /* the plugin library loaded */

@@ -11,7 +11,7 @@
 #ifdef HUBRT_HAVE_PJRT
 #include "backends/pjrt/pjrt_internal.h"
 #include "backends/pjrt/shlo.h"
-#include "graph/capture.h"
+#include "ops/capture.h"
 #include "ops/op_impl.h"
 
 /* ---- buffers -------------------------------------------------------------- */
@@ -440,5 +440,7 @@ static hr_status xla_cpu_open(int index, hr_device **out) { return open_of("xla_
 static int tpu_count(void) { return count_of("tpu"); }
 static hr_status tpu_open(int index, hr_device **out) { return open_of("tpu", index, out); }
 
-const hr_device_backend hr_xla_cpu_backend = {.name = "xla_cpu", .count = xla_cpu_count, .open = xla_cpu_open};
-const hr_device_backend hr_tpu_backend = {.name = "tpu", .count = tpu_count, .open = tpu_open};
+static const hr_device_backend xla_cpu_backend = {.name = "xla_cpu", .count = xla_cpu_count, .open = xla_cpu_open};
+static const hr_device_backend tpu_backend = {.name = "tpu", .count = tpu_count, .open = tpu_open};
+HR_BACKEND_REGISTER(xla_cpu_backend, 102)
+HR_BACKEND_REGISTER(tpu_backend, 103)

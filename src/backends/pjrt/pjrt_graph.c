@@ -219,8 +219,8 @@ void hr_pjrt_executable_free(hr_device *dev, hr_executable *x) {
     free(x);
 }
 
-hr_status hr_pjrt_compile(hr_device *dev, const hr_graph *graph, const char *name, hr_executable **out) {
-    const hr_plan *p = (const hr_plan *)graph;
+hr_status hr_pjrt_compile(hr_device *dev, const hr_plan *graph, const char *name, hr_executable **out) {
+    const hr_plan *p = graph;
     hr_pjrt_plugin *plug = hr_pjrt_of(dev);
     *out = NULL;
     hr_executable *x = calloc(1, sizeof *x);
@@ -319,7 +319,7 @@ hr_status hr_pjrt_execute_graph(hr_device *dev, hr_executable *x, const hr_tenso
     /* Outputs: a new buffer each, holding the result's device array. */
     for (int i = 0; i < n_out && s == HR_OK; i++) {
         const hr_plan_value *pv = &p->values[x->result_value[i]];
-        s = dev->vt->buffer_alloc(dev, pv->nbytes, &out_bufs[i]);
+        s = hr_device_buffer_alloc(dev, pv->nbytes, &out_bufs[i]);
         if (s != HR_OK) break;
         out_bufs[i]->seq = hr_buffer_next_seq();
         hr_pjrt_buffer_set(out_bufs[i], results[i]);

@@ -86,7 +86,7 @@ hr_status hr_pjrt_sync(hr_pjrt_plugin *p);
  * number, all_reduce -1). */
 #define HR_PJRT_GRAPH_KEY (-2)
 
-hr_status hr_pjrt_compile(hr_device *dev, const hr_graph *g, const char *name, hr_executable **out);
+hr_status hr_pjrt_compile(hr_device *dev, const hr_plan *g, const char *name, hr_executable **out);
 hr_status hr_pjrt_execute_graph(hr_device *dev, hr_executable *exe, const hr_tensor *const *in, int n_in,
                                 hr_tensor **out, int n_out);
 void hr_pjrt_executable_free(hr_device *dev, hr_executable *exe);

@@ -74,6 +74,34 @@ static hr_status lower_linear(hr_shlo_builder *b, const void *attrs, const hr_sh
     return b->status;
 }
 
+/* Each member as linear lowers it, its product stored in x's dtype, then
+ * the epilogue as its own op lowers: the separate ops' arithmetic (XLA
+ * fuses them as it sees fit). */
+static hr_status lower_linear_group(hr_shlo_builder *b, const void *attrs, const hr_shlo_value *in, int n_in,
+                                    const hr_tensor_meta *m, hr_shlo_value *out, int n_out) {
+    const hr_attrs_linear_group *a = attrs;
+    int n = (int)a->n;
+    hr_shlo_value y[3];
+    for (int j = 0; j < n; j++) {
+        hr_shlo_value mem[3] = {in[0], in[1 + j], a->bias ? in[1 + n + j] : in[0]};
+        hr_tensor_meta mj = {.dtype = m[0].dtype, .ndim = in[0].ndim};
+        for (int d = 0; d + 1 < mj.ndim; d++) mj.shape[d] = in[0].shape[d];
+        mj.shape[mj.ndim - 1] = in[1 + j].shape[0];
+        HR_TRY(lower_linear(b, NULL, mem, a->bias ? 3 : 2, &mj, &y[j], 1));
+    }
+    if (a->epilogue == HR_LINEAR_STORE) {
+        for (int j = 0; j < n; j++) out[j] = y[j];
+        return b->status;
+    }
+    if (a->epilogue == HR_LINEAR_RESIDUAL) {
+        hr_shlo_value xs[2] = {y[0], in[n_in - 1]};
+        return hr_shlo_lowering_get(HR_OP_add)->lower(b, NULL, xs, 2, m, out, 1);
+    }
+    hr_attrs_gelu ga = {.approximate = HR_GELU_TANH};
+    hr_op act = a->epilogue == HR_LINEAR_SILU_MUL ? HR_OP_silu_mul : HR_OP_gelu_mul;
+    return hr_shlo_lowering_get(act)->lower(b, &ga, y, 2, m, out, 1);
+}
+
 /* [b, h, s, x] <-> [b, hkv, (h / hkv) s, x]: query head h = kv g + j is
  * row j s + i of its kv head's group, a reshape only (dims split and
  * merged in order). */
@@ -160,5 +188,6 @@ static hr_status lower_sdpa(hr_shlo_builder *b, const void *attrs, const hr_shlo
 void hr_shlo_register_linalg(hr_shlo_lowering *t) {
     t[HR_OP_matmul].lower = lower_matmul;
     t[HR_OP_linear].lower = lower_linear;
+    t[HR_OP_linear_group].lower = lower_linear_group;
     t[HR_OP_sdpa].lower = lower_sdpa;
 }

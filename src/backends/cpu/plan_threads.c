@@ -6,13 +6,13 @@
  * The grains are the kernels' own (HR_GRAIN_*, core/threadpool.h); a work
  * measure here that drifts from its kernel's changes how many threads
  * run, never a result: kernels give the same bytes for any thread count. */
-#include "graph/plan.h"
+#include "backends/cpu/plan_passes.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/k_fused.h"
 #include "core/threadpool.h"
-#include "device/device_impl.h"
 #include "hubrt/runtime.h"
 
 
@@ -22,11 +22,11 @@ static const hr_tensor *t_at(const hr_plan *p, const hr_plan_node *n, int k) {
     return &p->tensors[n->first_tensor + k];
 }
 
-/* Threads for a fused node: linears by their multiply-adds, a chain by
+/* Threads for a substitution: linears by their multiply-adds, a chain by
  * its output. */
-static int fused_threads(const hr_plan_fused *f) {
-    if (f->is_chain) return hr_parallel_threads_for(numel(f->chain.out), HR_GRAIN_ELTWISE);
-    const hr_fused_linear *k = &f->k;
+static int subst_threads(const hr_plan_subst *f) {
+    if (!strcmp(f->kind, "chain")) return hr_parallel_threads_for(numel(f->out[0]), HR_GRAIN_ELTWISE);
+    const hr_fused_linear *k = f->ctx;
     int64_t kdim = k->x->shape[k->x->ndim - 1], rows = kdim ? numel(k->x) / kdim : 0, work = 0;
     for (int j = 0; j < k->n; j++) work += k->w[j]->shape[0];
     return hr_parallel_threads_for(rows * work * kdim, HR_GRAIN_MATMUL);
@@ -35,7 +35,7 @@ static int fused_threads(const hr_plan_fused *f) {
 /* The node's thread count, or 0 for an op not modelled here (its kernel
  * decides at each call). */
 static int node_threads(const hr_plan *p, const hr_plan_node *n) {
-    if (n->fused) return fused_threads(&p->fused[n->fused - 1]);
+    if (n->subst) return subst_threads(&p->subst[n->subst - 1]);
     const hr_tensor *in0 = n->n_in ? t_at(p, n, 0) : NULL, *out0 = t_at(p, n, n->n_in);
     switch (n->op) {
     case HR_OP_sum: case HR_OP_mean: case HR_OP_max: case HR_OP_min: case HR_OP_argmax:
@@ -48,6 +48,13 @@ static int node_threads(const hr_plan *p, const hr_plan_node *n) {
         return hr_parallel_threads_for(numel(out0) / 2, HR_GRAIN_COS_SIN);
     case HR_OP_index_copy:
         return hr_parallel_threads_for(numel(t_at(p, n, 2)), HR_GRAIN_ELTWISE);
+    case HR_OP_linear_group: {
+        /* as the fused kernel counts its work: every member's columns */
+        const hr_attrs_linear_group *a = (const void *)n->attrs;
+        int64_t kdim = in0->shape[in0->ndim - 1], cols = 0;
+        for (int j = 0; j < a->n; j++) cols += t_at(p, n, 1 + (int)j)->shape[0];
+        return hr_parallel_threads_for((kdim ? numel(in0) / kdim : 0) * cols * kdim, HR_GRAIN_MATMUL);
+    }
     case HR_OP_linear: case HR_OP_matmul:
         return hr_parallel_threads_for(numel(out0) * in0->shape[in0->ndim - 1], HR_GRAIN_MATMUL);
     case HR_OP_sdpa: {
@@ -69,13 +76,13 @@ static bool threads_enabled(void) {
     return !env || strcmp(env, "0");
 }
 
-void hr_plan_assign_threads(hr_plan *p) {
-    bool on = threads_enabled() && p->device == hr_device_cpu();
-    p->n_serial = 0;
-    p->pool_threads = hr_num_threads();
+int hr_cpu_plan_threads(hr_plan *p) {
+    bool on = threads_enabled();
+    int serial = 0;
     for (int i = 0; i < p->n_nodes; i++) {
         hr_plan_node *n = &p->nodes[i];
         n->threads = on && hr_plan_node_live(n) && !n->absorbed ? node_threads(p, n) : 0;
-        p->n_serial += n->threads == 1;
+        serial += n->threads == 1;
     }
+    return serial;
 }

@@ -1,15 +1,19 @@
-/* Fusion of decode-sized linears and their consumers (see fuse.h). Every
- * group is made of consecutive running nodes, so no node moves across
- * another: what changes is that one thread-pool pass does the work of
- * several, and intermediates that nothing reads again are never stored. */
-#include "graph/fuse.h"
+/* The CPU's fusion passes over a built plan (plan_passes.h): decode-sized
+ * linears with their consumers, and elementwise chains. Every group is
+ * made of consecutive running nodes, so no node moves across another:
+ * what changes is that one thread-pool pass does the work of several, and
+ * intermediates that nothing reads again are never stored. The captured
+ * node list stays as it is (what the disk cache stores and the structure
+ * hash covers): a group is a substitution the plan runs instead, so a
+ * plan loaded from disk is fused again by the same passes. */
+#include "backends/cpu/plan_passes.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "core/grow.h"
+#include "backends/cpu/k_fused.h"
 
 static const hr_tensor *t_in(const hr_plan *p, const hr_plan_node *n, int k) {
     return &p->tensors[n->first_tensor + k];
@@ -21,7 +25,7 @@ static hr_tensor *t_out(const hr_plan *p, const hr_plan_node *n, int k) {
 
 static int value_of(const hr_plan *p, const hr_tensor *t) { return hr_plan_value_index(p, t); }
 
-static bool runs(const hr_plan_node *n) { return hr_plan_node_live(n) && !n->absorbed && !n->fused; }
+static bool runs(const hr_plan_node *n) { return hr_plan_node_live(n) && !n->absorbed && !n->subst; }
 
 static int next_running(const hr_plan *p, int i) {
     for (i++; i < p->n_nodes && !runs(&p->nodes[i]); i++) continue;
@@ -85,24 +89,28 @@ static const hr_tensor *residual_epilogue(const hr_plan *p, const hr_plan_node *
     return dead_after(p, y, ki) ? r : NULL;
 }
 
-/* A zeroed fused node appended to the plan, or NULL out of memory. */
-static hr_plan_fused *new_fused(hr_plan *p) {
-    hr_plan_fused *grown = hr_grow(p->fused, p->n_fused, &p->cap_fused, sizeof *grown, 64);
-    if (!grown) return NULL;
-    p->fused = grown;
-    hr_plan_fused *pf = &p->fused[p->n_fused++];
-    memset(pf, 0, sizeof *pf);
-    return pf;
+static hr_status run_fused_linear(void *ctx) { return hr_cpu_fused_linear(ctx); }
+static hr_status run_chain(void *ctx) { return hr_cpu_fused_chain(ctx); }
+
+static void add_in(hr_plan_subst *sub, const hr_tensor *t) {
+    if (t) sub->in[sub->n_in++] = t;
 }
 
-static void add_tensor(hr_plan_fused *pf, const hr_tensor *t) {
-    if (t) pf->touched[pf->n_touched++] = t;
+static void add_out(hr_plan_subst *sub, const hr_tensor *t) {
+    if (t) sub->out[sub->n_out++] = t;
+}
+
+/* A copy of the kernel's description for the plan to own. */
+static void *own(const void *p, size_t n) {
+    void *c = malloc(n);
+    if (c) memcpy(c, p, n);
+    return c;
 }
 
 /* Node i heads a group: gathers the linears after it that read the same
  * rows, then an epilogue; records the fused node when it saves an op. */
 static hr_status fuse_from(hr_plan *p, int i) {
-    hr_plan_node *head = &p->nodes[i];
+    const hr_plan_node *head = &p->nodes[i];
     const hr_tensor *x = t_in(p, head, 0);
     int members[HR_FUSED_MAX_LINEARS] = {i}, n = 1, next = next_running(p, i);
     while (n < HR_FUSED_MAX_LINEARS && next < p->n_nodes && fusable_linear(p, &p->nodes[next]) &&
@@ -132,24 +140,22 @@ static hr_status fuse_from(hr_plan *p, int i) {
         epi_node = next;
     }
     if (n == 1 && epi_node < 0) return HR_OK;
-    hr_plan_fused *pf = new_fused(p);
-    if (!pf) return hr_error(HR_ERR_OOM, "plan: out of memory fusing");
-    pf->k = k;
-    add_tensor(pf, k.x);
-    add_tensor(pf, k.res);
+    hr_plan_subst sub = {.kind = "fused_linear", .run = run_fused_linear, .ctx = own(&k, sizeof k)};
+    if (!sub.ctx) return hr_error(HR_ERR_OOM, "plan: out of memory fusing");
+    add_in(&sub, k.x);
+    add_in(&sub, k.res);
     for (int m = 0; m < n; m++) {
-        add_tensor(pf, k.w[m]);
-        add_tensor(pf, k.b[m]);
-        add_tensor(pf, k.out[m]);
+        add_in(&sub, k.w[m]);
+        add_in(&sub, k.b[m]);
+        add_out(&sub, k.out[m]);
     }
-    head->fused = p->n_fused;
-    for (int m = 1; m < n; m++) p->nodes[members[m]].absorbed = true;
-    if (epi_node >= 0) p->nodes[epi_node].absorbed = true;
-    p->n_absorbed += n - 1 + (epi_node >= 0);
-    return HR_OK;
+    int absorbed[HR_FUSED_MAX_LINEARS + 1], n_abs = 0;
+    for (int m = 1; m < n; m++) absorbed[n_abs++] = members[m];
+    if (epi_node >= 0) absorbed[n_abs++] = epi_node;
+    return hr_plan_substitute(p, i, &sub, absorbed, n_abs);
 }
 
-hr_status hr_plan_fuse(hr_plan *p) {
+hr_status hr_cpu_plan_fuse(hr_plan *p) {
     for (int i = 0; i < p->n_nodes; i++)
         if (fusable_linear(p, &p->nodes[i])) HR_TRY(fuse_from(p, i));
     return HR_OK;
@@ -256,7 +262,7 @@ static int next_live(const hr_plan *p, int i) {
 }
 
 static hr_status chain_from(hr_plan *p, int i) {
-    hr_plan_node *head = &p->nodes[i];
+    const hr_plan_node *head = &p->nodes[i];
     hr_chain_step s;
     if (!chain_step_of(p, head, &s)) return HR_OK;
     hr_fused_chain c = {.n_steps = 1, .n_operands = 1, .operands = {t_in(p, head, 0)}, .out = t_out(p, head, 0)};
@@ -270,20 +276,18 @@ static hr_status chain_from(hr_plan *p, int i) {
         last = j;
     }
     if (members < 2) return HR_OK;
-    hr_plan_fused *pf = new_fused(p);
-    if (!pf) return hr_error(HR_ERR_OOM, "plan: out of memory fusing");
-    pf->is_chain = true;
-    pf->chain = c;
-    for (int k = 0; k < c.n_operands; k++) add_tensor(pf, c.operands[k]);
-    add_tensor(pf, c.out);
-    head->fused = p->n_fused;
-    for (int j = next_live(p, i); j <= last; j = next_live(p, j)) p->nodes[j].absorbed = true;
-    p->n_absorbed += members - 1;
-    p->n_chains++;
-    return HR_OK;
+    /* the chain reads each block of its operands before it writes that
+     * block of its output */
+    hr_plan_subst sub = {.kind = "chain", .run = run_chain, .ctx = own(&c, sizeof c), .inplace_ok = true};
+    if (!sub.ctx) return hr_error(HR_ERR_OOM, "plan: out of memory fusing");
+    for (int k = 0; k < c.n_operands; k++) add_in(&sub, c.operands[k]);
+    add_out(&sub, c.out);
+    int absorbed[HR_FUSED_MAX_STEPS], n_abs = 0;
+    for (int j = next_live(p, i); j <= last; j = next_live(p, j)) absorbed[n_abs++] = j;
+    return hr_plan_substitute(p, i, &sub, absorbed, n_abs);
 }
 
-hr_status hr_plan_fuse_chains(hr_plan *p) {
+hr_status hr_cpu_plan_fuse_chains(hr_plan *p) {
     for (int i = 0; i < p->n_nodes; i++)
         if (runs(&p->nodes[i])) HR_TRY(chain_from(p, i));
     return HR_OK;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
-#include "generate/kv_cache.h"
+#include "models/kv_cache.h"
 #include "models/model_impl.h"
 
 hr_status hr_kv_cache_create(const hr_model *m, int64_t batch, int64_t max_len, hr_kv_cache **out) {

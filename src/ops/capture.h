@@ -1,8 +1,8 @@
 /* Graph capture: while a jit function runs under capture, every op that
  * dispatch runs at top level is recorded with its attrs and the exact
  * layout (shape, strides, offset, buffer) of each input and output. */
-#ifndef HR_GRAPH_CAPTURE_H
-#define HR_GRAPH_CAPTURE_H
+#ifndef HR_OPS_CAPTURE_H
+#define HR_OPS_CAPTURE_H
 
 #include "core/tensor_impl.h"
 
@@ -69,7 +69,8 @@ bool hr_capture_active(void);
 /* Called by dispatch for each top-level op that ran. */
 void hr_capture_record(hr_op op, const void *attrs, const hr_tensor *const *in, int n_in,
                        hr_tensor *const *out, int n_out);
-/* Called when host memory is copied into or wrapped as a buffer. */
+/* Called when host memory is copied into or wrapped as a buffer (core's
+ * hr_host_write_hook while a capture runs). */
 void hr_capture_note_host_write(const hr_buffer *buf);
 /* Fails when t's values depend on the call being captured. */
 hr_status hr_capture_check_host_read(const hr_tensor *t);

@@ -1,5 +1,5 @@
 /* Graph capture: a thread-local recorder that dispatch feeds. */
-#include "graph/capture.h"
+#include "ops/capture.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -96,6 +96,7 @@ hr_status hr_capture_begin(hr_capture *cap, const hr_tensor *const *inputs, int 
     }
     tl_cap = cap;
     tl_depth = 0;
+    hr_host_write_hook = hr_capture_note_host_write;
     return HR_OK;
 }
 
@@ -179,6 +180,7 @@ hr_status hr_capture_check_host_read(const hr_tensor *t) {
 
 hr_status hr_capture_end(hr_capture *cap, hr_tensor *const *outputs, int n_out) {
     tl_cap = NULL;
+    hr_host_write_hook = NULL;
     for (int i = 0; i < n_out && cap->failure == HR_OK; i++) {
         int v = find_value(cap, outputs[i]->buf->seq);
         if (v < 0 || cap->values[v].kind != HR_VALUE_TEMP)
@@ -196,7 +198,7 @@ hr_status hr_capture_end(hr_capture *cap, hr_tensor *const *outputs, int n_out) 
 }
 
 void hr_capture_free(hr_capture *cap) {
-    if (tl_cap == cap) tl_cap = NULL;
+    if (tl_cap == cap) tl_cap = NULL, hr_host_write_hook = NULL;
     for (int i = 0; i < cap->n_values; i++)
         if (cap->values[i].kind == HR_VALUE_CONST) hr_buffer_release(cap->values[i].buf);
     free(cap->nodes);

@@ -1,6 +1,6 @@
 /* Static KV cache layout, shared by the model forward and generation. */
-#ifndef HR_GENERATE_KV_CACHE_H
-#define HR_GENERATE_KV_CACHE_H
+#ifndef HR_MODELS_KV_CACHE_H
+#define HR_MODELS_KV_CACHE_H
 
 #include "hubrt/model.h"
 
