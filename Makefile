@@ -11,12 +11,14 @@ ASAN_PRELOAD := $(shell gcc -print-file-name=libasan.so):$(shell gcc -print-file
 .PHONY: all deps build build-asan build-fuzz venv test-deps test test-c test-c-asan test-python \
         test-python-asan test-fuzz demo bench devkit clean
 
-all: build venv
+all: build
 
 deps:
 	@bash scripts/install_deps.sh
 
-build: deps
+# The venv comes first: it holds the PJRT plugin wheel whose C API header
+# the build looks for, so the xla_cpu and tpu devices are built in.
+build: deps venv
 	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build build -j $(JOBS)
 
@@ -28,9 +30,9 @@ build-fuzz: deps
 	@CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHUBRT_FUZZ=ON -DHUBRT_TESTS=OFF >/dev/null
 	@cmake --build build-fuzz -j $(JOBS)
 
-$(VENV)/.stamp: pyproject.toml
+$(VENV)/.stamp: pyproject.toml requirements.txt
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	@$(VPY) -m pip install -q --disable-pip-version-check -e .
+	@$(VPY) -m pip install -q --disable-pip-version-check -e . -r requirements.txt
 	@touch $@
 
 venv: $(VENV)/.stamp
@@ -70,7 +72,7 @@ test:
 	@$(MAKE) --no-print-directory test-deps
 	@$(MAKE) --no-print-directory test-c test-c-asan test-python test-python-asan test-fuzz
 
-demo: build venv
+demo: build
 	@bash scripts/demo.sh
 
 bench: build test-deps

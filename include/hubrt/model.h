@@ -72,6 +72,24 @@ typedef struct hr_forward_args {
  * one forward at a time: its activation buffers are reused across calls. */
 HR_API hr_status hr_model_forward(hr_model *m, const hr_forward_args *args, hr_tensor **logits);
 
+/* One step of a generation loop, on host arrays: token ids and positions
+ * [batch, seq], the mask [batch, past + seq] (nonzero = real token; NULL:
+ * no padding). */
+typedef struct hr_step_args {
+    const int64_t *ids, *pos, *mask;
+    int64_t batch, seq;
+    hr_kv_cache *cache;
+    /* The static-shape forward, compiled once per [batch, seq, capacity]
+     * and replayed (hubrt/graph.h); false: eager, op by op. */
+    bool compiled;
+} hr_step_args;
+
+/* Writes the seq tokens into the cache (advancing it) and the last
+ * position's head output into *logits: [batch, 1, vocab] in the model's
+ * dtype (a bf16 model's logits as bf16 values, not widened). An eager
+ * step reuses *logits when it has that shape; a compiled one replaces it. */
+HR_API hr_status hr_model_step(hr_model *m, const hr_step_args *args, hr_tensor **logits);
+
 /* ---- generation ------------------------------------------------------ */
 
 typedef struct hr_generate_config {

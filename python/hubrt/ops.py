@@ -17,6 +17,7 @@ class _AttrField(ctypes.Structure):
 
 _find = fn("hr_op_find", [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)])
 _nout = fn("hr_op_num_outputs", [ctypes.c_int])
+_nout_for = fn("hr_op_outputs_for", [ctypes.c_int, _P])
 _asize = fn("hr_op_attrs_size", [ctypes.c_int], ctypes.c_size_t)
 _afields = fn("hr_op_attr_fields", [ctypes.c_int, ctypes.POINTER(ctypes.c_int)],
               ctypes.POINTER(_AttrField))
@@ -75,6 +76,9 @@ def call(name, *inputs, out=None, device="cpu", **attrs):
     if any(t is None for t in ins):
         raise TypeError(f"op '{name}': only trailing inputs may be None")
     keep, ptr = _pack_attrs(name, size, fields, attrs)
+    n_out = _nout_for(op, ptr)  # ops whose attrs set their output count (linear_group)
+    if n_out < 0:  # attrs the op refuses: its inference names the attribute
+        n_out = len(out) if isinstance(out, (tuple, list)) else 1
     in_arr = (_P * builtins.max(len(ins), 1))(*[t.handle.value for t in ins])
     outs = out if isinstance(out, (tuple, list)) else ([out] if out is not None else [None] * n_out)
     out_arr = (_P * n_out)(*[o.handle.value if o is not None else None for o in outs])
@@ -103,6 +107,18 @@ add, sub, mul, div, pow, maximum, minimum, silu_mul, matmul = map(
     _binary, ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "silu_mul", "matmul"])
 neg, exp, log, sqrt, rsqrt, abs, relu, sigmoid, tanh, silu = map(
     _unary, ["neg", "exp", "log", "sqrt", "rsqrt", "abs", "relu", "sigmoid", "tanh", "silu"])
+
+
+LINEAR_EPILOGUES = {"store": 0, "silu_mul": 1, "gelu_tanh_mul": 2, "residual": 3}
+
+
+def linear_group(x, weights, biases=None, epilogue="store", residual=None, out=None):
+    """The linears x @ w.T (+ b) of `weights` in one op, then the epilogue:
+    "store" returns one tensor per weight; "silu_mul" / "gelu_tanh_mul"
+    act(first) * second; "residual" first + residual."""
+    ins = [x, *weights, *(biases or [])] + ([residual] if residual is not None else [])
+    return call("linear_group", *ins, out=out, n=len(weights), epilogue=LINEAR_EPILOGUES[epilogue],
+                bias=bool(biases))
 
 
 def gelu(x, approximate="none"):

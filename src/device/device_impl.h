@@ -8,6 +8,24 @@
 typedef struct hr_plan hr_plan;             /* a compiled plan (graph/plan.h) */
 typedef struct hr_executable hr_executable; /* a device's compiled graph */
 
+/* One weight of a model handed to its device at load (prepare_weights). */
+typedef struct hr_weight_ref {
+    hr_tensor **slot; /* the weight; the device may replace it by its own copy */
+    bool linear;      /* read as linear's weight [out, in]: the device may repack it */
+} hr_weight_ref;
+
+/* The files a model's weights came from, as the device may release them. */
+typedef struct hr_weight_source {
+    void *ctx;
+    /* Whether [p, p + n) lies in the files' map, dropping those pages from
+     * this process (n 0: only asks). */
+    bool (*drop_pages)(void *ctx, const void *p, size_t n);
+    /* Drops the file pages of the tensor `name` as stored. */
+    void (*drop_tensor)(void *ctx, const char *name);
+    /* The bytes `name` takes in the files. */
+    size_t (*stored_bytes)(void *ctx, const char *name);
+} hr_weight_source;
+
 typedef struct hr_device_vtable {
     hr_status (*buffer_alloc)(hr_device *dev, size_t nbytes, hr_buffer **out);
     void (*buffer_free)(hr_buffer *buf);
@@ -46,6 +64,10 @@ typedef struct hr_device_vtable {
      * written), so the plan may give the output that input's memory when
      * the input dies there. NULL: never. */
     bool (*inplace_ok)(hr_device *dev, hr_op op);
+    /* Puts a model's weights, once loaded, where and how the device reads
+     * them fastest (the CPU: anonymous huge pages, linear weights packed
+     * into the panels its kernels read). NULL: they stay as they are. */
+    hr_status (*prepare_weights)(hr_device *dev, hr_weight_ref *w, size_t n, const hr_weight_source *src);
     hr_status (*sync)(hr_device *dev);
 } hr_device_vtable;
 

@@ -8,10 +8,9 @@
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
-#include "models/kv_cache.h"
 #include "generate/sampling.h"
+#include "hubrt/model.h"
 #include "hubrt/runtime.h"
-#include "models/model_impl.h"
 
 #define HR_MAX_BATCH 64
 #define STOP_TAIL 512 /* bytes of decoded text kept per row for stop strings */
@@ -97,9 +96,9 @@ static hr_status forward_span(hr_model *m, gen_state *g, hr_kv_cache *kv, int64_
         memcpy(g->ids + r * n, g->tokens + r * g->cap + from, sizeof(int64_t) * (size_t)n);
         memcpy(g->mask_stage + r * t, g->mask + r * g->cap, sizeof(int64_t) * (size_t)t);
     }
-    if (!compile) return hr_model_forward_host(m, g->ids, g->mask_stage, pos, b, n, kv, true, false, logits);
-    hr_tensor_free(*logits);
-    return hr_model_forward_compiled(m, g->ids, g->mask_stage, pos, b, n, kv, true, logits);
+    hr_step_args a = {.ids = g->ids, .pos = pos, .mask = g->mask_stage, .batch = b, .seq = n, .cache = kv,
+                      .compiled = compile};
+    return hr_model_step(m, &a, logits);
 }
 
 /* The prefill chunk starting at `from`: the full chunk size eagerly; with
@@ -187,7 +186,7 @@ static hr_status pick_tokens(hr_model *m, const hr_generate_config *cfg, hr_samp
     if (!hr_tensor_data(logits)) HR_TRY(hr_tensor_to(logits, hr_device_cpu(), &host));
     const hr_tensor *lt = host ? host : logits;
     pick_ctx p = {.smp = smp, .g = g, .logits = hr_tensor_data(lt), .dt = hr_tensor_dtype(lt),
-                  .vocab = m->cfg.vocab_size, .pad = pad};
+                  .vocab = hr_model_vocab_size(m), .pad = pad};
     /* a batch-64 greedy step widens and scans 64 rows of a 152k vocabulary:
      * 1.5% of the step on one thread */
     int tasks = smp->do_sample ? 1 : hr_parallel_threads_for(b * p.vocab, HR_GRAIN_ELTWISE);
@@ -244,7 +243,7 @@ hr_status hr_generate(hr_model *m, const int64_t *input_ids, const int64_t *atte
     const int64_t *eos = cfg->eos_ids;
     int n_eos = cfg->n_eos;
     if (!eos) n_eos = hr_model_eos_ids(m, &eos);
-    int64_t pad = cfg->pad_id >= 0 ? cfg->pad_id : m->cfg.gen.pad_token_id >= 0 ? m->cfg.gen.pad_token_id : n_eos ? eos[0] : 0;
+    int64_t pad = cfg->pad_id >= 0 ? cfg->pad_id : hr_model_pad_id(m) >= 0 ? hr_model_pad_id(m) : n_eos ? eos[0] : 0;
     int64_t chunk = cfg->prefill_chunk > 0 ? cfg->prefill_chunk : 512;
     if (chunk > seq) chunk = seq;
     int64_t cap = seq + cfg->max_new_tokens;
@@ -254,8 +253,8 @@ hr_status hr_generate(hr_model *m, const int64_t *input_ids, const int64_t *atte
     hr_tensor *logits = NULL;
     memset(&smp, 0, sizeof smp);
     double t0 = now_s(), t1 = t0, c0 = cpu_s(), c1 = c0;
-    hr_status st = state_init(&g, b, seq, cap, chunk, m->cfg.vocab_size);
-    if (st == HR_OK) st = hr_sampler_init(&smp, cfg, m->cfg.vocab_size);
+    hr_status st = state_init(&g, b, seq, cap, chunk, hr_model_vocab_size(m));
+    if (st == HR_OK) st = hr_sampler_init(&smp, cfg, hr_model_vocab_size(m));
     if (st == HR_OK) st = hr_kv_cache_create(m, b, cap, &kv);
     if (st == HR_OK) {
         /* positions count real tokens: cumsum(mask) - 1, padding at 0 */

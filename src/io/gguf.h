@@ -113,11 +113,39 @@ void hr_gguf_dq_q6_k(const uint8_t *src, float *dst, int64_t nb);
 void hr_gguf_dq_iq4_nl(const uint8_t *src, float *dst, int64_t nb);
 void hr_gguf_dq_iq4_xs(const uint8_t *src, float *dst, int64_t nb);
 
-/* ---- Llama-family GGUF files as HF checkpoints (gguf_llama.c) ---------- */
+/* ---- GGUF files as HF checkpoints (gguf_hub.c) -------------------------- */
+
+struct cJSON;
+
+/* What a GGUF file of one llama.cpp architecture needs to read as a Hub
+ * checkpoint. The model layer registers one for each architecture it runs
+ * (models/gguf_archs.c), from the architecture's own weight table. */
+typedef struct hr_gguf_arch {
+    const char *name;     /* general.architecture: "llama" */
+    const char *hf_class; /* config.json's architectures[0] */
+    /* The HF name of GGUF tensor `gguf_name` into buf, and the head count
+     * whose row permutation to undo (0: none); false: none of its names. */
+    bool (*hf_name)(const struct hr_gguf_arch *a, const hr_gguf *g, const char *gguf_name, char *buf, size_t cap,
+                    int64_t *perm_heads);
+    /* Adds (or replaces) the architecture's own config.json fields after
+     * the common ones (NULL: none). */
+    hr_status (*config)(const struct hr_gguf_arch *a, const hr_gguf *g, struct cJSON *config);
+    const void *ctx; /* the registrant's */
+} hr_gguf_arch;
+
+hr_status hr_gguf_arch_register(const hr_gguf_arch *a);
+/* The adapter of g's general.architecture, or NULL. */
+const hr_gguf_arch *hr_gguf_arch_of(const hr_gguf *g);
+/* "<arch>.<suffix>" into buf; the integer under that key, or def. */
+const char *hr_gguf_arch_key(const hr_gguf_arch *a, const char *suffix, char *buf, size_t cap);
+int64_t hr_gguf_arch_int(const hr_gguf *g, const hr_gguf_arch *a, const char *suffix, int64_t def);
+/* Sets config[name] = v, replacing what was there. */
+hr_status hr_gguf_json_num(struct cJSON *config, const char *name, double v);
 
 /* The HF name of GGUF tensor `name` ("blk.3.attn_q.weight" ->
- * "model.layers.3.self_attn.q_proj.weight") into buf; false when it has
- * none. *perm_heads is the head count whose permutation to undo, or 0. */
+ * "model.layers.3.self_attn.q_proj.weight") into buf, by its
+ * architecture's adapter; false when it has none. *perm_heads is the head
+ * count whose permutation to undo, or 0. */
 bool hr_gguf_hf_name(const hr_gguf *g, const char *name, char *buf, size_t cap, int64_t *perm_heads);
 
 /* hr_gguf_config_json, hr_gguf_tokenizer_json and

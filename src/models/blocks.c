@@ -1,169 +1,39 @@
-/* Shared blocks of the Llama family: weight loading by HF names, rms norm,
- * attention over the static KV cache, gated MLP. Each block writes into the
- * model's scratch tensors, so a decode step allocates nothing. */
-#include <stdio.h>
+/* The blocks of blocks.h. Each one runs catalog ops into the forward's
+ * named activations (models/scratch.h), so a decode step allocates
+ * nothing and a compiled forward captures the same ops. */
+#include "models/blocks.h"
+
 #include <string.h>
 
-#include "backends/cpu/k_fused.h"
 #include "core/error.h"
-#include "models/kv_cache.h"
-#include "ops/capture.h"
-#include "io/st_internal.h"
-#include "models/model_impl.h"
-#include "ops/profile.h"
+#include "core/half.h"
 
 #define IN_(...) ((const hr_tensor *const[]){__VA_ARGS__})
 
-/* ---- weights ----------------------------------------------------------- */
-
-hr_status hr_model_weight(hr_model *m, const char *name, int ndim, const int64_t *shape,
-                          hr_tensor **out) {
-    hr_tensor_info info;
-    hr_status s = hr_checkpoint_info(m->ckpt, name, &info);
-    if (s == HR_ERR_NOT_FOUND) return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s'", name);
-    HR_TRY(s);
-    bool same = info.ndim == ndim;
-    for (int i = 0; same && i < ndim; i++) same = info.shape[i] == shape[i];
-    if (!same) {
-        char a[160], b[160];
-        return hr_error(HR_ERR_SHAPE, "checkpoint: tensor '%s' has shape %s, the config expects %s", name,
-                        hr_shape_str(info.ndim, info.shape, a, sizeof a), hr_shape_str(ndim, shape, b, sizeof b));
-    }
-    if (!hr_dtype_is_float(info.dtype))
-        return hr_error(HR_ERR_DTYPE, "checkpoint: tensor '%s' is %s, not a floating dtype", name,
-                        hr_dtype_name(info.dtype));
-    /* cast (GGUF: dequantized) once at load to the model dtype */
-    hr_tensor *t = NULL;
-    HR_TRY(hr_checkpoint_tensor_as(m->ckpt, name, m->dtype, &t));
-    /* A copy made: nothing reads the stored bytes again (a reader that did
-     * would fault them back in), so their pages go now; kept, an f32
-     * checkpoint run in bf16 held both, 1.5x its bytes. */
-    bool view = hr_checkpoint_drop_pages(m->ckpt, hr_tensor_ptr(t), 0);
-    if (!view) hr_checkpoint_drop_tensor(m->ckpt, name);
-    if (m->dev != hr_device_cpu()) {
-        hr_tensor *n = NULL;
-        s = hr_tensor_to(t, m->dev, &n);
-        hr_tensor_free(t);
-        if (s != HR_OK) return hr_error_context(s, "moving '%s' to %s", name, hr_device_name(m->dev));
-        /* The device holds its own copy (PJRT copies during the call): a
-         * view's file pages go as a copy's did; kept, the host held every
-         * weight twice. */
-        if (view) hr_checkpoint_drop_tensor(m->ckpt, name);
-        hr_tensor_set_name(n, name);
-        t = n;
-    }
-    *out = t;
-    return HR_OK;
+hr_status hr_fwd_act(hr_fwd *f, const char *name, int ndim, const int64_t *shape, hr_tensor **out) {
+    return hr_scratch_get(f->sc, f->m->dev, name, f->m->dtype, ndim, shape, out);
 }
 
-static hr_status layer_weight(hr_model *m, int64_t layer, const char *suffix, int ndim,
-                              const int64_t *shape, hr_tensor **out) {
-    char name[256];
-    snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)layer, suffix);
-    return hr_model_weight(m, name, ndim, shape, out);
-}
+#define ACT_(f, name, out, ...)                                                                       \
+    hr_fwd_act((f), (name), (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, \
+               (out))
 
-hr_status hr_block_load_layer(hr_model *m, int64_t i, hr_layer_weights *lw) {
-    const hr_model_config *c = &m->cfg;
-    int64_t hid = c->hidden_size, d = c->head_dim, qd = c->n_heads * d, kd = c->n_kv_heads * d;
-    int64_t inter = c->intermediate_size;
-    bool qkv_bias = c->qkv_bias || c->attention_bias;
-    HR_TRY(layer_weight(m, i, "input_layernorm.weight", 1, &hid, &lw->attn_norm));
-    HR_TRY(layer_weight(m, i, "self_attn.q_proj.weight", 2, (int64_t[]){qd, hid}, &lw->wq));
-    HR_TRY(layer_weight(m, i, "self_attn.k_proj.weight", 2, (int64_t[]){kd, hid}, &lw->wk));
-    HR_TRY(layer_weight(m, i, "self_attn.v_proj.weight", 2, (int64_t[]){kd, hid}, &lw->wv));
-    HR_TRY(layer_weight(m, i, "self_attn.o_proj.weight", 2, (int64_t[]){hid, qd}, &lw->wo));
-    if (qkv_bias) {
-        HR_TRY(layer_weight(m, i, "self_attn.q_proj.bias", 1, &qd, &lw->bq));
-        HR_TRY(layer_weight(m, i, "self_attn.k_proj.bias", 1, &kd, &lw->bk));
-        HR_TRY(layer_weight(m, i, "self_attn.v_proj.bias", 1, &kd, &lw->bv));
-    }
-    if (c->attention_bias) HR_TRY(layer_weight(m, i, "self_attn.o_proj.bias", 1, &hid, &lw->bo));
-    if (c->qk_norm) {
-        HR_TRY(layer_weight(m, i, "self_attn.q_norm.weight", 1, &d, &lw->q_norm));
-        HR_TRY(layer_weight(m, i, "self_attn.k_norm.weight", 1, &d, &lw->k_norm));
-    }
-    HR_TRY(layer_weight(m, i, "post_attention_layernorm.weight", 1, &hid, &lw->mlp_norm));
-    HR_TRY(layer_weight(m, i, "mlp.gate_proj.weight", 2, (int64_t[]){inter, hid}, &lw->w_gate));
-    HR_TRY(layer_weight(m, i, "mlp.up_proj.weight", 2, (int64_t[]){inter, hid}, &lw->w_up));
-    HR_TRY(layer_weight(m, i, "mlp.down_proj.weight", 2, (int64_t[]){hid, inter}, &lw->w_down));
-    if (c->mlp_bias) {
-        HR_TRY(layer_weight(m, i, "mlp.gate_proj.bias", 1, &inter, &lw->b_gate));
-        HR_TRY(layer_weight(m, i, "mlp.up_proj.bias", 1, &inter, &lw->b_up));
-        HR_TRY(layer_weight(m, i, "mlp.down_proj.bias", 1, &hid, &lw->b_down));
-    }
-    return HR_OK;
-}
+/* ---- norms and residuals ---------------------------------------------------- */
 
-void hr_layer_weights_free(hr_layer_weights *lw) {
-#define SLOT_(f) &lw->f,
-    hr_tensor **all[] = {HR_LAYER_WEIGHT_FIELDS(SLOT_)};
-#undef SLOT_
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        hr_tensor_free(*all[i]);
-        *all[i] = NULL;
-    }
-}
-
-/* ---- blocks ------------------------------------------------------------- */
-
-/* out = linear(x, w, b) into an existing tensor. */
-static hr_status linear_into(const hr_tensor *x, const hr_tensor *w, const hr_tensor *b,
-                             hr_tensor *out) {
-    hr_tensor *o[1] = {out};
-    if (b) return hr_op_run(HR_OP_linear, NULL, IN_(x, w, b), 3, o, 1);
-    return hr_op_run(HR_OP_linear, NULL, IN_(x, w), 2, o, 1);
-}
-
-/* Decode rows on the CPU: the n linears that read the same rows x (q/k/v,
- * or gate/up with silu_mul as GATED) in one pass over the thread pool
- * (k_fused_linear.c), each column the bits the separate ops give. One
- * dispatch, barrier and stream per group instead of one per linear: decode
- * at 2 threads measured 3-10% faster (docs/architecture.md, Compile);
- * HUBRT_PROFILE counts a group as one linear call. Returns false, having
- * run nothing, where the kernel does not apply: other devices, a capture
- * (the compiled plan fuses on its own), HUBRT_FUSE=0, prefill-sized rows. */
-static bool fused_linears(const hr_model *m, const hr_tensor *x, hr_fused_epilogue epi, int n,
-                          const hr_tensor *const *w, const hr_tensor *const *b, hr_tensor *const *out,
-                          hr_status *st) {
-    if (m->dev != hr_device_cpu() || hr_capture_active() || !hr_fused_linears_enabled()) return false;
-    hr_fused_linear f = {.epi = epi, .n = n, .x = x};
-    for (int j = 0; j < n; j++) {
-        /* GATED writes silu(gate) * up to out[0] alone: each product is
-         * checked against that output's shape */
-        const hr_tensor *o = epi == HR_FUSED_GATED ? out[0] : out[j];
-        if (!hr_fused_linear_fits(x, w[j], b[j], o)) return false;
-        f.w[j] = w[j];
-        f.b[j] = b[j];
-        f.out[j] = epi == HR_FUSED_GATED && j > 0 ? NULL : out[j];
-    }
-    double t0 = hr_profile_enabled() ? hr_profile_now() : 0;
-    *st = hr_cpu_fused_linear(&f);
-    if (hr_profile_enabled()) hr_profile_add(HR_OP_linear, hr_profile_now() - t0);
-    return true;
-}
-
-hr_status hr_block_norm(const hr_model *m, const hr_tensor *x, const hr_tensor *w, hr_tensor *out) {
-    hr_attrs_norm a = {.eps = m->cfg.rms_norm_eps, .weight_offset = 0};
+hr_status hr_build_norm(hr_fwd *f, const hr_tensor *x, const hr_tensor *w, double offset, hr_tensor *out) {
+    hr_attrs_norm a = {.eps = f->m->cfg.rms_norm_eps, .weight_offset = offset};
     hr_tensor *o[1] = {out};
     return hr_op_run(HR_OP_rms_norm, &a, IN_(x, w), 2, o, 1);
 }
 
-/* In-place residual add: x += y (same shape and strides, so every element
- * is read before it is written). */
-hr_status hr_block_residual(hr_tensor *x, const hr_tensor *y) {
-    hr_tensor *o[1] = {x};
-    return hr_op_run(HR_OP_add, NULL, IN_(x, y), 2, o, 1);
-}
-
-/* x += y, then out = rms_norm(x) * w, in one op (add_rms_norm): the sum
- * overwrites x in place, the normed rows go to out. */
-static hr_status residual_norm(const hr_model *m, hr_tensor *x, const hr_tensor *y, const hr_tensor *w,
-                               hr_tensor *out) {
-    hr_attrs_norm a = {.eps = m->cfg.rms_norm_eps, .weight_offset = 0};
+hr_status hr_build_add_norm(hr_fwd *f, hr_tensor *x, const hr_tensor *y, const hr_tensor *w, double offset,
+                            hr_tensor *out) {
+    hr_attrs_norm a = {.eps = f->m->cfg.rms_norm_eps, .weight_offset = offset};
     hr_tensor *o[2] = {out, x};
     return hr_op_run(HR_OP_add_rms_norm, &a, IN_(y, x, w), 3, o, 2);
 }
+
+/* ---- attention --------------------------------------------------------------- */
 
 /* [b, s, n*d] -> view [b, s, n, d] */
 static hr_status split_heads(const hr_tensor *t, int64_t n, int64_t d, hr_tensor **out) {
@@ -171,119 +41,249 @@ static hr_status split_heads(const hr_tensor *t, int64_t n, int64_t d, hr_tensor
     return hr_tensor_view(t, 4, (int64_t[]){sh[0], sh[1], n, d}, out);
 }
 
-/* q/k: [b, s, n*d] -> optional per-head norm -> [b, n, s, d] view, roped
- * into `dst` (the scratch for q, a slice of the cache for k). */
-static hr_status project_rope(const hr_model *m, const hr_tensor *proj, int64_t n,
-                              hr_tensor *normed, const hr_tensor *norm_w, const hr_fwd_ctx *f,
-                              hr_tensor *dst) {
-    hr_tensor *heads = NULL, *bnsd = NULL;
-    hr_status s = split_heads(proj, n, m->cfg.head_dim, &heads);
+/* q/k: [b, s, n*d] -> optional per-head norm (into activation `normed`)
+ * -> [b, n, s, d] view, roped into dst. */
+static hr_status project_rope(hr_fwd *f, const hr_tensor *proj, int64_t n, const char *normed,
+                              const hr_tensor *norm_w, double offset, hr_layer_kind kind, hr_tensor *dst) {
+    int64_t d = f->m->cfg.head_dim;
+    hr_tensor *heads = NULL, *bnsd = NULL, *nt = NULL;
+    hr_status s = split_heads(proj, n, d, &heads);
     if (s == HR_OK && norm_w) {
-        s = hr_block_norm(m, heads, norm_w, normed);
-        if (s == HR_OK) {
-            hr_tensor_free(heads);
-            heads = NULL;
-            s = hr_tensor_alias(normed, &heads);
-        }
+        s = ACT_(f, normed, &nt, f->b, f->s, n, d);
+        if (s == HR_OK) s = hr_build_norm(f, heads, norm_w, offset, nt);
+        hr_tensor_free(heads);
+        heads = NULL;
+        if (s == HR_OK) s = hr_tensor_alias(nt, &heads);
     }
     if (s == HR_OK) s = hr_tensor_transpose(heads, 1, 2, &bnsd);
     if (s == HR_OK) {
         hr_tensor *o[1] = {dst};
-        s = hr_op_run(HR_OP_rope, NULL, IN_(bnsd, f->cos, f->sin), 3, o, 1);
+        s = hr_op_run(HR_OP_rope, NULL, IN_(bnsd, f->cos[kind], f->sin[kind]), 3, o, 1);
     }
     hr_tensor_free(heads);
     hr_tensor_free(bnsd);
     return s;
 }
 
-hr_status hr_block_attention(const hr_model *m, const hr_layer_weights *lw, int64_t layer,
-                             const hr_fwd_ctx *f, const hr_tensor *h, hr_tensor *out) {
-    const hr_model_config *c = &m->cfg;
-    const hr_scratch *sc = &m->scratch;
-    hr_kv_cache *kv = f->cache;
-    int64_t b = sc->b, s = sc->s, d = c->head_dim;
-    hr_status qkv = HR_OK;
-    if (fused_linears(m, h, HR_FUSED_STORE, 3, IN_(lw->wq, lw->wk, lw->wv), IN_(lw->bq, lw->bk, lw->bv),
-                      (hr_tensor *const[]){sc->q, sc->k, sc->v}, &qkv)) {
-        HR_TRY(qkv);
-    } else {
-        HR_TRY(linear_into(h, lw->wq, lw->bq, sc->q));
-        HR_TRY(linear_into(h, lw->wk, lw->bk, sc->k));
-        HR_TRY(linear_into(h, lw->wv, lw->bv, sc->v));
+/* The views a call's attention reads and writes, freed together. */
+typedef struct attn_views {
+    hr_tensor *t[16];
+    int n;
+} attn_views;
+
+static hr_tensor **view_slot(attn_views *v) { return &v->t[v->n++]; }
+
+static void views_free(attn_views *v) {
+    for (int i = 0; i < v->n; i++) hr_tensor_free(v->t[i]);
+}
+
+/* slots [from, from + n) of a cache tensor [b, hkv, slots, d] */
+static hr_status slots_of(const hr_tensor *cache, int64_t from, int64_t n, attn_views *v, hr_tensor **out) {
+    hr_tensor **slot = view_slot(v);
+    HR_TRY(hr_tensor_narrow(cache, 2, from, n, slot));
+    *out = *slot;
+    return HR_OK;
+}
+
+/* The last `keep` new rows of src [b, hkv, s, d] into the ring's slots
+ * [at, at + keep) mod its size: one copy, or two where the range wraps. */
+static hr_status ring_write(hr_fwd *f, hr_tensor *ring, const hr_tensor *src, int64_t keep, int64_t at,
+                            attn_views *v) {
+    int64_t size = ring->shape[2], first = keep < size - at ? keep : size - at;
+    hr_tensor *dst = NULL, *from = NULL;
+    HR_TRY(slots_of(ring, at, first, v, &dst));
+    HR_TRY(slots_of(src, f->s - keep, first, v, &from));
+    HR_TRY(hr_copy_(dst, from));
+    if (first == keep) return HR_OK;
+    HR_TRY(slots_of(ring, 0, keep - first, v, &dst));
+    HR_TRY(slots_of(src, f->s - keep + first, keep - first, v, &from));
+    return hr_copy_(dst, from);
+}
+
+/* The ring's filled slots in position order, then the new rows, into the
+ * activation `name` [b, hkv, n_ring + s, d]. */
+static hr_status ring_cat(hr_fwd *f, const hr_kv_plan *p, const hr_tensor *ring, const hr_tensor *fresh,
+                          const char *name, attn_views *v, hr_tensor **out) {
+    const hr_tensor *parts[3];
+    int n = 0;
+    hr_tensor *t = NULL;
+    if (p->n_ring > p->split) {
+        HR_TRY(slots_of(ring, p->split, p->n_ring - p->split, v, &t));
+        parts[n++] = t;
     }
-    hr_tensor *k_new = NULL, *v_new = NULL, *v_heads = NULL, *v_t = NULL;
-    hr_tensor *k_all = NULL, *v_all = NULL, *attn_t = NULL, *attn_flat = NULL;
-    hr_status st = project_rope(m, sc->q, c->n_heads, sc->qn, lw->q_norm, f, sc->qr);
-    if (st == HR_OK) st = split_heads(sc->v, c->n_kv_heads, d, &v_heads);
-    if (st == HR_OK) st = hr_tensor_transpose(v_heads, 1, 2, &v_t);
-    if (f->cache_pos) {
-        /* Static shapes: the new keys and values go to the slots cache_pos
-         * names, and attention reads the whole cache under the mask. */
-        if (st == HR_OK) st = hr_tensor_empty(m->dev, m->dtype, 4, (int64_t[]){b, c->n_kv_heads, s, d}, &k_new);
-        if (st == HR_OK) st = project_rope(m, sc->k, c->n_kv_heads, sc->kn, lw->k_norm, f, k_new);
-        if (st == HR_OK) st = hr_index_copy_(kv->k[layer], 2, f->cache_pos, k_new);
-        if (st == HR_OK) st = hr_index_copy_(kv->v[layer], 2, f->cache_pos, v_t);
-        if (st == HR_OK) st = hr_tensor_alias(kv->k[layer], &k_all);
-        if (st == HR_OK) st = hr_tensor_alias(kv->v[layer], &v_all);
-    } else {
-        /* The new keys and values are written straight into their cache slots. */
-        if (st == HR_OK) st = hr_tensor_narrow(kv->k[layer], 2, f->past, s, &k_new);
-        if (st == HR_OK) st = project_rope(m, sc->k, c->n_kv_heads, sc->kn, lw->k_norm, f, k_new);
-        if (st == HR_OK) st = hr_tensor_narrow(kv->v[layer], 2, f->past, s, &v_new);
-        if (st == HR_OK) st = hr_copy_(v_new, v_t);
-        if (st == HR_OK) st = hr_tensor_narrow(kv->k[layer], 2, 0, f->past + s, &k_all);
-        if (st == HR_OK) st = hr_tensor_narrow(kv->v[layer], 2, 0, f->past + s, &v_all);
+    if (p->split > 0) {
+        HR_TRY(slots_of(ring, 0, p->split, v, &t));
+        parts[n++] = t;
     }
+    parts[n++] = fresh;
+    HR_TRY(ACT_(f, name, out, f->b, fresh->shape[1], p->n_ring + f->s, fresh->shape[3]));
+    hr_attrs_dim a = {.dim = 2};
+    return hr_op_run(HR_OP_cat, &a, parts, n, out, 1);
+}
+
+/* The whole ring then the new rows (static shapes), into `name`. */
+static hr_status whole_cat(hr_fwd *f, const hr_tensor *ring, const hr_tensor *fresh, const char *name,
+                           hr_tensor **out) {
+    HR_TRY(ACT_(f, name, out, f->b, fresh->shape[1], ring->shape[2] + f->s, fresh->shape[3]));
+    hr_attrs_dim a = {.dim = 2};
+    return hr_op_run(HR_OP_cat, &a, IN_(ring, fresh), 2, out, 1);
+}
+
+/* Writes the new keys k (roped: written by rope_k into wherever this
+ * plan puts them) and values vt [b, hkv, s, d] into the cache, and gives
+ * the keys and values attention reads. */
+static hr_status cache_step(hr_fwd *f, int64_t il, const hr_kv_plan *p, const hr_tensor *k_proj,
+                            const hr_tensor *k_norm, double offset, const hr_tensor *vt, attn_views *v,
+                            const hr_tensor **k_all, const hr_tensor **v_all) {
+    const hr_model_config *c = &f->m->cfg;
+    hr_layer_kind kind = hr_model_layer_kind(f->m, il);
+    hr_tensor *kc = f->cache->k[il], *vc = f->cache->v[il], *dst = NULL, *kv[2] = {0};
+    switch (p->mode) {
+    case HR_KV_APPEND:
+    case HR_KV_RING_STEP:
+        /* the new keys are roped straight into their cache slots */
+        HR_TRY(slots_of(kc, p->at, f->s, v, &dst));
+        HR_TRY(project_rope(f, k_proj, c->n_kv_heads, "kn", k_norm, offset, kind, dst));
+        HR_TRY(slots_of(vc, p->at, f->s, v, &dst));
+        HR_TRY(hr_copy_(dst, vt));
+        if (p->mode == HR_KV_RING_STEP) {
+            *k_all = kc, *v_all = vc;
+            return HR_OK;
+        }
+        HR_TRY(slots_of(kc, 0, p->n_attend, v, &kv[0]));
+        HR_TRY(slots_of(vc, 0, p->n_attend, v, &kv[1]));
+        *k_all = kv[0], *v_all = kv[1];
+        return HR_OK;
+    default:
+        break;
+    }
+    hr_tensor *kr = NULL;
+    HR_TRY(ACT_(f, "kr", &kr, f->b, c->n_kv_heads, f->s, c->head_dim));
+    HR_TRY(project_rope(f, k_proj, c->n_kv_heads, "kn", k_norm, offset, kind, kr));
+    if (p->mode == HR_KV_INDEX) {
+        HR_TRY(hr_index_copy_(kc, 2, p->slots, kr));
+        HR_TRY(hr_index_copy_(vc, 2, p->slots, vt));
+        *k_all = kc, *v_all = vc;
+        return HR_OK;
+    }
+    if (p->mode == HR_KV_RING_CAT) {
+        HR_TRY(ring_cat(f, p, kc, kr, "kcat", v, &kv[0]));
+        HR_TRY(ring_cat(f, p, vc, vt, "vcat", v, &kv[1]));
+        /* read before the ring is overwritten: the cats copied it */
+        HR_TRY(ring_write(f, kc, kr, p->keep, p->keep_at, v));
+        HR_TRY(ring_write(f, vc, vt, p->keep, p->keep_at, v));
+    } else { /* HR_KV_INDEX_CAT */
+        HR_TRY(whole_cat(f, kc, kr, "kcat", &kv[0]));
+        HR_TRY(whole_cat(f, vc, vt, "vcat", &kv[1]));
+        hr_tensor *kk = NULL, *vk = NULL;
+        HR_TRY(slots_of(kr, f->s - p->keep, p->keep, v, &kk));
+        HR_TRY(slots_of(vt, f->s - p->keep, p->keep, v, &vk));
+        HR_TRY(hr_index_copy_(kc, 2, p->slots, kk));
+        HR_TRY(hr_index_copy_(vc, 2, p->slots, vk));
+    }
+    *k_all = kv[0], *v_all = kv[1];
+    return HR_OK;
+}
+
+hr_status hr_build_attention(hr_fwd *f, int64_t il, const hr_attn_weights *w, const hr_attn_opts *o,
+                             const hr_tensor *h, hr_tensor *out) {
+    const hr_model_config *c = &f->m->cfg;
+    int64_t b = f->b, s = f->s, d = c->head_dim, hq = c->n_heads, hkv = c->n_kv_heads;
+    hr_layer_kind kind = hr_model_layer_kind(f->m, il);
+    const hr_kv_plan *p = &f->kv[kind];
+    hr_tensor *q = NULL, *k = NULL, *vp = NULL, *qr = NULL, *attn = NULL;
+    HR_TRY(ACT_(f, "q", &q, b, s, hq * d));
+    HR_TRY(ACT_(f, "k", &k, b, s, hkv * d));
+    HR_TRY(ACT_(f, "v", &vp, b, s, hkv * d));
+    HR_TRY(ACT_(f, "qr", &qr, b, hq, s, d));
+    HR_TRY(ACT_(f, "attn", &attn, b, s, hq, d));
+    /* q, k and v in one op: decode rows stream the three weights in one pass */
+    hr_attrs_linear_group g = {.n = 3, .epilogue = HR_LINEAR_STORE, .bias = w->bq != NULL};
+    hr_tensor *qkv[3] = {q, k, vp};
+    if (w->bq)
+        HR_TRY(hr_op_run(HR_OP_linear_group, &g, IN_(h, w->wq, w->wk, w->wv, w->bq, w->bk, w->bv), 7, qkv, 3));
+    else
+        HR_TRY(hr_op_run(HR_OP_linear_group, &g, IN_(h, w->wq, w->wk, w->wv), 4, qkv, 3));
+    attn_views v = {0};
+    hr_tensor *v_heads = NULL, *vt = NULL, *attn_t = NULL, *attn_flat = NULL;
+    const hr_tensor *k_all = NULL, *v_all = NULL;
+    hr_status st = project_rope(f, q, hq, "qn", w->q_norm, o->norm_offset, kind, qr);
+    if (st == HR_OK) st = split_heads(vp, hkv, d, &v_heads);
+    if (st == HR_OK) st = hr_tensor_transpose(v_heads, 1, 2, &vt);
+    if (st == HR_OK) st = cache_step(f, il, p, k, w->k_norm, o->norm_offset, vt, &v, &k_all, &v_all);
     /* sdpa writes [b, hq, s, d] through a transposed view of [b, s, hq, d],
-     * so o_proj reads heads already concatenated. */
-    if (st == HR_OK) st = hr_tensor_transpose(sc->attn, 1, 2, &attn_t);
+     * so o_proj reads heads already concatenated */
+    if (st == HR_OK) st = hr_tensor_transpose(attn, 1, 2, &attn_t);
     if (st == HR_OK) {
-        hr_attrs_sdpa a = {.scale = 0, .is_causal = !f->mask && s > 1};
-        hr_tensor *o[1] = {attn_t};
-        if (f->mask)
-            st = hr_op_run(HR_OP_sdpa, &a, IN_(sc->qr, k_all, v_all, f->mask), 4, o, 1);
+        hr_attrs_sdpa a = {.scale = o->scale, .softcap = o->softcap, .window = p->window, .is_causal = p->causal};
+        hr_tensor *ot[1] = {attn_t};
+        if (p->mask)
+            st = hr_op_run(HR_OP_sdpa, &a, IN_(qr, k_all, v_all, p->mask), 4, ot, 1);
         else
-            st = hr_op_run(HR_OP_sdpa, &a, IN_(sc->qr, k_all, v_all), 3, o, 1);
+            st = hr_op_run(HR_OP_sdpa, &a, IN_(qr, k_all, v_all), 3, ot, 1);
     }
-    if (st == HR_OK) st = hr_tensor_view(sc->attn, 3, (int64_t[]){b, s, c->n_heads * d}, &attn_flat);
-    if (st == HR_OK) st = linear_into(attn_flat, lw->wo, lw->bo, out);
-    hr_tensor_free(k_new);
-    hr_tensor_free(v_new);
+    if (st == HR_OK) st = hr_tensor_view(attn, 3, (int64_t[]){b, s, hq * d}, &attn_flat);
+    if (st == HR_OK) {
+        hr_tensor *ot[1] = {out};
+        if (w->bo)
+            st = hr_op_run(HR_OP_linear, NULL, IN_(attn_flat, w->wo, w->bo), 3, ot, 1);
+        else
+            st = hr_op_run(HR_OP_linear, NULL, IN_(attn_flat, w->wo), 2, ot, 1);
+    }
+    views_free(&v);
     hr_tensor_free(v_heads);
-    hr_tensor_free(v_t);
-    hr_tensor_free(k_all);
-    hr_tensor_free(v_all);
+    hr_tensor_free(vt);
     hr_tensor_free(attn_t);
     hr_tensor_free(attn_flat);
     return st;
 }
 
-hr_status hr_block_mlp(const hr_model *m, const hr_layer_weights *lw, const hr_tensor *h,
-                       hr_tensor *out) {
-    const hr_scratch *sc = &m->scratch;
-    hr_status gated = HR_OK;
-    if (fused_linears(m, h, HR_FUSED_GATED, 2, IN_(lw->w_gate, lw->w_up), IN_(lw->b_gate, lw->b_up),
-                      (hr_tensor *const[]){sc->act, NULL}, &gated)) {
-        HR_TRY(gated);
-    } else {
-        HR_TRY(linear_into(h, lw->w_gate, lw->b_gate, sc->gate));
-        HR_TRY(linear_into(h, lw->w_up, lw->b_up, sc->up));
-        hr_tensor *o[1] = {sc->act};
-        HR_TRY(hr_op_run(HR_OP_silu_mul, NULL, IN_(sc->gate, sc->up), 2, o, 1));
-    }
-    return linear_into(sc->act, lw->w_down, lw->b_down, out);
+/* ---- MLP --------------------------------------------------------------------- */
+
+hr_status hr_build_gated_mlp(hr_fwd *f, const hr_mlp_weights *w, hr_linear_epilogue act, const hr_tensor *h,
+                             hr_tensor *out) {
+    hr_tensor *a = NULL, *o[1] = {NULL};
+    HR_TRY(ACT_(f, "act", &a, f->b, f->s, f->m->cfg.intermediate_size));
+    /* gate and up in one op, the activation applied before either is stored */
+    hr_attrs_linear_group g = {.n = 2, .epilogue = act, .bias = w->b_gate != NULL};
+    o[0] = a;
+    if (w->b_gate)
+        HR_TRY(hr_op_run(HR_OP_linear_group, &g, IN_(h, w->gate, w->up, w->b_gate, w->b_up), 5, o, 1));
+    else
+        HR_TRY(hr_op_run(HR_OP_linear_group, &g, IN_(h, w->gate, w->up), 3, o, 1));
+    o[0] = out;
+    if (w->b_down) return hr_op_run(HR_OP_linear, NULL, IN_(a, w->down, w->b_down), 3, o, 1);
+    return hr_op_run(HR_OP_linear, NULL, IN_(a, w->down), 2, o, 1);
 }
 
-/* Each residual add runs fused with the norm that reads its sum: this
- * layer's mlp norm, and the next layer's input norm, so a layer after the
- * first finds its normed input in sc->h already. */
-hr_status hr_block_decoder_layer(const hr_model *m, const hr_layer_weights *lw, int64_t layer,
-                                 const hr_fwd_ctx *f) {
-    const hr_scratch *sc = &m->scratch;
-    if (layer == 0) HR_TRY(hr_block_norm(m, sc->x, lw->attn_norm, sc->h));
-    HR_TRY(hr_block_attention(m, lw, layer, f, sc->h, sc->o));
-    HR_TRY(residual_norm(m, sc->x, sc->o, lw->mlp_norm, sc->h));
-    HR_TRY(hr_block_mlp(m, lw, sc->h, sc->o));
-    if (layer + 1 < m->cfg.n_layers) return residual_norm(m, sc->x, sc->o, m->layers[layer + 1].attn_norm, sc->h);
-    return hr_block_residual(sc->x, sc->o);
+/* ---- embedding and head -------------------------------------------------------- */
+
+/* v as a tensor of dtype dt holds it (what multiplying by such a tensor
+ * uses). */
+static double dtype_rounded(double v, hr_dtype dt) {
+    if (dt == HR_BF16) return hr_bf16_to_f32(hr_f32_to_bf16((float)v));
+    if (dt == HR_F16) return hr_f16_to_f32(hr_f32_to_f16((float)v));
+    return dt == HR_F32 ? (double)(float)v : v;
+}
+
+hr_status hr_build_embedding(hr_fwd *f, const hr_tensor *ids, double scale) {
+    hr_tensor *o[1] = {f->x};
+    HR_TRY(hr_op_run(HR_OP_embedding, NULL, IN_(f->m->embed, ids), 2, o, 1));
+    if (scale == 1) return HR_OK;
+    hr_attrs_scale a = {.mul = dtype_rounded(scale, f->m->dtype)};
+    return hr_op_run(HR_OP_scale, &a, IN_(f->x), 1, o, 1);
+}
+
+hr_status hr_build_head(hr_fwd *f, const hr_tensor *h, double softcap, hr_tensor *out) {
+    hr_tensor *o[1] = {out};
+    HR_TRY(hr_op_run(HR_OP_linear, NULL, IN_(h, f->m->lm_head), 2, o, 1));
+    if (!(softcap > 0)) return HR_OK;
+    /* logits / cap, tanh, * cap, each in the logits' dtype as torch runs them */
+    hr_tensor *cap = NULL;
+    HR_TRY(hr_tensor_scalar(hr_tensor_device(out), out->dtype, softcap, &cap));
+    hr_status s = hr_op_run(HR_OP_div, NULL, IN_(out, cap), 2, o, 1);
+    if (s == HR_OK) s = hr_op_run(HR_OP_tanh, NULL, IN_(out), 1, o, 1);
+    if (s == HR_OK) s = hr_op_run(HR_OP_mul, NULL, IN_(out, cap), 2, o, 1);
+    hr_tensor_free(cap);
+    return s;
 }

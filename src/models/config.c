@@ -1,7 +1,9 @@
 /* config.json -> hr_model_config, read as transformers 4.x writes it
  * (rope_theta + rope_scaling, torch_dtype) and as 5.x does
- * (rope_parameters, dtype). Eos and pad ids also come from
- * generation_config.json. */
+ * (rope_parameters, dtype); a multimodal config's text_config is the text
+ * model's. The architecture named in "architectures" reads its own fields
+ * (hr_arch.configure) and supplies the class defaults a sparse config
+ * leaves out. Eos and pad ids also come from generation_config.json. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "models/model_impl.h"
 
 static hr_status read_factors(hr_json_obj rp, const char *key, int64_t n, double **out) {
+    free(*out);
     *out = malloc(sizeof(double) * (size_t)(n ? n : 1));
     if (!*out) return hr_error(HR_ERR_OOM, "rope factors");
     int got = 0;
@@ -23,16 +26,10 @@ static hr_status read_factors(hr_json_obj rp, const char *key, int64_t n, double
     return HR_OK;
 }
 
-/* rope_parameters (5.x) holds everything; 4.x splits rope_theta (top level)
- * from rope_scaling (null for plain rope, "type" in older files). */
-static hr_status parse_rope(hr_json_obj root, hr_model_config *cfg) {
-    hr_json_obj rp;
-    HR_TRY(hr_json_get_obj(root, "rope_parameters", &rp));
-    if (!hr_json_obj_present(rp)) HR_TRY(hr_json_get_obj(root, "rope_scaling", &rp));
-    hr_rope_config *r = &cfg->rope;
+hr_status hr_config_rope(hr_json_obj root, hr_json_obj rp, double theta, hr_model_config *cfg, hr_rope_config *r) {
     memset(r, 0, sizeof *r);
     double theta_top, partial_top, partial, omax;
-    HR_TRY(hr_json_get_f64(root, "rope_theta", 10000.0, &theta_top));
+    HR_TRY(hr_json_get_f64(root, "rope_theta", theta, &theta_top));
     HR_TRY(hr_json_get_f64(rp, "rope_theta", theta_top, &r->theta));
     HR_TRY(hr_json_get_f64(root, "partial_rotary_factor", 1.0, &partial_top));
     HR_TRY(hr_json_get_f64(rp, "partial_rotary_factor", partial_top, &partial));
@@ -73,13 +70,23 @@ static hr_status parse_rope(hr_json_obj root, hr_model_config *cfg) {
     return HR_OK;
 }
 
+hr_status hr_config_require_act(const hr_model_config *cfg, const char *want) {
+    if (!strcmp(cfg->hidden_act, want)) return HR_OK;
+    return hr_error(HR_ERR_UNSUPPORTED, "config.json: hidden_act '%s' is not supported by %s (%s)", cfg->hidden_act,
+                    cfg->arch, want);
+}
+
 /* "dtype" (transformers 5.x) over "torch_dtype" (4.x), as transformers
  * reads them; a config holding both that disagree (a 4.x config edited by
  * hand, or a conversion that set one) is loaded at "dtype", and said so. */
-static hr_status parse_dtype(const char *dir, hr_json_obj root, hr_model_config *cfg) {
+static hr_status parse_dtype(const char *dir, hr_json_obj root, hr_json_obj text, hr_model_config *cfg) {
     const char *name = NULL, *legacy = NULL;
     HR_TRY(hr_json_get_str(root, "dtype", NULL, &name));
     HR_TRY(hr_json_get_str(root, "torch_dtype", NULL, &legacy));
+    if (!name && !legacy) {
+        HR_TRY(hr_json_get_str(text, "dtype", NULL, &name));
+        HR_TRY(hr_json_get_str(text, "torch_dtype", NULL, &legacy));
+    }
     if (name && legacy && strcmp(name, legacy))
         HR_LOG_WARN("%s/config.json: dtype '%s' and torch_dtype '%s' disagree; the model loads as '%s', as "
                     "transformers does",
@@ -92,37 +99,59 @@ static hr_status parse_dtype(const char *dir, hr_json_obj root, hr_model_config 
     return HR_OK;
 }
 
-static hr_status parse_config(const char *dir, hr_json_obj root, hr_model_config *cfg) {
-    const cJSON *archs = cJSON_GetObjectItemCaseSensitive((const cJSON *)root.node, "architectures");
-    const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
-    if (!cJSON_IsString(a0)) return hr_error(HR_ERR_FORMAT, "%s/config.json: no 'architectures' list", dir);
-    snprintf(cfg->arch, sizeof cfg->arch, "%s", a0->valuestring);
+/* Sizes are bounded so that products of them (weights, caches) cannot
+ * overflow, and counts that size arrays before any tensor is read (layers,
+ * heads) stay small. */
+#define MAX_SIZE ((int64_t)1 << 31)
+#define MAX_COUNT ((int64_t)1 << 16)
+
+static hr_status check_size(const char *dir, const char *field, int64_t v, int64_t lo, int64_t hi) {
+    if (v >= lo && v <= hi) return HR_OK;
+    return hr_error(HR_ERR_FORMAT, "%s/config.json: %s is %lld; it must be in %lld..%lld", dir, field, (long long)v,
+                    (long long)lo, (long long)hi);
+}
+
+static hr_status parse_common(const char *dir, hr_json_obj root, hr_json_obj text, hr_model_config *cfg) {
     static const char *const required[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                            "num_attention_heads"};
-    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) HR_TRY(hr_json_require(root, required[i]));
-    HR_TRY(hr_json_get_i64(root, "vocab_size", 0, &cfg->vocab_size));
-    HR_TRY(hr_json_get_i64(root, "hidden_size", 0, &cfg->hidden_size));
-    HR_TRY(hr_json_get_i64(root, "intermediate_size", 0, &cfg->intermediate_size));
-    HR_TRY(hr_json_get_i64(root, "num_hidden_layers", 0, &cfg->n_layers));
-    HR_TRY(hr_json_get_i64(root, "num_attention_heads", 0, &cfg->n_heads));
-    HR_TRY(hr_json_get_i64(root, "num_key_value_heads", cfg->n_heads, &cfg->n_kv_heads));
-    if (cfg->vocab_size < 1 || cfg->hidden_size < 1 || cfg->intermediate_size < 1 || cfg->n_layers < 1 ||
-        cfg->n_heads < 1 || cfg->n_kv_heads < 1 || cfg->n_heads % cfg->n_kv_heads)
-        return hr_error(HR_ERR_FORMAT, "%s/config.json: sizes must be >= 1 and num_attention_heads (%lld) a "
-                        "multiple of num_key_value_heads (%lld)", dir, (long long)cfg->n_heads,
-                        (long long)cfg->n_kv_heads);
-    HR_TRY(hr_json_get_i64(root, "head_dim", cfg->hidden_size / cfg->n_heads, &cfg->head_dim));
-    HR_TRY(hr_json_get_i64(root, "max_position_embeddings", 2048, &cfg->max_position_embeddings));
-    if (cfg->head_dim < 2 || cfg->max_position_embeddings < 1)
-        return hr_error(HR_ERR_FORMAT, "%s/config.json: head_dim and max_position_embeddings must be positive", dir);
-    HR_TRY(hr_json_get_f64(root, "rms_norm_eps", 1e-6, &cfg->rms_norm_eps));
-    HR_TRY(hr_json_get_bool(root, "tie_word_embeddings", false, &cfg->tie_word_embeddings));
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) HR_TRY(hr_json_require(text, required[i]));
+    HR_TRY(hr_json_get_i64(text, "vocab_size", 0, &cfg->vocab_size));
+    HR_TRY(hr_json_get_i64(text, "hidden_size", 0, &cfg->hidden_size));
+    HR_TRY(hr_json_get_i64(text, "intermediate_size", 0, &cfg->intermediate_size));
+    HR_TRY(hr_json_get_i64(text, "num_hidden_layers", 0, &cfg->n_layers));
+    HR_TRY(hr_json_get_i64(text, "num_attention_heads", 0, &cfg->n_heads));
+    HR_TRY(hr_json_get_i64(text, "num_key_value_heads", cfg->n_heads, &cfg->n_kv_heads));
+    HR_TRY(check_size(dir, "vocab_size", cfg->vocab_size, 1, MAX_SIZE));
+    HR_TRY(check_size(dir, "hidden_size", cfg->hidden_size, 1, MAX_SIZE));
+    HR_TRY(check_size(dir, "intermediate_size", cfg->intermediate_size, 1, MAX_SIZE));
+    HR_TRY(check_size(dir, "num_hidden_layers", cfg->n_layers, 1, MAX_COUNT));
+    HR_TRY(check_size(dir, "num_attention_heads", cfg->n_heads, 1, MAX_COUNT));
+    HR_TRY(check_size(dir, "num_key_value_heads", cfg->n_kv_heads, 1, MAX_COUNT));
+    if (cfg->n_heads % cfg->n_kv_heads)
+        return hr_error(HR_ERR_FORMAT, "%s/config.json: num_attention_heads (%lld) must be a multiple of "
+                        "num_key_value_heads (%lld)", dir, (long long)cfg->n_heads, (long long)cfg->n_kv_heads);
+    HR_TRY(hr_json_get_i64(text, "head_dim", cfg->hidden_size / cfg->n_heads, &cfg->head_dim));
+    HR_TRY(hr_json_get_i64(text, "max_position_embeddings", 2048, &cfg->max_position_embeddings));
+    HR_TRY(check_size(dir, "head_dim", cfg->head_dim, 2, MAX_COUNT));
+    HR_TRY(check_size(dir, "max_position_embeddings", cfg->max_position_embeddings, 1, MAX_SIZE));
+    HR_TRY(hr_json_get_f64(text, "rms_norm_eps", 1e-6, &cfg->rms_norm_eps));
+    bool tie_root = false;
+    HR_TRY(hr_json_get_bool(root, "tie_word_embeddings", false, &tie_root));
+    HR_TRY(hr_json_get_bool(text, "tie_word_embeddings", tie_root, &cfg->tie_word_embeddings));
     const char *act = NULL;
-    HR_TRY(hr_json_get_str(root, "hidden_act", "silu", &act));
-    if (strcmp(act, "silu"))
-        return hr_error(HR_ERR_UNSUPPORTED, "%s/config.json: hidden_act '%s' is not supported (silu)", dir, act);
-    HR_TRY(parse_dtype(dir, root, cfg));
-    return parse_rope(root, cfg);
+    HR_TRY(hr_json_get_str(text, "hidden_activation", NULL, &act));
+    if (!act) HR_TRY(hr_json_get_str(text, "hidden_act", "silu", &act));
+    snprintf(cfg->hidden_act, sizeof cfg->hidden_act, "%s", act);
+    HR_TRY(parse_dtype(dir, root, text, cfg));
+    /* every layer full, with one rope, unless the architecture says more */
+    cfg->layer_kind = calloc((size_t)cfg->n_layers, 1);
+    if (!cfg->layer_kind) return hr_error(HR_ERR_OOM, "config: layer kinds");
+    hr_json_obj rp;
+    HR_TRY(hr_json_get_obj(text, "rope_parameters", &rp));
+    if (!hr_json_obj_present(rp)) HR_TRY(hr_json_get_obj(text, "rope_scaling", &rp));
+    HR_TRY(hr_config_rope(text, rp, 10000.0, cfg, &cfg->rope[HR_LAYER_FULL]));
+    cfg->rope[HR_LAYER_SLIDING] = cfg->rope[HR_LAYER_FULL];
+    return HR_OK;
 }
 
 /* Eos ids: generation_config.json's first, then config.json's. */
@@ -149,6 +178,7 @@ static hr_status load_doc(const char *dir, hr_model_config *cfg, hr_json_doc **d
     if (gguf) {
         char *json = NULL;
         size_t len = 0;
+        cfg->from_gguf = true;
         hr_status s = hr_gguf_config_json(gguf, &json, &len);
         if (s == HR_OK) s = hr_json_doc_parse(gguf, json, len, doc);
         free(json);
@@ -163,24 +193,72 @@ static hr_status load_doc(const char *dir, hr_model_config *cfg, hr_json_doc **d
     return hr_json_doc_load(path, doc);
 }
 
-hr_status hr_model_config_load(const char *dir, hr_model_config *cfg, hr_json_doc **doc_out) {
+static hr_status find_arch(const char *dir, hr_json_obj root, hr_model_config *cfg, const hr_arch **arch) {
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive((const cJSON *)root.node, "architectures");
+    const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
+    if (!cJSON_IsString(a0)) return hr_error(HR_ERR_FORMAT, "%s/config.json: no 'architectures' list", dir);
+    snprintf(cfg->arch, sizeof cfg->arch, "%s", a0->valuestring);
+    if ((*arch = hr_arch_find(cfg->arch))) return HR_OK;
+    return hr_error(HR_ERR_UNSUPPORTED, "%s/config.json: architecture '%s' is not supported; supported: %s", dir,
+                    cfg->arch, hr_model_supported_archs());
+}
+
+/* The keys of the architecture's class defaults that `text` lacks, added
+ * to it (transformers fills them from the config class). */
+static hr_status add_defaults(const hr_arch *arch, hr_json_obj text) {
+    if (!arch->defaults_json) return HR_OK;
+    cJSON *def = cJSON_Parse(arch->defaults_json);
+    if (!def) return hr_error(HR_ERR_INTERNAL, "%s: class defaults do not parse", arch->name);
+    cJSON *t = (cJSON *)text.node;
+    for (cJSON *it = def->child; it; it = it->next)
+        if (!cJSON_HasObjectItem(t, it->string)) {
+            cJSON *copy = cJSON_Duplicate(it, true);
+            if (!copy || !cJSON_AddItemToObject(t, it->string, copy)) {
+                cJSON_Delete(copy);
+                cJSON_Delete(def);
+                return hr_error(HR_ERR_OOM, "config: out of memory");
+            }
+        }
+    cJSON_Delete(def);
+    return HR_OK;
+}
+
+static hr_status parse_config(const char *dir, hr_json_doc *doc, hr_model_config *cfg, const hr_arch **arch,
+                              void **arch_cfg) {
+    hr_json_obj root = hr_json_doc_root(doc), text;
+    HR_TRY(find_arch(dir, root, cfg, arch));
+    HR_TRY(hr_json_get_obj(root, "text_config", &text));
+    if (!hr_json_obj_present(text)) text = root;
+    HR_TRY(add_defaults(*arch, text));
+    HR_TRY(parse_common(dir, root, text, cfg));
+    *arch_cfg = calloc(1, (*arch)->cfg_size ? (*arch)->cfg_size : 1);
+    if (!*arch_cfg) return hr_error(HR_ERR_OOM, "config: out of memory");
+    hr_status s = (*arch)->configure(text, cfg, *arch_cfg);
+    if (s != HR_OK) return hr_error_context(s, "%s", dir);
+    HR_TRY(merge_eos(root, cfg));
+    return text.node == root.node ? HR_OK : merge_eos(text, cfg);
+}
+
+hr_status hr_model_config_load(const char *dir, hr_model_config *cfg, const hr_arch **arch, void **arch_cfg) {
     memset(cfg, 0, sizeof *cfg);
+    *arch = NULL;
+    *arch_cfg = NULL;
     hr_json_doc *doc = NULL;
     HR_TRY(load_doc(dir, cfg, &doc));
-    hr_json_obj root = hr_json_doc_root(doc);
-    hr_status s = parse_config(dir, root, cfg);
-    if (s == HR_OK) s = merge_eos(root, cfg);
+    hr_status s = parse_config(dir, doc, cfg, arch, arch_cfg);
+    hr_json_doc_free(doc);
     if (s != HR_OK) {
-        hr_json_doc_free(doc);
         hr_model_config_free(cfg);
-        return s;
+        free(*arch_cfg);
+        *arch_cfg = NULL;
     }
-    *doc_out = doc;
-    return HR_OK;
+    return s;
 }
 
 void hr_model_config_free(hr_model_config *cfg) {
     free(cfg->rope_short);
     free(cfg->rope_long);
+    free(cfg->layer_kind);
     cfg->rope_short = cfg->rope_long = NULL;
+    cfg->layer_kind = NULL;
 }

@@ -1,13 +1,13 @@
-/* Static KV cache: every layer's keys and values preallocated once at
- * [batch, kv_heads, capacity, head_dim], all layers in one buffer; eager
- * forwards write their new tokens into narrowed views and attend over the
- * filled prefix, compiled ones index_copy them at tensor positions and
- * attend over the whole capacity under a mask. */
+/* The static KV cache (kv_cache.h): every layer's keys and values
+ * preallocated once, full layers over the whole capacity, sliding layers
+ * in a ring of the window; and the plans that tell a forward call where
+ * its new keys go and which slots its queries see. */
+#include "models/kv_cache.h"
+
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
-#include "models/kv_cache.h"
-#include "models/model_impl.h"
 
 hr_status hr_kv_cache_create(const hr_model *m, int64_t batch, int64_t max_len, hr_kv_cache **out) {
     if (!m || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_create: NULL argument");
@@ -15,28 +15,42 @@ hr_status hr_kv_cache_create(const hr_model *m, int64_t batch, int64_t max_len, 
     if (batch < 1 || max_len < 1)
         return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_create: batch %lld and max_len %lld must be >= 1",
                         (long long)batch, (long long)max_len);
-    hr_kv_cache *c = calloc(1, sizeof *c);
     int64_t L = m->cfg.n_layers;
+    hr_kv_cache *c = calloc(1, sizeof *c);
     if (c) {
         c->k = calloc((size_t)L, sizeof *c->k);
         c->v = calloc((size_t)L, sizeof *c->v);
+        c->kind = malloc((size_t)L);
     }
-    if (!c || !c->k || !c->v) {
+    if (!c || !c->k || !c->v || !c->kind) {
         hr_kv_cache_free(c);
         return hr_error(HR_ERR_OOM, "hr_kv_cache_create: out of memory");
     }
     c->batch = batch;
     c->capacity = max_len;
     c->n_layers = L;
-    int64_t shape[5] = {L, batch, m->cfg.n_kv_heads, max_len, m->cfg.head_dim};
-    /* Zeroed: a compiled forward attends over every slot under a mask, and
-     * a masked slot still enters P V with weight 0, which garbage (NaN)
-     * would poison. */
-    hr_status s = hr_tensor_zeros(m->dev, m->dtype, 5, shape, &c->k_all);
-    if (s == HR_OK) s = hr_tensor_zeros(m->dev, m->dtype, 5, shape, &c->v_all);
+    c->window = m->cfg.sliding_window;
+    memcpy(c->kind, m->cfg.layer_kind, (size_t)L);
+    c->slots[HR_LAYER_FULL] = max_len;
+    c->slots[HR_LAYER_SLIDING] = c->window > 0 && c->window < max_len ? c->window : max_len;
+    int64_t per_kind[HR_LAYER_KINDS] = {0};
+    for (int64_t l = 0; l < L; l++) per_kind[c->kind[l]]++;
+    hr_status s = HR_OK;
+    for (int k = 0; k < HR_LAYER_KINDS && s == HR_OK; k++) {
+        if (!per_kind[k]) continue;
+        int64_t shape[5] = {per_kind[k], batch, m->cfg.n_kv_heads, c->slots[k], m->cfg.head_dim};
+        /* Zeroed: a compiled forward attends over every slot under a mask,
+         * and a masked slot still enters P V with weight 0, which garbage
+         * (NaN) would poison. */
+        s = hr_tensor_zeros(m->dev, m->dtype, 5, shape, &c->k_all[k]);
+        if (s == HR_OK) s = hr_tensor_zeros(m->dev, m->dtype, 5, shape, &c->v_all[k]);
+    }
+    int64_t at[HR_LAYER_KINDS] = {0};
     for (int64_t l = 0; s == HR_OK && l < L; l++) {
-        s = hr_tensor_select(c->k_all, 0, l, &c->k[l]);
-        if (s == HR_OK) s = hr_tensor_select(c->v_all, 0, l, &c->v[l]);
+        int k = c->kind[l];
+        s = hr_tensor_select(c->k_all[k], 0, at[k], &c->k[l]);
+        if (s == HR_OK) s = hr_tensor_select(c->v_all[k], 0, at[k], &c->v[l]);
+        at[k]++;
     }
     if (s != HR_OK) {
         hr_kv_cache_free(c);
@@ -54,8 +68,11 @@ void hr_kv_cache_free(hr_kv_cache *c) {
     }
     free(c->k);
     free(c->v);
-    hr_tensor_free(c->k_all);
-    hr_tensor_free(c->v_all);
+    free(c->kind);
+    for (int k = 0; k < HR_LAYER_KINDS; k++) {
+        hr_tensor_free(c->k_all[k]);
+        hr_tensor_free(c->v_all[k]);
+    }
     free(c);
 }
 
@@ -63,4 +80,177 @@ int64_t hr_kv_cache_len(const hr_kv_cache *c) { return c ? c->len : 0; }
 int64_t hr_kv_cache_capacity(const hr_kv_cache *c) { return c ? c->capacity : 0; }
 void hr_kv_cache_reset(hr_kv_cache *c) {
     if (c) c->len = 0;
+}
+
+/* ---- plans ------------------------------------------------------------------- */
+
+/* A sliding kind whose ring holds the whole capacity never wraps: it is
+ * read and written as a full layer (every distance is under the window). */
+static bool ring_wraps(const hr_kv_cache *c, hr_layer_kind kind) {
+    return kind == HR_LAYER_SLIDING && c->slots[kind] < c->capacity;
+}
+
+static int64_t mod(int64_t x, int64_t n) { return (x % n + n) % n; }
+
+/* The host mask says token `pos` of row r is real (no mask: all are). */
+static bool real(const int64_t *mask, int64_t t, int64_t r, int64_t pos) { return !mask || mask[r * t + pos] != 0; }
+
+static bool all_real(const int64_t *mask, int64_t n) {
+    for (int64_t i = 0; mask && i < n; i++)
+        if (!mask[i]) return false;
+    return true;
+}
+
+/* The position of key j of a plan's key list for query row (r, i), and
+ * whether row r's query i sees it; keys are described by `key_pos`. */
+typedef int64_t (*key_pos_fn)(const void *ctx, int64_t j);
+
+typedef struct mask_spec {
+    int64_t b, s, past, t;  /* t: tokens so far, the host mask's row length */
+    int64_t keys, window;   /* window 0: none */
+    const int64_t *mask;
+    key_pos_fn pos;         /* < 0: an empty slot */
+    const void *ctx;
+} mask_spec;
+
+/* bool [b, 1, s, keys]: query i (position past + i) of row r sees key j
+ * at position kp when kp <= past + i, within the window, and the token is
+ * real or the query itself (which keeps a padding row finite; its
+ * outputs are never used). */
+static hr_status build_mask(const mask_spec *m, hr_tensor **out) {
+    HR_TRY(hr_tensor_empty(hr_device_cpu(), HR_BOOL, 4, (int64_t[]){m->b, 1, m->s, m->keys}, out));
+    uint8_t *p = hr_tensor_data(*out);
+    for (int64_t r = 0; r < m->b; r++)
+        for (int64_t i = 0; i < m->s; i++) {
+            uint8_t *row = p + (r * m->s + i) * m->keys;
+            int64_t q = m->past + i;
+            for (int64_t j = 0; j < m->keys; j++) {
+                int64_t kp = m->pos(m->ctx, j);
+                row[j] = kp >= 0 && kp <= q && (!m->window || q - kp < m->window) &&
+                         (real(m->mask, m->t, r, kp) || kp == q);
+            }
+        }
+    return HR_OK;
+}
+
+static hr_status mask_on(hr_device *dev, hr_tensor **t) {
+    if (hr_tensor_device(*t) == dev) return HR_OK;
+    hr_tensor *d = NULL;
+    hr_status s = hr_tensor_to(*t, dev, &d);
+    hr_tensor_free(*t);
+    *t = d;
+    return s;
+}
+
+/* Keys listed by slot: slot j of everything up to `past` (APPEND, INDEX). */
+static int64_t pos_identity(const void *ctx, int64_t j) { return j; }
+
+typedef struct ring_keys {
+    int64_t past, ring, n_ring, split; /* split < 0: physical order */
+} ring_keys;
+
+/* RING_STEP: slot j holds the newest position <= past in that slot. */
+static int64_t pos_ring_step(const void *ctx, int64_t j) {
+    const ring_keys *k = ctx;
+    return k->past - mod(k->past - j, k->ring);
+}
+
+/* RING_CAT: the ring's filled slots in position order, then the new keys. */
+static int64_t pos_ring_cat(const void *ctx, int64_t j) {
+    const ring_keys *k = ctx;
+    return k->past - k->n_ring + j;
+}
+
+/* INDEX_CAT: the whole ring in slot order (the newest position before past
+ * in each slot, negative when none), then the new keys. */
+static int64_t pos_index_cat(const void *ctx, int64_t j) {
+    const ring_keys *k = ctx;
+    if (j >= k->ring) return k->past + j - k->ring;
+    return k->past - 1 - mod(k->past - 1 - j, k->ring);
+}
+
+hr_status hr_kv_plan_eager(const hr_kv_cache *c, hr_layer_kind kind, int64_t s, const int64_t *mask, hr_device *dev,
+                           hr_kv_plan *p, hr_tensor **mask_out) {
+    memset(p, 0, sizeof *p);
+    *mask_out = NULL;
+    int64_t past = c->len, t = past + s, ring = c->slots[kind];
+    bool padded = !all_real(mask, c->batch * t);
+    mask_spec ms = {.b = c->batch, .s = s, .past = past, .t = t, .mask = padded ? mask : NULL};
+    ring_keys rk = {.past = past, .ring = ring};
+    if (!ring_wraps(c, kind) || t <= ring) {
+        p->mode = HR_KV_APPEND;
+        p->at = past;
+        p->n_attend = t;
+        p->causal = !padded && s > 1;
+        ms.keys = t;
+        ms.pos = pos_identity;
+    } else if (s == 1) {
+        p->mode = HR_KV_RING_STEP;
+        p->at = past % ring;
+        ms.keys = ring;
+        ms.pos = pos_ring_step;
+        ms.ctx = &rk;
+    } else {
+        p->mode = HR_KV_RING_CAT;
+        p->n_ring = rk.n_ring = past < ring ? past : ring;
+        p->split = past >= ring ? past % ring : 0;
+        p->keep = s < ring ? s : ring;
+        p->keep_at = (t - p->keep) % ring;
+        p->window = c->window;
+        p->causal = !padded;
+        ms.keys = rk.n_ring + s;
+        ms.window = c->window;
+        ms.pos = pos_ring_cat;
+        ms.ctx = &rk;
+    }
+    if (!padded) return HR_OK;
+    HR_TRY(build_mask(&ms, mask_out));
+    HR_TRY(mask_on(dev, mask_out));
+    p->mask = *mask_out;
+    p->window = 0; /* the mask holds it */
+    return HR_OK;
+}
+
+void hr_kv_plan_compiled(const hr_kv_cache *c, hr_layer_kind kind, int64_t s, const hr_tensor *mask,
+                         const hr_tensor *slots, hr_kv_plan *p) {
+    int64_t ring = c->slots[kind];
+    memset(p, 0, sizeof *p);
+    p->mode = ring_wraps(c, kind) && s > 1 ? HR_KV_INDEX_CAT : HR_KV_INDEX;
+    p->keep = s < ring ? s : ring;
+    p->mask = mask;
+    p->slots = slots;
+}
+
+hr_status hr_kv_inputs_compiled(const hr_kv_cache *c, hr_layer_kind kind, int64_t s, const int64_t *mask,
+                                hr_tensor **mask_out, hr_tensor **slots_out) {
+    *mask_out = *slots_out = NULL;
+    int64_t past = c->len, t = past + s, ring = c->slots[kind];
+    ring_keys rk = {.past = past, .ring = ring};
+    mask_spec ms = {.b = c->batch, .s = s, .past = past, .t = t, .mask = mask, .ctx = &rk};
+    int64_t n_slots = s, first = past;
+    if (!ring_wraps(c, kind)) {
+        ms.keys = c->capacity;
+        ms.pos = pos_identity;
+    } else if (s == 1) {
+        ms.keys = ring;
+        ms.pos = pos_ring_step;
+        first = past % ring;
+    } else {
+        ms.keys = ring + s;
+        ms.window = c->window;
+        ms.pos = pos_index_cat;
+        n_slots = s < ring ? s : ring;
+        first = t - n_slots;
+    }
+    HR_TRY(build_mask(&ms, mask_out));
+    hr_status st = hr_tensor_empty(hr_device_cpu(), HR_I64, 1, &n_slots, slots_out);
+    if (st == HR_OK) {
+        int64_t *v = hr_tensor_data(*slots_out);
+        for (int64_t i = 0; i < n_slots; i++) v[i] = ring_wraps(c, kind) ? (first + i) % ring : first + i;
+    }
+    if (st != HR_OK) {
+        hr_tensor_free(*mask_out);
+        *mask_out = NULL;
+    }
+    return st;
 }

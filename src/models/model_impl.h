@@ -1,6 +1,7 @@
-/* Internal model machinery: typed config, weight store, layer weights, the
- * architecture table and the shared blocks the architectures are built
- * from. */
+/* Internal model machinery: the typed config, the architecture interface,
+ * weight tables and the model struct. An architecture (llama.c, qwen3.c,
+ * gemma3.c, ...) is one file: its config fields, its layer weight table
+ * and its forward, written with the blocks of blocks.h. */
 #ifndef HR_MODELS_MODEL_IMPL_H
 #define HR_MODELS_MODEL_IMPL_H
 
@@ -8,8 +9,14 @@
 #include "hubrt/graph.h"
 #include "hubrt/io.h"
 #include "hubrt/model.h"
+#include "models/scratch.h"
 
-/* The fields of config.json the decoder-only architectures read. */
+/* What a layer's attention sees: every earlier token, or the last
+ * `sliding_window` of them (itself included), over a ring-buffer cache. */
+typedef enum hr_layer_kind { HR_LAYER_FULL = 0, HR_LAYER_SLIDING = 1, HR_LAYER_KINDS = 2 } hr_layer_kind;
+
+/* The config.json fields every decoder-only architecture has; an
+ * architecture's own fields live in its arch_cfg. */
 typedef struct hr_model_config {
     char arch[64];
     int64_t vocab_size, hidden_size, intermediate_size;
@@ -17,103 +24,157 @@ typedef struct hr_model_config {
     int64_t max_position_embeddings;
     double rms_norm_eps;
     bool tie_word_embeddings;
-    bool attention_bias; /* q/k/v/o biases (Llama attention_bias) */
-    bool qkv_bias;       /* q/k/v biases only (Qwen2) */
-    bool mlp_bias;
-    bool qk_norm;        /* per-head rms norm of q and k (Qwen3) */
-    hr_rope_config rope;
-    double *rope_short, *rope_long; /* owned; longrope factors [rotary_dim/2] */
-    hr_dtype dtype;                 /* torch_dtype / dtype, f32 when absent */
+    char hidden_act[32];              /* hidden_act, or hidden_activation (Gemma) */
+    hr_rope_config rope[HR_LAYER_KINDS];
+    double *rope_short, *rope_long;   /* owned; longrope factors [rotary_dim/2] (full layers) */
+    int64_t sliding_window;           /* keys a sliding layer sees; 0: no sliding layers */
+    uint8_t *layer_kind;              /* [n_layers] hr_layer_kind; owned */
+    hr_dtype dtype;                   /* dtype / torch_dtype, f32 when absent */
+    bool from_gguf;                   /* built from a GGUF file's metadata */
     /* generation_config.json, with config.json's eos/pad/bos ids merged */
     hr_generation_config gen;
 } hr_model_config;
 
-/* Reads config.json and generation_config.json from dir; *doc keeps
- * config.json for the architecture's own fields. */
-hr_status hr_model_config_load(const char *dir, hr_model_config *cfg, hr_json_doc **doc);
-void hr_model_config_free(hr_model_config *cfg);
+/* ---- weight tables ---------------------------------------------------- */
 
-/* ---- layers and the model --------------------------------------------- */
+/* A size of a weight, by what the config says. */
+typedef enum hr_dim {
+    HR_DIM_NONE = 0, /* a vector's missing second dim */
+    HR_DIM_HIDDEN,   /* hidden_size */
+    HR_DIM_Q,        /* num_attention_heads * head_dim */
+    HR_DIM_KV,       /* num_key_value_heads * head_dim */
+    HR_DIM_HEAD,     /* head_dim */
+    HR_DIM_INTER,    /* intermediate_size */
+    HR_DIM_VOCAB,    /* vocab_size */
+} hr_dim;
 
-/* Every tensor field of hr_layer_weights, for code that walks them all. */
-#define HR_LAYER_WEIGHT_FIELDS(X) \
-    X(attn_norm) X(wq) X(wk) X(wv) X(wo) X(bq) X(bk) X(bv) X(bo) X(q_norm) X(k_norm) \
-    X(mlp_norm) X(w_gate) X(w_up) X(w_down) X(b_gate) X(b_up) X(b_down)
+typedef enum hr_weight_role {
+    HR_WEIGHT_OTHER = 0, /* norms, biases */
+    HR_WEIGHT_LINEAR,    /* read as linear's [out, in] weight: the device may repack it */
+} hr_weight_role;
 
-typedef struct hr_layer_weights {
-    hr_tensor *attn_norm;          /* [hidden] input_layernorm */
-    hr_tensor *wq, *wk, *wv, *wo;  /* [hq*d, hidden], [hkv*d, hidden] x2, [hidden, hq*d] */
-    hr_tensor *bq, *bk, *bv, *bo;  /* biases or NULL */
-    hr_tensor *q_norm, *k_norm;    /* [d] or NULL */
-    hr_tensor *mlp_norm;           /* [hidden] post_attention_layernorm */
-    hr_tensor *w_gate, *w_up;      /* [inter, hidden] */
-    hr_tensor *w_down;             /* [hidden, inter] */
-    hr_tensor *b_gate, *b_up, *b_down; /* or NULL */
-} hr_layer_weights;
+/* How llama.cpp's converter stored the rows of a GGUF tensor: permuted per
+ * head for its interleaved rope ("llama" files' q and k). */
+typedef enum hr_gguf_rows { HR_GGUF_ROWS = 0, HR_GGUF_ROWS_PERM_HEADS, HR_GGUF_ROWS_PERM_KV_HEADS } hr_gguf_rows;
 
-/* Activations reused across forward calls of the same [b, s]: decode
- * steps allocate nothing. */
-typedef struct hr_scratch {
-    int64_t b, s;
-    hr_tensor *x;        /* [b, s, hidden] residual stream */
-    hr_tensor *h;        /* [b, s, hidden] normed */
-    hr_tensor *q;        /* [b, s, hq*d] */
-    hr_tensor *k, *v;    /* [b, s, hkv*d] */
-    hr_tensor *qn, *kn;  /* [b, s, hq|hkv, d] (q/k norm) */
-    hr_tensor *qr;       /* [b, hq, s, d] roped q */
-    hr_tensor *attn;     /* [b, s, hq, d] attention output */
-    hr_tensor *o;        /* [b, s, hidden] */
-    hr_tensor *gate, *up, *act; /* [b, s, inter] */
-    hr_tensor *cos, *sin;       /* [b, 1, s, rot] */
-    hr_tensor *head;            /* [b, s | 1, vocab] lm_head output in the model dtype */
-} hr_scratch;
+typedef struct hr_model hr_model;
 
-typedef struct hr_arch hr_arch;
+/* One weight of every layer: the Hugging Face name after the layer
+ * prefix ("model.layers.<i>."), llama.cpp's after "blk.<i>.", its shape,
+ * and when it is there. Loading, the device's weight preparation, the
+ * GGUF name mapping and the compile cache's name lookup all walk the
+ * table. */
+typedef struct hr_weight_spec {
+    const char *hf;
+    const char *gguf;                 /* NULL: no GGUF name */
+    hr_dim shape[2];                  /* [rows, cols] or [n, NONE] */
+    hr_weight_role role;
+    hr_gguf_rows gguf_rows;
+    /* Whether the weight is there for this config (NULL: always). A weight
+     * that is there is required: its absence is an error naming it. */
+    bool (*when)(const hr_model *m);
+} hr_weight_spec;
 
-/* What one forward call's layers share. */
-typedef struct hr_fwd_ctx {
-    hr_kv_cache *cache;
-    int64_t past;               /* tokens in the cache before this call */
-    const hr_tensor *cos, *sin; /* [b, 1, s, rot] */
-    const hr_tensor *mask;      /* bool [b, 1, s, past + s], NULL: causal only */
-    /* Static shapes (the compiled forward): i64 [s] cache slots the new
-     * tokens go to, and mask is [b, 1, s, capacity]; nothing depends on past. */
-    const hr_tensor *cache_pos;
-} hr_fwd_ctx;
+/* ---- the architecture interface --------------------------------------- */
+
+typedef struct hr_fwd hr_fwd;
+struct hr_gguf;
+struct cJSON;
+
+typedef struct hr_arch {
+    const char *name;          /* config.json "architectures" entry */
+    const char *alias;         /* a second class name read the same way, or NULL */
+    /* Class defaults for keys a config.json may leave out (a JSON object,
+     * or NULL): transformers fills them from the config class. */
+    const char *defaults_json;
+    size_t cfg_size;           /* bytes of the architecture's own config (arch_cfg) */
+    /* Reads the architecture's own fields (root: the text config) into
+     * arch_cfg and sets the layer kinds, sliding window and rope of the
+     * common config; errors name the field. */
+    hr_status (*configure)(hr_json_obj root, hr_model_config *cfg, void *arch_cfg);
+    const hr_weight_spec *layer_weights;
+    int n_layer_weights;
+    /* The token embedding into f->x (NULL: the plain lookup). */
+    hr_status (*embed)(hr_fwd *f, const hr_tensor *ids);
+    /* The layers over f->x, ending with f->h holding the final norm of the
+     * residual stream (the blocks fuse that norm into the last add). */
+    hr_status (*forward)(hr_fwd *f);
+    /* Logits from the final-normed rows h into out (NULL: lm_head alone). */
+    hr_status (*head)(hr_fwd *f, const hr_tensor *h, hr_tensor *out);
+    /* llama.cpp's general.architecture of GGUF files of this model, or NULL,
+     * and the config.json fields its metadata gives beyond the common ones
+     * (models/gguf_config.c). */
+    const char *gguf_arch;
+    hr_status (*gguf_config)(const struct hr_gguf *g, struct cJSON *config);
+} hr_arch;
+
+/* Every architecture, in registry.c. */
+const hr_arch *hr_arch_find(const char *name);
+const hr_arch *hr_arch_at(int i);
+
+/* ---- the model ---------------------------------------------------------- */
 
 struct hr_model {
     const hr_arch *arch;
     hr_model_config cfg;
+    void *arch_cfg;             /* the architecture's own config (arch->cfg_size bytes) */
     hr_dtype dtype;
     hr_device *dev;
     hr_checkpoint *ckpt;
-    hr_tensor *embed;      /* [vocab, hidden] */
-    hr_tensor *final_norm; /* [hidden] */
-    hr_tensor *lm_head;    /* [vocab, hidden], the embedding when tied */
-    hr_layer_weights *layers;
-    float *inv_freq;       /* [rot/2] for seq-independent rope types */
-    double attn_scaling;
-    hr_scratch scratch;
+    char prefix[64];            /* of the text decoder's names: "model.", "language_model.model.", ... */
+    hr_tensor *embed;           /* [vocab, hidden] */
+    hr_tensor *final_norm;      /* [hidden] */
+    hr_tensor *lm_head;         /* [vocab, hidden], the embedding's alias when tied */
+    hr_tensor **layer_w;        /* [n_layers * arch->n_layer_weights]; NULL where absent */
+    float *inv_freq[HR_LAYER_KINDS]; /* [rot/2] for rope types that do not depend on the length */
+    double attn_scaling[HR_LAYER_KINDS];
+    hr_scratch scratch;         /* the eager forward's activations */
     /* The compiled forward (forward_compiled.c): one jit returning every
      * position's logits, one the last position's; plans per input shape. */
     hr_jit *jit[2];
-    hr_kv_cache *jit_cache; /* the cache of the call being captured */
+    hr_kv_cache *jit_cache;     /* the cache of the call being captured */
 };
 
-/* What one architecture adds to the shared blocks. */
-struct hr_arch {
-    const char *name; /* config.json "architectures" entry */
-    /* Sets the architecture's flags from config.json (biases, norms). */
-    hr_status (*configure)(hr_json_obj root, hr_model_config *cfg);
-    /* Loads layer `i`'s weights by their HF names. */
-    hr_status (*load_layer)(hr_model *m, int64_t i, hr_layer_weights *lw);
-    /* Runs layer `layer` on m->scratch.x in place. */
-    hr_status (*forward_layer)(const hr_model *m, const hr_layer_weights *lw, int64_t layer,
-                               const hr_fwd_ctx *f);
-};
+/* Layer il's weight `idx` of its architecture's table, or NULL. */
+static inline const hr_tensor *hr_layer_w(const hr_model *m, int64_t il, int idx) {
+    return m->layer_w[il * m->arch->n_layer_weights + idx];
+}
 
-extern const hr_arch hr_arch_llama, hr_arch_mistral, hr_arch_qwen2, hr_arch_qwen3;
-const hr_arch *hr_arch_find(const char *name);
+static inline hr_layer_kind hr_model_layer_kind(const hr_model *m, int64_t il) {
+    return (hr_layer_kind)m->cfg.layer_kind[il];
+}
+
+/* ---- config (config.c) -------------------------------------------------- */
+
+/* Reads config.json (or the config a GGUF file's metadata gives) and
+ * generation_config.json from dir: the common fields, then the
+ * architecture's (configure). The arch is found by name. */
+hr_status hr_model_config_load(const char *dir, hr_model_config *cfg, const hr_arch **arch, void **arch_cfg);
+void hr_model_config_free(hr_model_config *cfg);
+/* A rope config from a rope_parameters-style object `rp` (rope_type or
+ * type, rope_theta, factor, ...; may be absent), rope_theta from `root`
+ * or `theta` when neither has one; for head_dim and the context of cfg.
+ * longrope's factors are stored in cfg. */
+hr_status hr_config_rope(hr_json_obj root, hr_json_obj rp, double theta, hr_model_config *cfg, hr_rope_config *out);
+/* Checks hidden_act is `want` (errors name the field and the value). */
+hr_status hr_config_require_act(const hr_model_config *cfg, const char *want);
+
+/* ---- weights (weights.c) ------------------------------------------------- */
+
+/* Loads `name` with the given shape in the model dtype onto the model's
+ * device into *out: a zero-copy view of the mapping when the file's dtype
+ * matches, cast once otherwise. Errors name the tensor. */
+hr_status hr_model_weight(hr_model *m, const char *name, int ndim, const int64_t *shape, hr_tensor **out);
+/* Every weight: the embedding, final norm and head, then each layer's by
+ * its architecture's table; then the device prepares them. */
+hr_status hr_model_load_weights(hr_model *m);
+void hr_model_free_weights(hr_model *m);
+/* The weight named `name`, or NULL (the compile cache's constants). */
+const hr_tensor *hr_model_find_weight(const hr_model *m, const char *name);
+/* The size `d` stands for. */
+int64_t hr_model_dim(const hr_model *m, hr_dim d);
+
+/* ---- forward (forward.c, forward_compiled.c) ----------------------------- */
 
 /* The forward on host arrays: ids and pos [b, s], mask [b, past + s] or
  * NULL. Writes the tokens into the cache and logits [b, s | 1, vocab] into
@@ -124,53 +185,15 @@ const hr_arch *hr_arch_find(const char *name);
 hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *mask, const int64_t *pos,
                                 int64_t b, int64_t s, hr_kv_cache *cache, bool last_only, bool f32_logits,
                                 hr_tensor **logits);
-
-/* Shared by the eager and the compiled forward (model.c). */
-hr_status hr_model_check_forward(const hr_model *m, const int64_t *ids, int64_t b, int64_t s,
-                                 const hr_kv_cache *cache);
-hr_status hr_model_scratch_alloc(const hr_model *m, int64_t b, int64_t s, hr_scratch *out);
-/* m->scratch for [b, s], reallocated only when the shape changes. */
-hr_status hr_model_scratch_prepare(hr_model *m, int64_t b, int64_t s);
-void hr_model_scratch_free(hr_scratch *sc);
-/* Replaces a host tensor by its copy on the model's device (no-op there). */
-hr_status hr_model_to_device(const hr_model *m, hr_tensor **t);
-/* cos/sin of positions [b, s] into m->scratch (which must be [b, s]). */
-hr_status hr_model_rope_tables(hr_model *m, const int64_t *pos, int64_t n, const hr_tensor *positions);
-/* Embedding, layers, final norm and head over m->scratch. */
-hr_status hr_model_forward_core(hr_model *m, const hr_tensor *ids, const hr_fwd_ctx *f, bool last_only,
-                                bool f32_logits, hr_tensor **logits);
 /* The forward with static shapes, compiled once per [b, s, capacity] and
- * replayed (forward_compiled.c); the contract of hr_model_forward_host
- * with f32_logits false (generate's), but *logits always receives a new
- * tensor. */
+ * replayed; the contract of hr_model_forward_host with f32_logits false,
+ * but *logits always receives a new tensor. */
 hr_status hr_model_forward_compiled(hr_model *m, const int64_t *ids, const int64_t *mask, const int64_t *pos,
                                     int64_t b, int64_t s, hr_kv_cache *cache, bool last_only,
                                     hr_tensor **logits);
-
-/* ---- shared blocks (blocks.c) ----------------------------------------- */
-
-/* Loads `name` with the given shape in the model dtype into *out: a
- * zero-copy view of the mapping when the file's dtype matches, cast once
- * here otherwise. Errors name the tensor. */
-hr_status hr_model_weight(hr_model *m, const char *name, int ndim, const int64_t *shape,
-                          hr_tensor **out);
-/* The Llama-family layer tensors under model.layers.<i>.; the flags of
- * cfg pick the optional ones (biases, q/k norms). */
-hr_status hr_block_load_layer(hr_model *m, int64_t i, hr_layer_weights *lw);
-void hr_layer_weights_free(hr_layer_weights *lw);
-/* rms_norm(x) * w into out. */
-hr_status hr_block_norm(const hr_model *m, const hr_tensor *x, const hr_tensor *w, hr_tensor *out);
-hr_status hr_block_residual(hr_tensor *x, const hr_tensor *y);
-/* Self-attention of the normed h [b, s, hidden] over the cache, into out. */
-hr_status hr_block_attention(const hr_model *m, const hr_layer_weights *lw, int64_t layer,
-                             const hr_fwd_ctx *f, const hr_tensor *h, hr_tensor *out);
-/* down(silu(gate(h)) * up(h)) into out. */
-hr_status hr_block_mlp(const hr_model *m, const hr_layer_weights *lw, const hr_tensor *h,
-                       hr_tensor *out);
-/* Pre-norm decoder layer: x += attn(norm(x)); x += mlp(norm(x)). Layers
- * run in order 0..n-1: each one's last residual add also writes the next
- * layer's normed input into scratch.h, where that layer takes it. */
-hr_status hr_block_decoder_layer(const hr_model *m, const hr_layer_weights *lw, int64_t layer,
-                                 const hr_fwd_ctx *f);
+hr_status hr_model_check_forward(const hr_model *m, const int64_t *ids, int64_t b, int64_t s,
+                                 const hr_kv_cache *cache);
+/* Replaces a host tensor by its copy on the model's device (no-op there). */
+hr_status hr_model_to_device(const hr_model *m, hr_tensor **t);
 
 #endif

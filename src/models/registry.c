@@ -1,17 +1,41 @@
-/* The architecture table: config.json "architectures" -> constructor. */
+/* The architecture table: config.json "architectures" -> its file. Adding
+ * an architecture is its file and one line here. */
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "models/model_impl.h"
 
-static const hr_arch *const g_archs[] = {&hr_arch_llama, &hr_arch_mistral, &hr_arch_qwen2,
-                                         &hr_arch_qwen3};
+extern const hr_arch hr_arch_llama, hr_arch_mistral, hr_arch_qwen2, hr_arch_qwen3;
+
+static const hr_arch *const g_archs[] = {
+    &hr_arch_llama, &hr_arch_mistral, &hr_arch_qwen2, &hr_arch_qwen3,
+};
+
+#define N_ARCHS ((int)(sizeof g_archs / sizeof g_archs[0]))
+
+const hr_arch *hr_arch_at(int i) { return i >= 0 && i < N_ARCHS ? g_archs[i] : NULL; }
 
 const hr_arch *hr_arch_find(const char *name) {
-    for (size_t i = 0; i < sizeof g_archs / sizeof g_archs[0]; i++)
-        if (!strcmp(g_archs[i]->name, name)) return g_archs[i];
+    for (int i = 0; i < N_ARCHS; i++)
+        if (!strcmp(g_archs[i]->name, name) || (g_archs[i]->alias && !strcmp(g_archs[i]->alias, name)))
+            return g_archs[i];
     return NULL;
 }
 
+static char g_list[512];
+
+static void build_list(void) {
+    size_t used = 0;
+    for (int i = 0; i < N_ARCHS && used < sizeof g_list; i++) {
+        used += (size_t)snprintf(g_list + used, sizeof g_list - used, "%s%s", i ? ", " : "", g_archs[i]->name);
+        if (g_archs[i]->alias && used < sizeof g_list)
+            used += (size_t)snprintf(g_list + used, sizeof g_list - used, ", %s", g_archs[i]->alias);
+    }
+}
+
 const char *hr_model_supported_archs(void) {
-    return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, build_list);
+    return g_list;
 }

@@ -47,9 +47,10 @@ static hr_status validate(hr_op op, const void *attrs, const hr_tensor *const *i
     if (n_in < hr_op_min_inputs(op) || n_in > hr_op_max_inputs(op))
         return hr_error(HR_ERR_INVALID_ARG, "op '%s' takes %d..%d inputs, got %d", hr_op_name(op),
                         hr_op_min_inputs(op), hr_op_max_inputs(op), n_in);
+    /* attrs that give no output count are refused by the op's inference,
+     * which names the attribute at fault */
     int want = hr_op_outputs_for(op, attrs);
-    if (want < 0) return hr_error(HR_ERR_INVALID_ARG, "op '%s': its attrs give no valid output count", hr_op_name(op));
-    if (n_out != want)
+    if (want >= 0 && n_out != want)
         return hr_error(HR_ERR_INVALID_ARG, "op '%s' has %d outputs, %d given", hr_op_name(op), want, n_out);
     if (!outs) return hr_error(HR_ERR_INVALID_ARG, "op '%s': outs is NULL", hr_op_name(op));
     for (int i = 0; i < n_in; i++)
@@ -71,7 +72,18 @@ static void contiguous_bytes(const hr_tensor *t, int64_t *b0, int64_t *b1) {
  * shape; a cast between same-size dtypes too) runs in place (the eltwise
  * ops, index_copy into a cache); views too tangled to compare cheaply (not
  * both contiguous) are let through, as torch does. */
-static hr_status check_overlap(const char *name, const hr_tensor *const *in, int n_in, const hr_tensor *o, int i) {
+/* Whether an output may be written over input j exactly: not for the
+ * inputs of ops whose every output element reads whole rows or columns of
+ * them (it would read its own results), except linear_group's residual,
+ * which it reads element for element. */
+static bool may_run_in_place(hr_op op, const void *attrs, int j, int n_in) {
+    if (op == HR_OP_linear_group)
+        return ((const hr_attrs_linear_group *)attrs)->epilogue == HR_LINEAR_RESIDUAL && j == n_in - 1;
+    return op != HR_OP_matmul && op != HR_OP_linear && op != HR_OP_sdpa;
+}
+
+static hr_status check_overlap(hr_op op, const void *attrs, const char *name, const hr_tensor *const *in, int n_in,
+                               const hr_tensor *o, int i) {
     if (hr_shape_numel(o->ndim, o->shape) == 0) return HR_OK;
     for (int d = 0; d < o->ndim; d++)
         if (o->shape[d] > 1 && o->strides[d] == 0)
@@ -87,7 +99,8 @@ static hr_status check_overlap(const char *name, const hr_tensor *const *in, int
         if (t->buf != o->buf || hr_shape_numel(t->ndim, t->shape) == 0 || !hr_tensor_is_contiguous(t)) continue;
         contiguous_bytes(t, &b0, &b1);
         bool same = a0 == b0 && a1 == b1 && t->ndim == o->ndim &&
-                    !memcmp(t->shape, o->shape, sizeof(int64_t) * (size_t)o->ndim);
+                    !memcmp(t->shape, o->shape, sizeof(int64_t) * (size_t)o->ndim) &&
+                    may_run_in_place(op, attrs, j, n_in);
         if (!same && a0 < b1 && b0 < a1)
             return hr_error(HR_ERR_INVALID_ARG,
                             "op '%s': output %d overlaps input %d in part (bytes [%lld, %lld) and [%lld, %lld) "
@@ -168,7 +181,7 @@ static hr_status op_run_on(hr_device *dev, hr_op op, const void *attrs, const hr
             } else if (o->buf->device != dev) {
                 s = hr_error(HR_ERR_INVALID_ARG, "op '%s': output %d is on %s, not %s", name, i,
                              o->buf->device->backend, dev->backend);
-            } else if ((s = check_overlap(name, in, n_in, o, i)) == HR_OK) {
+            } else if ((s = check_overlap(op, attrs, name, in, n_in, o, i)) == HR_OK) {
                 hr_buffer_drop_packed(o->buf); /* a packed copy would go stale */
             }
         } else {

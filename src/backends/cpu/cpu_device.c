@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include "backends/cpu/plan_passes.h"
+#include "backends/cpu/weights_anon.h"
 #include "core/anon_map.h"
 #include "core/error.h"
 #include "device/device_impl.h"
@@ -104,6 +105,7 @@ static const hr_device_vtable cpu_vtable = {
     .run_op = cpu_run_op,
     .plan_passes = hr_cpu_plan_passes,
     .inplace_ok = hr_cpu_inplace_ok,
+    .prepare_weights = hr_cpu_prepare_weights,
 };
 
 static hr_device g_cpu = {.vt = &cpu_vtable, .backend = "cpu", .index = 0, .host_visible = true};

@@ -11,7 +11,6 @@
 #include "backends/cpu/k_eltwise.h"
 #include "backends/cpu/k_fused.h"
 #include "backends/cpu/linear_pack.h"
-#include "backends/cpu/simd_math.h"
 #include "core/claims.h"
 #include "core/error.h"
 #include "core/iter.h"
@@ -111,18 +110,6 @@ static void fl_product(const fl_ctx *c, int j, int64_t c0, int64_t nc, float (*y
         for (int64_t i = 0; i < nc; i++) y[r][i] += bias[i];
 }
 
-static void silu_mul_row(float *g, const float *u, int64_t n, bool simd) {
-    int64_t i = 0;
-    if (simd)
-        for (; i + 8 <= n; i += 8) {
-            __m256 x = _mm256_loadu_ps(g + i);
-            __m256 e = hr_exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
-            __m256 s = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-            _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
-        }
-    for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-}
-
 /* Unit u (CHUNK columns of one linear, or of gate and up) into the outputs. */
 static void fl_unit(const fl_ctx *c, int64_t u) {
     const hr_fused_linear *f = c->f;
@@ -141,10 +128,9 @@ static void fl_unit(const fl_ctx *c, int64_t u) {
         if (gated) {
             hr_k_round_f32(yr, o->dtype, nc, c->simd);
             hr_k_round_f32(y[1][r], o->dtype, nc, c->simd);
-            if (f->epi == HR_FUSED_GATED)
-                silu_mul_row(yr, y[1][r], nc, c->simd);
-            else /* gelu_mul's own arithmetic, as the unfused op computes it */
-                hr_k_eltwise_f32(HR_EW_GELU_TANH_MUL, 0, 0, yr, yr, y[1][r], nc, c->simd);
+            /* silu_mul's / gelu_mul's own arithmetic, as the unfused op computes it */
+            hr_k_eltwise_f32(f->epi == HR_FUSED_GATED ? HR_EW_SILU_MUL : HR_EW_GELU_TANH_MUL, 0, 0, yr, yr, y[1][r],
+                             nc, c->simd);
         } else if (f->epi == HR_FUSED_RESIDUAL) {
             hr_k_round_f32(yr, o->dtype, nc, c->simd);
             hr_load_f32(res, (const char *)hr_tensor_ptr(f->res) + (r * c->res_rs + c0) * (int64_t)osz,

@@ -1,7 +1,10 @@
-/* Llama-family GGUF files (llama.cpp's "llama", "qwen2" and "qwen3"
- * architectures) seen as Hub checkpoints: tensor names mapped to HF's, and
+/* GGUF files seen as Hub checkpoints: tensor names mapped to HF's, and
  * config.json / tokenizer.json equivalents built from the metadata, so that
- * the model and tokenizer loaders read them as they read a model folder. */
+ * the model and tokenizer loaders read them as they read a model folder.
+ * What differs by llama.cpp architecture (its HF class, tensor names, its
+ * own config fields) comes from the adapter the model layer registers for
+ * it (hr_gguf_arch_register; models/gguf_archs.c): this file knows the
+ * format's common keys only. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -52,100 +55,60 @@ hr_status hr_gguf_resolve(const char *path, char **out) {
 
 /* ---- architectures ----------------------------------------------------------- */
 
-/* llama.cpp's architecture names hubrt reads, their HF class, and whether
- * its converter permuted q and k (it does so for "llama" only: llama.cpp
- * runs that arch's rope on interleaved pairs, Qwen's on halves, as HF). */
-typedef struct gguf_arch {
-    const char *name, *hf_class;
-    bool permuted_qk;
-} gguf_arch;
+#define MAX_GGUF_ARCHS 16
 
-static const gguf_arch ARCHS[] = {
-    {"llama", "LlamaForCausalLM", true},
-    {"qwen2", "Qwen2ForCausalLM", false},
-    {"qwen3", "Qwen3ForCausalLM", false},
-};
+static const hr_gguf_arch *g_archs[MAX_GGUF_ARCHS];
+static int g_n_archs;
 
-/* g's architecture, or NULL when it names none of ARCHS (or none). */
-static const gguf_arch *find_arch(const hr_gguf *g) {
+hr_status hr_gguf_arch_register(const hr_gguf_arch *a) {
+    if (g_n_archs == MAX_GGUF_ARCHS) return hr_error(HR_ERR_UNSUPPORTED, "too many GGUF architectures");
+    g_archs[g_n_archs++] = a;
+    return HR_OK;
+}
+
+const hr_gguf_arch *hr_gguf_arch_of(const hr_gguf *g) {
     gguf_str a;
     if (hr_gguf_get_str(g, "general.architecture", &a) != HR_OK) return NULL;
-    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
-        if (a.len == strlen(ARCHS[i].name) && !memcmp(a.p, ARCHS[i].name, a.len)) return &ARCHS[i];
+    for (int i = 0; i < g_n_archs; i++)
+        if (a.len == strlen(g_archs[i]->name) && !memcmp(a.p, g_archs[i]->name, a.len)) return g_archs[i];
     return NULL;
 }
 
 /* Metadata keys are the architecture's name then a dot: "qwen3.block_count". */
-static const char *arch_key(const gguf_arch *a, const char *suffix, char *buf, size_t cap) {
+const char *hr_gguf_arch_key(const hr_gguf_arch *a, const char *suffix, char *buf, size_t cap) {
     snprintf(buf, cap, "%s.%s", a->name, suffix);
     return buf;
 }
-
-/* ---- tensor names ---------------------------------------------------------- */
-
-static const char *const layer_map[][2] = {
-    {"attn_norm.weight", "input_layernorm.weight"},
-    {"attn_q.weight", "self_attn.q_proj.weight"},
-    {"attn_k.weight", "self_attn.k_proj.weight"},
-    {"attn_v.weight", "self_attn.v_proj.weight"},
-    {"attn_output.weight", "self_attn.o_proj.weight"},
-    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
-    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-    {"attn_q.bias", "self_attn.q_proj.bias"},
-    {"attn_k.bias", "self_attn.k_proj.bias"},
-    {"attn_v.bias", "self_attn.v_proj.bias"},
-    {"attn_output.bias", "self_attn.o_proj.bias"},
-    {"ffn_norm.weight", "post_attention_layernorm.weight"},
-    {"ffn_gate.weight", "mlp.gate_proj.weight"},
-    {"ffn_up.weight", "mlp.up_proj.weight"},
-    {"ffn_down.weight", "mlp.down_proj.weight"},
-};
 
 static int64_t meta_int(const hr_gguf *g, const char *key, int64_t def) {
     int64_t v;
     return hr_gguf_get_int(g, key, &v) == HR_OK ? v : def;
 }
 
-/* The architecture's metadata integer `suffix`, or def. */
-static int64_t arch_int(const hr_gguf *g, const gguf_arch *a, const char *suffix, int64_t def) {
+int64_t hr_gguf_arch_int(const hr_gguf *g, const hr_gguf_arch *a, const char *suffix, int64_t def) {
     char key[96];
-    return meta_int(g, arch_key(a, suffix, key, sizeof key), def);
+    return meta_int(g, hr_gguf_arch_key(a, suffix, key, sizeof key), def);
 }
 
 bool hr_gguf_hf_name(const hr_gguf *g, const char *name, char *buf, size_t cap, int64_t *perm_heads) {
     *perm_heads = 0;
-    static const char *const top[][2] = {{"token_embd.weight", "model.embed_tokens.weight"},
-                                         {"output_norm.weight", "model.norm.weight"},
-                                         {"output.weight", "lm_head.weight"}};
-    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-        if (!strcmp(name, top[i][0])) return (size_t)snprintf(buf, cap, "%s", top[i][1]) < cap;
-    unsigned layer;
-    int used = 0;
-    if (sscanf(name, "blk.%u.%n", &layer, &used) != 1 || !used) return false;
-    const char *rest = name + used;
-    for (size_t i = 0; i < sizeof layer_map / sizeof layer_map[0]; i++) {
-        if (strcmp(rest, layer_map[i][0])) continue;
-        /* the converter permutes q with the head count, k with the kv head count */
-        const gguf_arch *a = find_arch(g);
-        if (a && a->permuted_qk) {
-            int64_t heads = arch_int(g, a, "attention.head_count", 0);
-            if (!strncmp(rest, "attn_q.", 7)) *perm_heads = heads;
-            if (!strncmp(rest, "attn_k.", 7)) *perm_heads = arch_int(g, a, "attention.head_count_kv", heads);
-        }
-        return (size_t)snprintf(buf, cap, "model.layers.%u.%s", layer, layer_map[i][1]) < cap;
-    }
-    return false;
+    const hr_gguf_arch *a = hr_gguf_arch_of(g);
+    return a && a->hf_name(a, g, name, buf, cap, perm_heads);
 }
 
 /* ---- config.json ------------------------------------------------------------- */
 
-static hr_status check_arch(const hr_gguf *g, const gguf_arch **out) {
+static hr_status check_arch(const hr_gguf *g, const hr_gguf_arch **out) {
     gguf_str arch;
     HR_TRY(hr_gguf_get_str(g, "general.architecture", &arch));
-    if (!(*out = find_arch(g)))
-        return hr_error(HR_ERR_UNSUPPORTED, "%s: GGUF architecture '%.*s' is not supported (llama, qwen2, qwen3)",
-                        g->label, (int)(arch.len > 64 ? 64 : arch.len), arch.p);
-    return HR_OK;
+    if ((*out = hr_gguf_arch_of(g))) return HR_OK;
+    char known[256] = "";
+    for (int i = 0; i < g_n_archs; i++) {
+        strncat(known, i ? ", " : "", sizeof known - strlen(known) - 1);
+        strncat(known, g_archs[i]->name, sizeof known - strlen(known) - 1);
+    }
+    return hr_error(HR_ERR_UNSUPPORTED, "%s: GGUF architecture '%.*s' is not supported (%s)", g->label,
+                    (int)(arch.len > 64 ? 64 : arch.len), arch.p, known);
 }
 
 static hr_status print_json(const hr_gguf *g, cJSON *root, char **json, size_t *len) {
@@ -157,7 +120,8 @@ static hr_status print_json(const hr_gguf *g, cJSON *root, char **json, size_t *
     return HR_OK;
 }
 
-static hr_status add_num(cJSON *o, const char *name, double v) {
+hr_status hr_gguf_json_num(cJSON *o, const char *name, double v) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, name);
     return cJSON_AddNumberToObject(o, name, v) ? HR_OK : hr_error(HR_ERR_OOM, "out of memory");
 }
 
@@ -190,28 +154,28 @@ static hr_status rope_freqs(const hr_gguf *g, cJSON *c, int64_t rot, int64_t ctx
         if (!cJSON_AddItemToArray(sf, cJSON_CreateNumber(f)) || !cJSON_AddItemToArray(lf, cJSON_CreateNumber(f)))
             return hr_error(HR_ERR_OOM, "out of memory");
     }
-    HR_TRY(add_num(rp, "attention_factor", 1.0));
-    return add_num(rp, "original_max_position_embeddings", (double)ctx);
+    HR_TRY(hr_gguf_json_num(rp, "attention_factor", 1.0));
+    return hr_gguf_json_num(rp, "original_max_position_embeddings", (double)ctx);
 }
 
 /* The architecture's metadata number `suffix` into rp as `name`, when the
  * file has it. */
-static hr_status copy_num(const hr_gguf *g, const gguf_arch *a, const char *suffix, cJSON *rp, const char *name) {
+static hr_status copy_num(const hr_gguf *g, const hr_gguf_arch *a, const char *suffix, cJSON *rp, const char *name) {
     char key[96];
     double v;
-    if (!hr_gguf_find(g, arch_key(a, suffix, key, sizeof key))) return HR_OK;
+    if (!hr_gguf_find(g, hr_gguf_arch_key(a, suffix, key, sizeof key))) return HR_OK;
     HR_TRY(hr_gguf_get_num(g, key, &v));
-    return add_num(rp, name, v);
+    return hr_gguf_json_num(rp, name, v);
 }
 
 /* llama.cpp's rope.scaling.* keys, which its converter writes from a
  * linear or yarn rope_parameters (type, factor, and for yarn the original
  * context length, attention factor and betas), back into that config.
  * Longrope keeps its factors in tensors of arches hubrt does not read. */
-static hr_status rope_scaling(const hr_gguf *g, const gguf_arch *a, cJSON *c) {
+static hr_status rope_scaling(const hr_gguf *g, const hr_gguf_arch *a, cJSON *c) {
     char key[96];
     gguf_str type;
-    if (!hr_gguf_find(g, arch_key(a, "rope.scaling.type", key, sizeof key))) return HR_OK;
+    if (!hr_gguf_find(g, hr_gguf_arch_key(a, "rope.scaling.type", key, sizeof key))) return HR_OK;
     HR_TRY(hr_gguf_get_str(g, key, &type));
     bool linear = type.len == 6 && !memcmp(type.p, "linear", 6), yarn = type.len == 4 && !memcmp(type.p, "yarn", 4);
     if (type.len == 4 && !memcmp(type.p, "none", 4)) return HR_OK;
@@ -219,21 +183,21 @@ static hr_status rope_scaling(const hr_gguf *g, const gguf_arch *a, cJSON *c) {
         return hr_error(HR_ERR_UNSUPPORTED, "%s: '%s' is '%.*s'; hubrt reads none, linear and yarn", g->label, key,
                         (int)(type.len > 32 ? 32 : type.len), type.p);
     double factor, ext = 1.0;
-    HR_TRY(hr_gguf_get_num(g, arch_key(a, "rope.scaling.factor", key, sizeof key), &factor));
+    HR_TRY(hr_gguf_get_num(g, hr_gguf_arch_key(a, "rope.scaling.factor", key, sizeof key), &factor));
     if (!(factor >= 1.0))
         return hr_error(HR_ERR_FORMAT, "%s: '%s' is %g; a rope scaling factor is at least 1", g->label, key, factor);
-    if (hr_gguf_find(g, arch_key(a, "rope.scaling.yarn_ext_factor", key, sizeof key)))
+    if (hr_gguf_find(g, hr_gguf_arch_key(a, "rope.scaling.yarn_ext_factor", key, sizeof key)))
         HR_TRY(hr_gguf_get_num(g, key, &ext));
     if (ext != 1.0) /* transformers' yarn has no extrapolation mix */
         return hr_error(HR_ERR_UNSUPPORTED, "%s: '%s' is %g; hubrt's yarn takes 1", g->label, key, ext);
     cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
     if (!rp || !cJSON_AddStringToObject(rp, "rope_type", linear ? "linear" : "yarn"))
         return hr_error(HR_ERR_OOM, "out of memory");
-    HR_TRY(add_num(rp, "factor", factor));
+    HR_TRY(hr_gguf_json_num(rp, "factor", factor));
     if (linear) return HR_OK;
     int64_t orig;
-    HR_TRY(hr_gguf_get_int(g, arch_key(a, "rope.scaling.original_context_length", key, sizeof key), &orig));
-    HR_TRY(add_num(rp, "original_max_position_embeddings", (double)orig));
+    HR_TRY(hr_gguf_get_int(g, hr_gguf_arch_key(a, "rope.scaling.original_context_length", key, sizeof key), &orig));
+    HR_TRY(hr_gguf_json_num(rp, "original_max_position_embeddings", (double)orig));
     HR_TRY(copy_num(g, a, "rope.scaling.yarn_attn_factor", rp, "attention_factor"));
     HR_TRY(copy_num(g, a, "rope.scaling.yarn_beta_fast", rp, "beta_fast"));
     return copy_num(g, a, "rope.scaling.yarn_beta_slow", rp, "beta_slow");
@@ -256,7 +220,7 @@ static const char *stored_dtype(const hr_gguf *g) {
 }
 
 static hr_status build_config(const hr_gguf *g, cJSON *c) {
-    const gguf_arch *a;
+    const hr_gguf_arch *a;
     HR_TRY(check_arch(g, &a));
     static const char *const req[][2] = {
         {"embedding_length", "hidden_size"}, {"feed_forward_length", "intermediate_size"},
@@ -264,37 +228,37 @@ static hr_status build_config(const hr_gguf *g, cJSON *c) {
     char key[96];
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
         int64_t v;
-        HR_TRY(hr_gguf_get_int(g, arch_key(a, req[i][0], key, sizeof key), &v));
-        HR_TRY(add_num(c, req[i][1], (double)v));
+        HR_TRY(hr_gguf_get_int(g, hr_gguf_arch_key(a, req[i][0], key, sizeof key), &v));
+        HR_TRY(hr_gguf_json_num(c, req[i][1], (double)v));
     }
-    int64_t heads = arch_int(g, a, "attention.head_count", 1);
-    HR_TRY(add_num(c, "num_key_value_heads", (double)arch_int(g, a, "attention.head_count_kv", heads)));
+    int64_t heads = hr_gguf_arch_int(g, a, "attention.head_count", 1);
+    HR_TRY(hr_gguf_json_num(c, "num_key_value_heads", (double)hr_gguf_arch_int(g, a, "attention.head_count_kv", heads)));
     const gguf_kv *tokens = hr_gguf_find(g, "tokenizer.ggml.tokens");
-    int64_t vocab = arch_int(g, a, "vocab_size", tokens ? (int64_t)tokens->n : -1);
+    int64_t vocab = hr_gguf_arch_int(g, a, "vocab_size", tokens ? (int64_t)tokens->n : -1);
     if (vocab < 0)
         return hr_error(HR_ERR_NOT_FOUND, "%s: missing metadata key '%s'", g->label,
-                        arch_key(a, "vocab_size", key, sizeof key));
-    HR_TRY(add_num(c, "vocab_size", (double)vocab));
-    int64_t hidden = arch_int(g, a, "embedding_length", 0);
-    int64_t head_dim = arch_int(g, a, "attention.key_length", hidden / (heads > 0 ? heads : 1));
-    int64_t rot = arch_int(g, a, "rope.dimension_count", head_dim);
-    int64_t ctx = arch_int(g, a, "context_length", 2048);
-    HR_TRY(add_num(c, "head_dim", (double)head_dim));
-    HR_TRY(add_num(c, "max_position_embeddings", (double)ctx));
-    if (rot != head_dim && head_dim > 0) HR_TRY(add_num(c, "partial_rotary_factor", (double)rot / (double)head_dim));
+                        hr_gguf_arch_key(a, "vocab_size", key, sizeof key));
+    HR_TRY(hr_gguf_json_num(c, "vocab_size", (double)vocab));
+    int64_t hidden = hr_gguf_arch_int(g, a, "embedding_length", 0);
+    int64_t head_dim = hr_gguf_arch_int(g, a, "attention.key_length", hidden / (heads > 0 ? heads : 1));
+    int64_t rot = hr_gguf_arch_int(g, a, "rope.dimension_count", head_dim);
+    int64_t ctx = hr_gguf_arch_int(g, a, "context_length", 2048);
+    HR_TRY(hr_gguf_json_num(c, "head_dim", (double)head_dim));
+    HR_TRY(hr_gguf_json_num(c, "max_position_embeddings", (double)ctx));
+    if (rot != head_dim && head_dim > 0) HR_TRY(hr_gguf_json_num(c, "partial_rotary_factor", (double)rot / (double)head_dim));
     double eps = 1e-5, theta = 10000.0;
-    if (hr_gguf_find(g, arch_key(a, "attention.layer_norm_rms_epsilon", key, sizeof key)))
+    if (hr_gguf_find(g, hr_gguf_arch_key(a, "attention.layer_norm_rms_epsilon", key, sizeof key)))
         HR_TRY(hr_gguf_get_num(g, key, &eps));
-    if (hr_gguf_find(g, arch_key(a, "rope.freq_base", key, sizeof key))) HR_TRY(hr_gguf_get_num(g, key, &theta));
-    HR_TRY(add_num(c, "rms_norm_eps", eps));
-    HR_TRY(add_num(c, "rope_theta", theta));
+    if (hr_gguf_find(g, hr_gguf_arch_key(a, "rope.freq_base", key, sizeof key))) HR_TRY(hr_gguf_get_num(g, key, &theta));
+    HR_TRY(hr_gguf_json_num(c, "rms_norm_eps", eps));
+    HR_TRY(hr_gguf_json_num(c, "rope_theta", theta));
     HR_TRY(rope_scaling(g, a, c));
     HR_TRY(rope_freqs(g, c, rot, ctx));
     static const char *const ids[][2] = {{"tokenizer.ggml.bos_token_id", "bos_token_id"},
                                          {"tokenizer.ggml.eos_token_id", "eos_token_id"},
                                          {"tokenizer.ggml.padding_token_id", "pad_token_id"}};
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
-        if (hr_gguf_find(g, ids[i][0])) HR_TRY(add_num(c, ids[i][1], (double)meta_int(g, ids[i][0], -1)));
+        if (hr_gguf_find(g, ids[i][0])) HR_TRY(hr_gguf_json_num(c, ids[i][1], (double)meta_int(g, ids[i][0], -1)));
     /* llama.cpp writes no output.weight when the head is the embedding */
     bool tied = hr_gguf_tensor_index(g, "output.weight") < 0;
     cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
@@ -302,7 +266,7 @@ static hr_status build_config(const hr_gguf *g, cJSON *c) {
         !cJSON_AddBoolToObject(c, "tie_word_embeddings", tied) || !cJSON_AddStringToObject(c, "hidden_act", "silu") ||
         !cJSON_AddStringToObject(c, "torch_dtype", stored_dtype(g)))
         return hr_error(HR_ERR_OOM, "out of memory");
-    return HR_OK;
+    return a->config ? a->config(a, g, c) : HR_OK;
 }
 
 static hr_status build_json(const hr_gguf *g, hr_status (*build)(const hr_gguf *, cJSON *), char **json,

@@ -1,4 +1,5 @@
-/* Weights copied at load from the checkpoint's file map into one anonymous
+/* The CPU device's prepare_weights (weights_anon.h).
+ * Weights copied at load from the checkpoint's file map into one anonymous
  * mapping with transparent huge pages. THP serves anonymous memory only
  * (here in "madvise" mode), never file pages, and the hardware prefetchers
  * stop at page boundaries: decode streams every weight once per token, and
@@ -18,10 +19,9 @@
 #include <sys/mman.h>
 
 #include "backends/cpu/linear_pack.h"
+#include "backends/cpu/weights_anon.h"
 #include "core/anon_map.h"
 #include "core/error.h"
-#include "io/st_internal.h"
-#include "models/weights_anon.h"
 
 #define ANON_ALIGN ((size_t)64)
 /* Bytes copied between two drops of file pages: what peak memory exceeds
@@ -69,46 +69,37 @@ typedef struct weight_slot {
     size_t packed;
 } weight_slot;
 
-/* The model's weight handles that view a checkpoint file (in_files) or
- * that the loader owns (!in_files), into slots (NULL: only count them),
- * with the bytes their copies take. Linear weights (the layers' 2-D ones,
- * lm_head, and the embedding when lm_head is tied to it) are packed when
- * `pack_linear` and the CPU has the kernels; a tied lm_head is the
- * embedding's alias and is redone afterwards. */
-static size_t weight_slots(hr_model *m, bool in_files, bool pack_linear, weight_slot *slots, size_t *bytes) {
+/* The weights that view the files (in_files) or that the loader owns
+ * (!in_files), into slots (NULL: only count them), with the bytes their
+ * copies take. Linear weights are packed when `pack_linear` and the CPU
+ * has the kernels. */
+static size_t weight_slots(const hr_weight_ref *w, size_t n_w, const hr_weight_source *src, bool in_files,
+                           bool pack_linear, weight_slot *slots, size_t *bytes) {
     size_t n = 0;
     *bytes = 0;
-#define SLOT_(t, linear)                                                                          \
-    if ((t) && hr_tensor_is_contiguous(t) && hr_tensor_nbytes(t) > 0 &&                          \
-        hr_checkpoint_drop_pages(m->ckpt, hr_tensor_ptr(t), 0) == in_files) {                     \
-        size_t packed = pack_linear && (linear) ? hr_linear_pack_bytes(t) : 0;                    \
-        if (slots) slots[n] = (weight_slot){&(t), packed};                                        \
-        n++;                                                                                      \
-        *bytes += align_up(packed ? packed : hr_tensor_nbytes(t), ANON_ALIGN);                   \
+    for (size_t i = 0; i < n_w; i++) {
+        hr_tensor *t = *w[i].slot;
+        if (!t || !hr_tensor_is_contiguous(t) || hr_tensor_nbytes(t) == 0 ||
+            src->drop_pages(src->ctx, hr_tensor_ptr(t), 0) != in_files)
+            continue;
+        size_t packed = pack_linear && w[i].linear ? hr_linear_pack_bytes(t) : 0;
+        if (slots) slots[n] = (weight_slot){w[i].slot, packed};
+        n++;
+        *bytes += align_up(packed ? packed : hr_tensor_nbytes(t), ANON_ALIGN);
     }
-    SLOT_(m->embed, m->cfg.tie_word_embeddings)
-    SLOT_(m->final_norm, false)
-    if (!m->cfg.tie_word_embeddings) SLOT_(m->lm_head, true)
-    for (int64_t i = 0; i < m->cfg.n_layers; i++) {
-        hr_layer_weights *lw = &m->layers[i];
-#define FIELD_(f) SLOT_(lw->f, lw->f->ndim == 2)
-        HR_LAYER_WEIGHT_FIELDS(FIELD_)
-#undef FIELD_
-    }
-#undef SLOT_
     return n;
 }
 
 /* *slot's bytes into dst, file pages dropped chunk by chunk, then *slot
  * replaced by a tensor over dst. */
-static hr_status move_weight(hr_model *m, anon_map *a, char *dst, hr_tensor **slot) {
+static hr_status move_weight(const hr_weight_source *src_files, anon_map *a, char *dst, hr_tensor **slot) {
     hr_tensor *t = *slot;
     const char *src = hr_tensor_ptr(t);
     size_t n = hr_tensor_nbytes(t);
     for (size_t off = 0; off < n; off += ANON_CHUNK) {
         size_t c = n - off < ANON_CHUNK ? n - off : ANON_CHUNK;
         memcpy(dst + off, src + off, c);
-        hr_checkpoint_drop_pages(m->ckpt, src + off, c);
+        src_files->drop_pages(src_files->ctx, src + off, c);
     }
     hr_tensor *moved = NULL;
     HR_TRY(hr_tensor_wrap_host(t->dtype, t->ndim, t->shape, NULL, dst, n, anon_release, a, &moved));
@@ -119,13 +110,16 @@ static hr_status move_weight(hr_model *m, anon_map *a, char *dst, hr_tensor **sl
     return HR_OK;
 }
 
-static void drop_chunk(void *ckpt, const void *src, size_t n) { hr_checkpoint_drop_pages(ckpt, src, n); }
+static void drop_chunk(void *arg, const void *p, size_t n) {
+    const hr_weight_source *src = arg;
+    src->drop_pages(src->ctx, p, n);
+}
 
 /* t packed into dst beside its bytes: a file view's pages are dropped
  * chunk by chunk (linear reads the panels, nothing reads the file again),
  * a weight the loader made stays as it is. */
-static hr_status pack_weight(hr_model *m, anon_map *a, char *dst, const hr_tensor *t) {
-    HR_TRY(hr_linear_pack_into(t, dst, anon_release, a, drop_chunk, m->ckpt));
+static hr_status pack_weight(const hr_weight_source *src, anon_map *a, char *dst, const hr_tensor *t) {
+    HR_TRY(hr_linear_pack_into(t, dst, anon_release, a, drop_chunk, (void *)src));
     atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
     return HR_OK;
 }
@@ -146,12 +140,13 @@ static hr_status pack_mode(bool *pack) {
 
 /* The weights the loader made itself (cast, dequantized), with the bytes
  * of the packed copies of linear ones when `pack` (*n of them; free()). */
-static hr_status owned_slots(hr_model *m, bool pack, weight_slot **slots, size_t *n) {
+static hr_status owned_slots(const hr_weight_ref *w, size_t n_w, const hr_weight_source *src, bool pack,
+                             weight_slot **slots, size_t *n) {
     size_t bytes;
-    *n = weight_slots(m, false, pack, NULL, &bytes);
+    *n = weight_slots(w, n_w, src, false, pack, NULL, &bytes);
     *slots = *n ? malloc(*n * sizeof **slots) : NULL;
     if (*n && !*slots) return hr_error(HR_ERR_OOM, "weights: out of memory listing %zu weights", *n);
-    weight_slots(m, false, pack, *slots, &bytes);
+    weight_slots(w, n_w, src, false, pack, *slots, &bytes);
     return HR_OK;
 }
 
@@ -162,21 +157,21 @@ static hr_status owned_slots(hr_model *m, bool pack, weight_slot **slots, size_t
  * cast from f16 or dequantized from GGUF blocks kept or grew their size,
  * and are read as they are. The weight itself stays for its other readers
  * (embedding rows, another ISA setting, a device copy). */
-static bool owned_pack_fits(const hr_model *m, const hr_tensor *t) {
-    return hr_checkpoint_stored_bytes(m->ckpt, hr_tensor_name(t)) >= 2 * hr_tensor_nbytes(t);
+static bool owned_pack_fits(const hr_weight_source *src, const hr_tensor *t) {
+    return src->stored_bytes(src->ctx, hr_tensor_name(t)) >= 2 * hr_tensor_nbytes(t);
 }
 
 /* Packed copies of the owned linear weights that owned_pack_fits, in one
  * anonymous huge-page mapping: the cast checkpoint's linears then take
  * the panel route as a bf16 checkpoint's do (Qwen3-0.6B shape from f32,
  * run in bf16: see docs/architecture.md). */
-static hr_status pack_owned(hr_model *m) {
+static hr_status pack_owned(const hr_weight_ref *w, size_t n_w, const hr_weight_source *src) {
     weight_slot *slots;
     size_t n, bytes = 0;
-    HR_TRY(owned_slots(m, true, &slots, &n));
+    HR_TRY(owned_slots(w, n_w, src, true, &slots, &n));
     size_t count = 0, over = 0;
     for (size_t i = 0; i < n; i++) {
-        if (slots[i].packed && !owned_pack_fits(m, *slots[i].t)) slots[i].packed = 0, over++;
+        if (slots[i].packed && !owned_pack_fits(src, *slots[i].t)) slots[i].packed = 0, over++;
         count += slots[i].packed > 0;
         bytes += align_up(slots[i].packed, ANON_ALIGN);
     }
@@ -195,7 +190,7 @@ static hr_status pack_owned(hr_model *m) {
     char *dst = a->addr;
     for (size_t i = 0; i < n && s == HR_OK; i++) {
         if (!slots[i].packed) continue;
-        s = pack_weight(m, a, dst, *slots[i].t);
+        s = pack_weight(src, a, dst, *slots[i].t);
         dst += align_up(slots[i].packed, ANON_ALIGN);
     }
     anon_release(a);
@@ -209,10 +204,10 @@ static hr_status pack_owned(hr_model *m) {
  * each whole huge page of it is collapsed in place, a huge page at a time
  * (MADV_COLLAPSE, Linux 6.1+; elsewhere the weight stays as it is). A
  * weight with a packed copy is left alone: linear reads the copy. */
-static hr_status collapse_owned(hr_model *m) {
+static hr_status collapse_owned(const hr_weight_ref *w, size_t n_w, const hr_weight_source *src) {
     weight_slot *slots;
     size_t n;
-    HR_TRY(owned_slots(m, false, &slots, &n));
+    HR_TRY(owned_slots(w, n_w, src, false, &slots, &n));
     for (size_t i = 0; i < n; i++) {
         if (hr_linear_panels(*slots[i].t)) continue;
         size_t p = (size_t)hr_tensor_ptr(*slots[i].t), end = p + hr_tensor_nbytes(*slots[i].t);
@@ -228,20 +223,20 @@ static hr_status collapse_owned(hr_model *m) {
 /* The file pages of the owned weights' stored bytes, which the cast read
  * (and dropped) but reading their neighbours may have mapped again
  * (fault-around): nothing reads them now. */
-static hr_status drop_owned_sources(hr_model *m) {
+static hr_status drop_owned_sources(const hr_weight_ref *w, size_t n_w, const hr_weight_source *src) {
     weight_slot *slots;
     size_t n;
-    HR_TRY(owned_slots(m, false, &slots, &n));
-    for (size_t i = 0; i < n; i++) hr_checkpoint_drop_tensor(m->ckpt, hr_tensor_name(*slots[i].t));
+    HR_TRY(owned_slots(w, n_w, src, false, &slots, &n));
+    for (size_t i = 0; i < n; i++) src->drop_tensor(src->ctx, hr_tensor_name(*slots[i].t));
     free(slots);
     return HR_OK;
 }
 
 /* The weights that view the checkpoint's files, copied or packed into one
  * anonymous huge-page mapping. */
-static hr_status file_weights_to_anon(hr_model *m, bool pack) {
+static hr_status file_weights_to_anon(const hr_weight_ref *w, size_t n_w, const hr_weight_source *files, bool pack) {
     size_t bytes;
-    size_t n = weight_slots(m, true, pack, NULL, &bytes);
+    size_t n = weight_slots(w, n_w, files, true, pack, NULL, &bytes);
     if (!n) return HR_OK;
     weight_slot *slots = malloc(n * sizeof *slots);
     const char **src = malloc(n * sizeof *src);
@@ -253,24 +248,19 @@ static hr_status file_weights_to_anon(hr_model *m, bool pack) {
         free(src_n);
         return hr_error(HR_ERR_OOM, "weights: cannot map %zu bytes of anonymous memory", bytes);
     }
-    weight_slots(m, true, pack, slots, &bytes);
+    weight_slots(w, n_w, files, true, pack, slots, &bytes);
     hr_status s = HR_OK;
     char *dst = a->addr;
     for (size_t i = 0; i < n && s == HR_OK; i++) {
         src[i] = hr_tensor_ptr(*slots[i].t);
         src_n[i] = hr_tensor_nbytes(*slots[i].t);
-        s = slots[i].packed ? pack_weight(m, a, dst, *slots[i].t) : move_weight(m, a, dst, slots[i].t);
+        s = slots[i].packed ? pack_weight(files, a, dst, *slots[i].t) : move_weight(files, a, dst, slots[i].t);
         dst += align_up(slots[i].packed ? slots[i].packed : src_n[i], ANON_ALIGN);
     }
     /* Reading a page maps its cached neighbours too (fault-around), so the
      * drops during the copy leave some pages mapped: once more, now that
      * nothing reads them. */
-    for (size_t i = 0; i < n && s == HR_OK; i++) hr_checkpoint_drop_pages(m->ckpt, src[i], src_n[i]);
-    if (s == HR_OK && m->cfg.tie_word_embeddings) {
-        hr_tensor_free(m->lm_head);
-        m->lm_head = NULL;
-        s = hr_tensor_alias(m->embed, &m->lm_head);
-    }
+    for (size_t i = 0; i < n && s == HR_OK; i++) files->drop_pages(files->ctx, src[i], src_n[i]);
     anon_release(a);
     free(slots);
     free(src);
@@ -278,13 +268,13 @@ static hr_status file_weights_to_anon(hr_model *m, bool pack) {
     return s == HR_OK ? HR_OK : hr_error_context(s, "copying weights to anonymous memory");
 }
 
-hr_status hr_model_weights_to_anon(hr_model *m) {
+hr_status hr_cpu_prepare_weights(hr_device *dev, hr_weight_ref *w, size_t n, const hr_weight_source *src) {
     bool copy, pack;
     HR_TRY(weights_mode_copy(&copy));
     HR_TRY(pack_mode(&pack));
-    if (!copy || m->dev != hr_device_cpu()) return HR_OK;
-    if (pack) HR_TRY(pack_owned(m));
-    HR_TRY(collapse_owned(m));
-    HR_TRY(file_weights_to_anon(m, pack));
-    return drop_owned_sources(m);
+    if (!copy) return HR_OK;
+    if (pack) HR_TRY(pack_owned(w, n, src));
+    HR_TRY(collapse_owned(w, n, src));
+    HR_TRY(file_weights_to_anon(w, n, src, pack));
+    return drop_owned_sources(w, n, src);
 }

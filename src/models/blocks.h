@@ -1,0 +1,66 @@
+/* The blocks an architecture's forward is written with: norms, residual
+ * adds fused with the norm that reads their sum, attention over the KV
+ * cache, gated MLPs, the embedding and the head. Each block runs catalog
+ * ops only (eager, or captured by the compiled forward; on any device)
+ * and writes into the forward's named activations. */
+#ifndef HR_MODELS_BLOCKS_H
+#define HR_MODELS_BLOCKS_H
+
+#include "models/kv_cache.h"
+
+/* What one forward call's blocks share. */
+struct hr_fwd {
+    hr_model *m;
+    hr_kv_cache *cache;
+    hr_scratch *sc;
+    int64_t b, s;
+    const hr_tensor *cos[HR_LAYER_KINDS], *sin[HR_LAYER_KINDS]; /* [b, 1, s, rot] per layer kind */
+    hr_kv_plan kv[HR_LAYER_KINDS];                              /* how each kind's layers use the cache */
+    hr_tensor *x; /* [b, s, hidden] residual stream */
+    hr_tensor *h; /* [b, s, hidden] normed input of the next block */
+};
+
+/* An activation of the forward: [ndim] shape in the model dtype. */
+hr_status hr_fwd_act(hr_fwd *f, const char *name, int ndim, const int64_t *shape, hr_tensor **out);
+
+/* out = rms_norm(x) * (w + offset) (offset 1: Gemma's zero-centred weights). */
+hr_status hr_build_norm(hr_fwd *f, const hr_tensor *x, const hr_tensor *w, double offset, hr_tensor *out);
+/* x += y, then out = rms_norm(x) * (w + offset), in one op: the residual
+ * add and the norm of the next block (the last layer's: the final norm). */
+hr_status hr_build_add_norm(hr_fwd *f, hr_tensor *x, const hr_tensor *y, const hr_tensor *w, double offset,
+                            hr_tensor *out);
+
+typedef struct hr_attn_weights {
+    const hr_tensor *wq, *wk, *wv, *wo; /* [hq*d, hidden], [hkv*d, hidden] x2, [hidden, hq*d] */
+    const hr_tensor *bq, *bk, *bv, *bo; /* or NULL; q/k/v all or none */
+    const hr_tensor *q_norm, *k_norm;   /* [d] per-head rms norms before rope, or NULL */
+} hr_attn_weights;
+
+typedef struct hr_attn_opts {
+    double scale;       /* of q.k; 0: 1/sqrt(head_dim) */
+    double softcap;     /* tanh soft-capping of the scores; 0: none */
+    double norm_offset; /* of q_norm / k_norm's weights */
+} hr_attn_opts;
+
+/* Self-attention of layer il over the normed rows h [b, s, hidden] and the
+ * cache, as the call's plan for the layer's kind says; into out. */
+hr_status hr_build_attention(hr_fwd *f, int64_t il, const hr_attn_weights *w, const hr_attn_opts *o,
+                             const hr_tensor *h, hr_tensor *out);
+
+typedef struct hr_mlp_weights {
+    const hr_tensor *gate, *up, *down;       /* [inter, hidden] x2, [hidden, inter] */
+    const hr_tensor *b_gate, *b_up, *b_down; /* or NULL; gate/up both or neither */
+} hr_mlp_weights;
+
+/* down(act(gate(h)) * up(h)) into out; act is HR_LINEAR_SILU_MUL or
+ * HR_LINEAR_GELU_TANH_MUL. */
+hr_status hr_build_gated_mlp(hr_fwd *f, const hr_mlp_weights *w, hr_linear_epilogue act, const hr_tensor *h,
+                             hr_tensor *out);
+
+/* f->x = embed[ids] * scale (scale 1: the lookup alone; otherwise rounded
+ * to the model dtype first, as a tensor of that dtype multiplies it). */
+hr_status hr_build_embedding(hr_fwd *f, const hr_tensor *ids, double scale);
+/* out = h @ lm_head^T, then tanh(out / cap) * cap when cap > 0. */
+hr_status hr_build_head(hr_fwd *f, const hr_tensor *h, double softcap, hr_tensor *out);
+
+#endif

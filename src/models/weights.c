@@ -1,0 +1,180 @@
+/* A model's weights by their Hugging Face names: the embedding, final norm
+ * and head, and each layer's by its architecture's weight table; loaded
+ * onto the model's device, then handed to the device to prepare. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "device/device_impl.h"
+#include "io/st_internal.h"
+#include "models/model_impl.h"
+
+int64_t hr_model_dim(const hr_model *m, hr_dim d) {
+    const hr_model_config *c = &m->cfg;
+    switch (d) {
+    case HR_DIM_HIDDEN: return c->hidden_size;
+    case HR_DIM_Q: return c->n_heads * c->head_dim;
+    case HR_DIM_KV: return c->n_kv_heads * c->head_dim;
+    case HR_DIM_HEAD: return c->head_dim;
+    case HR_DIM_INTER: return c->intermediate_size;
+    case HR_DIM_VOCAB: return c->vocab_size;
+    default: return 0;
+    }
+}
+
+hr_status hr_model_weight(hr_model *m, const char *name, int ndim, const int64_t *shape, hr_tensor **out) {
+    hr_tensor_info info;
+    hr_status s = hr_checkpoint_info(m->ckpt, name, &info);
+    if (s == HR_ERR_NOT_FOUND) return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s'", name);
+    HR_TRY(s);
+    bool same = info.ndim == ndim;
+    for (int i = 0; same && i < ndim; i++) same = info.shape[i] == shape[i];
+    if (!same) {
+        char a[160], b[160];
+        return hr_error(HR_ERR_SHAPE, "checkpoint: tensor '%s' has shape %s, the config expects %s", name,
+                        hr_shape_str(info.ndim, info.shape, a, sizeof a), hr_shape_str(ndim, shape, b, sizeof b));
+    }
+    if (!hr_dtype_is_float(info.dtype))
+        return hr_error(HR_ERR_DTYPE, "checkpoint: tensor '%s' is %s, not a floating dtype", name,
+                        hr_dtype_name(info.dtype));
+    /* cast (GGUF: dequantized) once at load to the model dtype */
+    hr_tensor *t = NULL;
+    HR_TRY(hr_checkpoint_tensor_as(m->ckpt, name, m->dtype, &t));
+    /* A copy made: nothing reads the stored bytes again (a reader that did
+     * would fault them back in), so their pages go now; kept, an f32
+     * checkpoint run in bf16 held both, 1.5x its bytes. */
+    bool view = hr_checkpoint_drop_pages(m->ckpt, hr_tensor_ptr(t), 0);
+    if (!view) hr_checkpoint_drop_tensor(m->ckpt, name);
+    if (hr_tensor_device(t) != m->dev) {
+        hr_tensor *n = NULL;
+        s = hr_tensor_to(t, m->dev, &n);
+        hr_tensor_free(t);
+        if (s != HR_OK) return hr_error_context(s, "moving '%s' to %s", name, hr_device_name(m->dev));
+        /* The device holds its own copy (PJRT copies during the call): a
+         * view's file pages go as a copy's did; kept, the host held every
+         * weight twice. */
+        if (view) hr_checkpoint_drop_tensor(m->ckpt, name);
+        hr_tensor_set_name(n, name);
+        t = n;
+    }
+    *out = t;
+    return HR_OK;
+}
+
+/* The text decoder's names start with "model." in a causal LM, and with
+ * "language_model.model." (Hub files, transformers 5's save) or
+ * "model.language_model." (transformers 5 in memory) in a multimodal
+ * checkpoint, whose other towers are left alone. */
+static hr_status find_prefix(hr_model *m) {
+    static const char *const prefixes[] = {"model.", "language_model.model.", "model.language_model."};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "%sembed_tokens.weight", prefixes[i]);
+        if (!hr_checkpoint_has(m->ckpt, name)) continue;
+        snprintf(m->prefix, sizeof m->prefix, "%s", prefixes[i]);
+        return HR_OK;
+    }
+    return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor 'model.embed_tokens.weight' (nor under "
+                    "'language_model.model.' or 'model.language_model.')");
+}
+
+static hr_status load_spec(hr_model *m, int64_t il, const hr_weight_spec *w, hr_tensor **out) {
+    if (w->when && !w->when(m)) return HR_OK;
+    char name[256];
+    snprintf(name, sizeof name, "%slayers.%lld.%s", m->prefix, (long long)il, w->hf);
+    int64_t shape[2] = {hr_model_dim(m, w->shape[0]), hr_model_dim(m, w->shape[1])};
+    return hr_model_weight(m, name, w->shape[1] ? 2 : 1, shape, out);
+}
+
+/* The head's name beside the decoder's: "lm_head.weight" for "model." and
+ * "model.language_model.", "language_model.lm_head.weight" for Hub files. */
+static hr_status load_head(hr_model *m, const int64_t *shape) {
+    const char *name = "lm_head.weight";
+    if (!strcmp(m->prefix, "language_model.model.") && !hr_checkpoint_has(m->ckpt, name))
+        name = "language_model.lm_head.weight";
+    return hr_model_weight(m, name, 2, shape, &m->lm_head);
+}
+
+static bool ck_drop_pages(void *ctx, const void *p, size_t n) { return hr_checkpoint_drop_pages(ctx, p, n); }
+static void ck_drop_tensor(void *ctx, const char *name) { hr_checkpoint_drop_tensor(ctx, name); }
+static size_t ck_stored_bytes(void *ctx, const char *name) { return hr_checkpoint_stored_bytes(ctx, name); }
+
+/* Every weight, for the device to prepare: linear ones marked (the
+ * embedding when the head reads it). The head tied to the embedding is
+ * its alias, left out and made again afterwards. */
+static hr_status prepare_on_device(hr_model *m) {
+    const hr_device_vtable *vt = m->dev->vt;
+    if (!vt->prepare_weights) return HR_OK;
+    const hr_arch *a = m->arch;
+    size_t n_layer = (size_t)(m->cfg.n_layers * a->n_layer_weights), n = 0;
+    hr_weight_ref *w = malloc(sizeof *w * (n_layer + 3));
+    if (!w) return hr_error(HR_ERR_OOM, "weights: out of memory");
+    bool tied = m->cfg.tie_word_embeddings;
+    w[n++] = (hr_weight_ref){&m->embed, tied};
+    w[n++] = (hr_weight_ref){&m->final_norm, false};
+    if (!tied) w[n++] = (hr_weight_ref){&m->lm_head, true};
+    for (size_t i = 0; i < n_layer; i++)
+        w[n++] = (hr_weight_ref){&m->layer_w[i], a->layer_weights[i % (size_t)a->n_layer_weights].role ==
+                                                     HR_WEIGHT_LINEAR};
+    hr_weight_source src = {.ctx = m->ckpt, .drop_pages = ck_drop_pages, .drop_tensor = ck_drop_tensor,
+                            .stored_bytes = ck_stored_bytes};
+    hr_status s = vt->prepare_weights(m->dev, w, n, &src);
+    free(w);
+    if (s != HR_OK) return hr_error_context(s, "preparing the weights for %s", hr_device_name(m->dev));
+    if (!tied) return HR_OK;
+    hr_tensor_free(m->lm_head);
+    m->lm_head = NULL;
+    return hr_tensor_alias(m->embed, &m->lm_head);
+}
+
+hr_status hr_model_load_weights(hr_model *m) {
+    const hr_model_config *c = &m->cfg;
+    const hr_arch *a = m->arch;
+    HR_TRY(find_prefix(m));
+    char name[128];
+    int64_t emb_shape[2] = {c->vocab_size, c->hidden_size};
+    snprintf(name, sizeof name, "%sembed_tokens.weight", m->prefix);
+    HR_TRY(hr_model_weight(m, name, 2, emb_shape, &m->embed));
+    snprintf(name, sizeof name, "%snorm.weight", m->prefix);
+    HR_TRY(hr_model_weight(m, name, 1, &c->hidden_size, &m->final_norm));
+    if (c->tie_word_embeddings)
+        HR_TRY(hr_tensor_alias(m->embed, &m->lm_head));
+    else
+        HR_TRY(load_head(m, emb_shape));
+    size_t n = (size_t)(c->n_layers * a->n_layer_weights);
+    m->layer_w = calloc(n ? n : 1, sizeof *m->layer_w);
+    if (!m->layer_w) return hr_error(HR_ERR_OOM, "model layers");
+    for (int64_t il = 0; il < c->n_layers; il++)
+        for (int j = 0; j < a->n_layer_weights; j++)
+            HR_TRY(load_spec(m, il, &a->layer_weights[j], &m->layer_w[il * a->n_layer_weights + j]));
+    /* Weights on a device that is not host memory went to it as they
+     * loaded (hr_model_weight drops their pages then); pages mapped back
+     * around later reads go now. */
+    if (!m->dev->host_visible) hr_checkpoint_drop_all(m->ckpt);
+    return prepare_on_device(m);
+}
+
+void hr_model_free_weights(hr_model *m) {
+    if (m->layer_w)
+        for (int64_t i = 0; i < m->cfg.n_layers * m->arch->n_layer_weights; i++) hr_tensor_free(m->layer_w[i]);
+    free(m->layer_w);
+    m->layer_w = NULL;
+    hr_tensor_free(m->embed);
+    hr_tensor_free(m->final_norm);
+    hr_tensor_free(m->lm_head);
+    m->embed = m->final_norm = m->lm_head = NULL;
+}
+
+static const hr_tensor *named(const hr_tensor *t, const char *name) {
+    return t && !strcmp(hr_tensor_name(t), name) ? t : NULL;
+}
+
+const hr_tensor *hr_model_find_weight(const hr_model *m, const char *name) {
+    const hr_tensor *t = named(m->embed, name);
+    if (!t) t = named(m->final_norm, name);
+    if (!t) t = named(m->lm_head, name);
+    int64_t n = m->layer_w ? m->cfg.n_layers * m->arch->n_layer_weights : 0;
+    for (int64_t i = 0; !t && i < n; i++) t = named(m->layer_w[i], name);
+    return t;
+}
