@@ -61,6 +61,9 @@ TINY = {
         rope_type="longrope", rope_theta=10000.0, original_max_position_embeddings=32,
         short_factor=[1.0 + 0.1 * i for i in range(8)], long_factor=[1.0 + 0.5 * i for i in range(8)])), None),
     "tiny-qwen2": ("qwen2", dict(num_key_value_heads=1), None),
+    # a window of 8 under prompts of 9-40 tokens and 64 new ones: the
+    # sliding layers' ring buffer wraps many times
+    "tiny-mistral-window": ("mistral", dict(sliding_window=8), None),
     "tiny-qwen3": ("qwen3", dict(head_dim=32), None),
     "tiny-qwen3-bf16-trained": ("qwen3", dict(head_dim=32), None, 250),
     "tiny-llama-trained": ("llama", dict(num_key_value_heads=1), None, 500),

@@ -49,7 +49,7 @@ def buckets(n, chunk=512):
     return out
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-qwen2", "tiny-llama-gqa7"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-qwen2", "tiny-llama-gqa7", "tiny-mistral-window"])
 def test_static_cache_generation_matches_eager_and_transformers(name):
     ids = np.random.default_rng(3).integers(3, 500, (1, 37))
     m = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name, dtype="float32")
@@ -62,13 +62,14 @@ def test_static_cache_generation_matches_eager_and_transformers(name):
     np.testing.assert_array_equal(static, want)
 
 
-def test_batch_with_left_padding_matches_eager():
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-mistral-window"])
+def test_batch_with_left_padding_matches_eager(name):
     ids = np.random.default_rng(5).integers(3, 500, (4, 12))
     mask = np.ones_like(ids)
     for row, npad in enumerate([0, 3, 5, 11]):
         ids[row, :npad] = 0
         mask[row, :npad] = 0
-    m = hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-qwen3", dtype="float32")
+    m = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name, dtype="float32")
     eager = m.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False, eos_token_id=[])
     static = m.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False, eos_token_id=[],
                         cache_implementation="static")

@@ -42,7 +42,8 @@ def padded_batch(seed=1):
     return ids, mask
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-llama-gqa7", "tiny-llama-tied"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-llama-gqa7", "tiny-llama-tied",
+                                  "tiny-mistral-window"])
 def test_greedy_batch1_matches_transformers(name):
     ids = np.random.default_rng(0).integers(3, 512, (1, 9))
     got = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name).generate(ids, max_new_tokens=64, eos_token_id=[])
@@ -51,7 +52,7 @@ def test_greedy_batch1_matches_transformers(name):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama", "tiny-llama-dynamic"])
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama", "tiny-llama-dynamic", "tiny-mistral-window"])
 def test_greedy_batch4_left_padding_matches_transformers(name):
     ids, mask = padded_batch()
     got = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name).generate(

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 F32_MODELS = ["tiny-llama", "tiny-llama-tied", "tiny-llama-gqa7", "tiny-llama-bias", "tiny-llama-linear",
               "tiny-llama-dynamic", "tiny-llama-yarn", "tiny-llama-llama3", "tiny-llama-longrope",
-              "tiny-llama-v4", "tiny-qwen2", "tiny-qwen3"]
+              "tiny-llama-v4", "tiny-qwen2", "tiny-qwen3", "tiny-mistral-window"]
 
 
 @pytest.fixture(scope="module", autouse=True)
