@@ -79,6 +79,20 @@ TINY = {
                                       rope_parameters=dict(rope_type="llama3", factor=8.0, rope_theta=500000.0,
                                                            low_freq_factor=1.0, high_freq_factor=4.0,
                                                            original_max_position_embeddings=16)), "llama3"),
+    # Gemma 3 with its real tokenizer (vocabulary 262208, as the multimodal
+    # models': the tokenizer holds ids past 262144, which llama.cpp's
+    # converter wants inside the vocabulary), 7 layers so that the default
+    # pattern of 6 gives a global layer (llama.cpp stores no pattern)
+    "tiny-gemma3-tok": ("gemma3_text", dict(vocab_size=262208, hidden_size=32, intermediate_size=64,
+                                            num_hidden_layers=7, num_attention_heads=4, num_key_value_heads=2,
+                                            head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
+                                            tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh",
+                                            bos_token_id=2, eos_token_id=1, pad_token_id=0,
+                                            rope_parameters=dict(full_attention=dict(rope_type="linear", factor=2.0,
+                                                                                     rope_theta=1e6),
+                                                                 sliding_attention=dict(rope_type="default",
+                                                                                        rope_theta=1e4))),
+                        "gemma3"),
 }
 
 BENCH = {
@@ -104,6 +118,18 @@ BENCH = {
                                                                original_max_position_embeddings=8192),
                                           bos_token_id=128000, eos_token_id=[128001, 128008, 128009],
                                           pad_token_id=None), "llama3"),
+    # Gemma 3 1B's shape (the vocabulary as tiny-gemma3-tok's, 64 rows more
+    # than the 1B model's 262144, so llama.cpp's converter takes the tokenizer)
+    "gemma3-1b-shaped": ("gemma3_text", dict(hidden_size=1152, intermediate_size=6912, num_hidden_layers=26,
+                                             num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+                                             query_pre_attn_scalar=256, sliding_window=512, vocab_size=262208,
+                                             max_position_embeddings=32768, rms_norm_eps=1e-6,
+                                             tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh",
+                                             rope_parameters=dict(full_attention=dict(rope_type="default",
+                                                                                      rope_theta=1e6),
+                                                                  sliding_attention=dict(rope_type="default",
+                                                                                         rope_theta=1e4)),
+                                             bos_token_id=2, eos_token_id=[1, 106], pad_token_id=0), "gemma3"),
 }
 
 

@@ -6,10 +6,10 @@
 
 #include "models/model_impl.h"
 
-extern const hr_arch hr_arch_llama, hr_arch_mistral, hr_arch_qwen2, hr_arch_qwen3;
+extern const hr_arch hr_arch_llama, hr_arch_mistral, hr_arch_qwen2, hr_arch_qwen3, hr_arch_gemma3;
 
 static const hr_arch *const g_archs[] = {
-    &hr_arch_llama, &hr_arch_mistral, &hr_arch_qwen2, &hr_arch_qwen3,
+    &hr_arch_llama, &hr_arch_mistral, &hr_arch_qwen2, &hr_arch_qwen3, &hr_arch_gemma3,
 };
 
 #define N_ARCHS ((int)(sizeof g_archs / sizeof g_archs[0]))

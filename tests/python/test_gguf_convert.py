@@ -1,12 +1,14 @@
-"""GGUF files of the Llama 3 and Qwen3 families, made from tiny random HF
+"""GGUF files of the Llama 3, Qwen3 and Gemma 3 families, made from tiny random HF
 checkpoints (scripts/make_fixtures.py, with the real llama3 and qwen3
 tokenizers) by llama.cpp's own converter (scripts/llama_cpp_convert.py,
 from the pinned llama-cpp-python sdist): hubrt's logits from the GGUF
 against transformers' on the checkpoint it came from (llama3 rope scaling
 arrives as llama.cpp's rope_freqs tensor, linear and yarn as its
 rope.scaling keys; Qwen3's q/k norms and unpermuted
-q/k; a tied and an untied head), and the tokenizer hubrt builds from the
-GGUF's metadata against the checkpoint's tokenizer.json in transformers."""
+q/k; a tied and an untied head; Gemma 3's norms with the 1 folded in, its
+window, per-kind rope and llama.cpp's attention scale), and the tokenizer
+hubrt builds from the GGUF's metadata against the checkpoint's
+tokenizer.json in transformers."""
 import json
 import subprocess
 import sys
@@ -29,7 +31,10 @@ from llama_cpp_convert import convert  # noqa: E402
 MODELS = {
     "tiny-llama3-tok": dict(arch="llama", pre="smaug-bpe", rope_freqs=True),
     "tiny-qwen3-tok": dict(arch="qwen3", pre="qwen2", rope_freqs=False),
+    "tiny-gemma3-tok": dict(arch="gemma3", pre=None, rope_freqs=False),
 }
+# GGUF tokenizers hubrt builds (BPE ones; Gemma's SentencePiece model is not yet)
+TOKENIZERS = ["tiny-llama3-tok", "tiny-qwen3-tok"]
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +54,8 @@ def test_files_are_what_the_cases_need(ggufs):
     for name, want in MODELS.items():
         r = gguf.GGUFReader(str(ggufs[name]))
         assert r.fields["general.architecture"].contents() == want["arch"]
-        assert r.fields["tokenizer.ggml.pre"].contents() == want["pre"]
+        if want["pre"]:
+            assert r.fields["tokenizer.ggml.pre"].contents() == want["pre"]
         names = {t.name for t in r.tensors}
         assert ("rope_freqs.weight" in names) == want["rope_freqs"], name
     cfg = json.loads((FIX / "tiny-llama3-tok" / "config.json").read_text())
@@ -91,6 +97,25 @@ def test_llama3_rope_scaling_changes_the_logits(ggufs, tmp_path):
     assert rel_err(got, unscaled.logits.numpy()) > 1e-2
 
 
+def test_gemma3_gguf_norms_folded_and_local_layers(ggufs):
+    """The Gemma 3 file: llama.cpp's converter folded the 1 into every norm
+    (stored F32), wrote the window and each kind's theta but no layer
+    pattern (llama.cpp's 6 holds: layer 5 is the global one) and no
+    attention scale (head_dim's, which the fixture's query_pre_attn_scalar
+    equals); hubrt reads the file as the checkpoint it came from, the
+    logits matching above. Here: the file holds what that relies on."""
+    import gguf
+    r = gguf.GGUFReader(str(ggufs["tiny-gemma3-tok"]))
+    f = {k: v.contents() for k, v in r.fields.items() if k.startswith("gemma3.")}
+    assert f["gemma3.attention.sliding_window"] == 8 and "gemma3.attention.sliding_window_pattern" not in f
+    assert f["gemma3.rope.freq_base_swa"] == 10000.0 and f["gemma3.rope.scaling.type"] == "linear"
+    from safetensors.numpy import load_file
+    src = load_file(FIX / "tiny-gemma3-tok" / "model.safetensors")
+    norm = {t.name: t for t in r.tensors}["blk.0.post_ffw_norm.weight"]
+    np.testing.assert_allclose(np.asarray(norm.data), src["model.layers.0.post_feedforward_layernorm.weight"] + 1,
+                               rtol=1e-6)
+
+
 # rope_parameters llama.cpp's converter writes as rope.scaling.* keys
 ROPE_SCALING = {
     "linear": dict(rope_type="linear", factor=4.0),
@@ -127,7 +152,7 @@ def test_rope_scaling_keys_give_the_source_logits(ggufs, tmp_path, kind):
     assert rel_err(got, plain.numpy()) > 1e-2
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", TOKENIZERS)
 def test_tokenizer_matches_the_checkpoints(ggufs, name):
     from transformers import AutoTokenizer
     hf = AutoTokenizer.from_pretrained(FIX / name)
