@@ -33,13 +33,16 @@ from limits import read_gbs  # bench/limits.py, beside this file (a script's fol
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ("transformers-eager", "transformers-compile", "llama.cpp")
-ENGINES = ("hubrt", "hubrt-compiled", "hubrt-xla_cpu") + PEERS
+# hubrt-base and hubrt-compiled-base: another build of hubrt (bench/run.sh's
+# BENCH_BASELINE_BUILD, the commit before a change) run in the same rounds
+ENGINES = ("hubrt", "hubrt-compiled", "hubrt-base", "hubrt-compiled-base", "hubrt-xla_cpu") + PEERS
 METRICS = (("prefill", "b1", "prefill_tok_s", "prefill 512"),
            ("decode_b1", "b1", "decode_tok_s", "decode b1"),
            ("decode_b16", "b16", "decode_tok_s", "decode b16"),
            ("decode_b64", "b64", "decode_tok_s", "decode b64"))
 BF16_BYTES = 2
-COLORS = ("#1f4e9c", "#4f8fe0", "#9cc3f0", "#d62728", "#ff9896", "#2ca02c")  # hubrt blues, peers warm/green
+COLORS = ("#1f4e9c", "#4f8fe0", "#7f7f7f", "#bfbfbf", "#9cc3f0", "#d62728", "#ff9896", "#2ca02c")  # hubrt blues,
+# its baseline greys, peers warm/green
 
 
 # ---------------------------------------------------------------- one case

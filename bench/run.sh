@@ -14,6 +14,10 @@
 # (use the packages already in .venv), BENCH_REPEATS (rounds of each case,
 # default 3) and BENCH_REPEAT_ENGINES (the engines run in every round, default
 # hubrt, hubrt-compiled and llama.cpp: the close ones; the others run once).
+# BENCH_BASELINE_BUILD (a build folder of another commit, e.g. the one
+# before a change: scripts/baseline_build.sh makes it) adds the engines
+# hubrt-base and hubrt-compiled-base, run in the same rounds as the others,
+# so that a change is measured against its base in one run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -28,6 +32,12 @@ ENGINES=${BENCH_ENGINES:-"hubrt hubrt-compiled hubrt-xla_cpu transformers-eager 
 RESULTS=${BENCH_RESULTS:-$ROOT/bench/results}
 REPEATS=${BENCH_REPEATS:-3}
 REPEAT_ENGINES=${BENCH_REPEAT_ENGINES:-"hubrt hubrt-compiled llama.cpp"}
+BASE_BUILD=${BENCH_BASELINE_BUILD:-}
+if [[ -n $BASE_BUILD ]]; then
+  [[ $BASE_BUILD = /* ]] || BASE_BUILD=$ROOT/$BASE_BUILD
+  [[ " $ENGINES " == *" hubrt-base "* ]] || ENGINES="$ENGINES hubrt-base hubrt-compiled-base"
+  [[ -n ${BENCH_REPEAT_ENGINES:-} ]] || REPEAT_ENGINES="$REPEAT_ENGINES hubrt-base hubrt-compiled-base"
+fi
 WORK=$RESULTS/run.tmp
 FIX=$ROOT/fixtures
 START=$(date +%s)
@@ -122,6 +132,8 @@ engine_cmd() {  # engine model-dir case-args -> the command line, or nothing whe
     hubrt) echo "$HUBRT bench $d $* --dtype bf16" ;;
     hubrt-compiled) hubrt_has "--compile" && echo "$HUBRT bench $d $* --dtype bf16 --compile" ;;
     hubrt-xla_cpu) echo "$HUBRT bench $d $* --dtype bf16 --device xla_cpu --compile" ;;
+    hubrt-base) [[ -x $BASE_BUILD/hubrt ]] && echo "$BASE_BUILD/hubrt bench $d $* --dtype bf16" ;;
+    hubrt-compiled-base) [[ -x $BASE_BUILD/hubrt ]] && echo "$BASE_BUILD/hubrt bench $d $* --dtype bf16 --compile" ;;
     transformers-eager) echo "$PY bench/bench_transformers.py $d $* --mode eager --threads $THREADS" ;;
     transformers-compile) echo "$PY bench/bench_transformers.py $d $* --mode compile --threads $THREADS" ;;
     llama.cpp) echo "$PY bench/bench_llamacpp.py run $FIX/$(basename "$d").bf16.gguf $* --threads $THREADS" ;;
@@ -160,7 +172,11 @@ for spec in $CASE_SPEC; do
       fi
       cmd=$(engine_cmd "$e" "$FIX/$m" ${CASE_ARGS[$c]})
       if [[ -z $cmd ]]; then
-        record_skip "$e" "$m" "$c" "not available: $BUILD/hubrt bench has no --compile option yet"
+        if [[ $e == *-base ]]; then
+          record_skip "$e" "$m" "$c" "not available: no hubrt in BENCH_BASELINE_BUILD (${BASE_BUILD:-unset})"
+        else
+          record_skip "$e" "$m" "$c" "not available: $BUILD/hubrt bench has no --compile option yet"
+        fi
         continue
       fi
       probe=()
