@@ -4,9 +4,10 @@
  * (config.json, *.safetensors or model.safetensors.index.json,
  * generation_config.json). The architecture comes from config.json's
  * "architectures"; weights are looked up by their HF names and stay views
- * of the mmapped files when the dtype matches. Generation runs over a
- * static KV cache preallocated per layer as [batch, kv_heads, max_len,
- * head_dim]. */
+ * of the mmapped files when the dtype matches (or are put in the form the
+ * device reads fastest). Generation runs over a static KV cache
+ * preallocated per layer: [batch, kv_heads, max_len, head_dim] for full
+ * attention layers, a ring of the window's size for sliding-window ones. */
 #ifndef HUBRT_MODEL_H
 #define HUBRT_MODEL_H
 

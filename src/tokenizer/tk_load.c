@@ -185,7 +185,7 @@ static hr_status load_side_file(hr_tokenizer *t, const char *dir, const char *na
 }
 
 /* A GGUF file's tokenizer: tokenizer.json and tokenizer_config.json as
- * its metadata describes them (io/gguf_llama.c), from one parse of it. */
+ * its metadata describes them (io/gguf_hub.c), from one parse of it. */
 static hr_status load_gguf(const char *gguf, hr_tokenizer **out) {
     char *json = NULL, *cfg = NULL;
     size_t len = 0, cfg_len = 0;

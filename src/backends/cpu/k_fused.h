@@ -1,7 +1,9 @@
-/* Fused plan nodes of the CPU compile path (graph/fuse.c builds them):
- * linears that share one input run in one pass over the thread pool, with
- * the op that consumed their outputs (silu_mul, a residual add) applied in
- * the GEMV's epilogue, so the intermediates never reach memory. */
+/* Fused CPU kernels: linears that share one input in one pass over the
+ * thread pool (the linear_group kernel's decode rows, and the groups the
+ * plan fusion pass plan_fuse.c finds), with the op that consumed their
+ * outputs (silu_mul, gelu_mul, a residual add) applied in the GEMV's
+ * epilogue, so the intermediates never reach memory; and elementwise
+ * chains. */
 #ifndef HR_BACKENDS_CPU_K_FUSED_H
 #define HR_BACKENDS_CPU_K_FUSED_H
 

@@ -1,4 +1,4 @@
-/* The fused elementwise chain (graph/fuse.c builds it): one pass over
+/* The fused elementwise chain (backends/cpu/plan_fuse.c builds it): one pass over
  * blocks of BLOCK output elements held in L1 as f32. Each step calls the
  * unfused eltwise kernel's own arithmetic (hr_k_eltwise_f32), and its
  * result is rounded through the dtype the unfused op stored, so the chain
