@@ -1,15 +1,22 @@
 /* The architecture table: config.json "architectures" -> its file. Adding
- * an architecture is its file and one line here. */
+ * an architecture is its file and its name in HR_ARCHS. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "models/model_impl.h"
 
-extern const hr_arch hr_arch_llama, hr_arch_mistral, hr_arch_qwen2, hr_arch_qwen3, hr_arch_gemma3;
+/* Each architecture file defines hr_arch_<name>. */
+#define HR_ARCHS(X) X(llama) X(mistral) X(qwen2) X(qwen3) X(gemma3)
+
+#define DECLARE_(name) extern const hr_arch hr_arch_##name;
+HR_ARCHS(DECLARE_)
+#undef DECLARE_
 
 static const hr_arch *const g_archs[] = {
-    &hr_arch_llama, &hr_arch_mistral, &hr_arch_qwen2, &hr_arch_qwen3, &hr_arch_gemma3,
+#define REF_(name) &hr_arch_##name,
+    HR_ARCHS(REF_)
+#undef REF_
 };
 
 #define N_ARCHS ((int)(sizeof g_archs / sizeof g_archs[0]))

@@ -62,13 +62,13 @@ static hr_status run_linear(const group_args *g, int j, hr_tensor *out) {
     return k(NULL, IN_(g->x, g->w[j]), 2, o, 1);
 }
 
-/* A contiguous host tensor shaped like `like`, in malloc'd memory (glibc
- * keeps reusing a freed block of the same size, so a prefill's repeated
- * calls do not fault in fresh pages each time, as a new device buffer of
- * that size would). */
+/* A contiguous host tensor shaped like `like`, in heap memory aligned as
+ * the device's buffers are (glibc keeps reusing a freed block of the same
+ * size, so a prefill's repeated calls do not fault in fresh pages each
+ * time, as a new device buffer of that size would). */
 static hr_status scratch_like(const hr_tensor *like, hr_tensor **out) {
     size_t n = (size_t)hr_shape_numel(like->ndim, like->shape) * hr_dtype_size(like->dtype);
-    void *p = malloc(n ? n : 1);
+    void *p = aligned_alloc(64, (n + 63) / 64 * 64 + 64);
     if (!p) return hr_error(HR_ERR_OOM, "linear_group: out of memory for a %zu-byte product", n);
     hr_status s = hr_tensor_wrap_host(like->dtype, like->ndim, like->shape, NULL, p, n ? n : 1, free, p, out);
     if (s != HR_OK) free(p);

@@ -142,9 +142,10 @@ static hr_shlo_value materialized(hr_shlo_builder *b, hr_shlo_value v) {
     return hr_shlo_reduce(b, hr_shlo_concat(b, pair, 2, 0, v.dt, v.ndim + 1, two), init, "maximum", dims);
 }
 
-/* Whether input k of node n is the vector of a matrix-vector product. */
+/* Whether input k of node n is the vector of a matrix-vector product (a
+ * linear's, or the shared x of a linear_group's). */
 static bool gemv_vector(const hr_plan_node *n, const hr_tensor *const *ts, int k) {
-    return n->op == HR_OP_linear && k == 0 && ts[0]->ndim <= HR_MAX_DIMS - 1 &&
+    return (n->op == HR_OP_linear || n->op == HR_OP_linear_group) && k == 0 && ts[0]->ndim <= HR_MAX_DIMS - 1 &&
            hr_shape_numel(ts[0]->ndim, ts[0]->shape) == ts[0]->shape[ts[0]->ndim - 1];
 }
 
