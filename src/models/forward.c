@@ -5,13 +5,11 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "models/blocks.h"
+#include "models/forward_internal.h"
 
 #define IN_(...) ((const hr_tensor *const[]){__VA_ARGS__})
 
 /* ---- shared with the compiled forward (forward_internal.h) ---------------- */
-
-#include "models/forward_internal.h"
 
 bool hr_model_has_kind(const hr_model *m, hr_layer_kind kind) {
     for (int64_t il = 0; il < m->cfg.n_layers; il++)
