@@ -14,5 +14,5 @@ git worktree add -q --detach "$src" "$rev"
 # the PJRT header of this tree's .venv (the worktree has no .venv of its own)
 pjrt=$(.venv/bin/python -c "import os, xla_plugins.xla_cpu_pjrt as m; print(os.path.join(m.__path__[0], 'include'))" 2>/dev/null || true)
 cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHUBRT_TESTS=OFF ${pjrt:+-DHUBRT_PJRT_INCLUDE_DIR=$pjrt} >/dev/null
-cmake --build "$out" -j "$(nproc)" --target hubrt_cli hubrt
+cmake --build "$out" -j "$(nproc)"
 echo "$out: hubrt at $(git rev-parse --short "$rev")"
