@@ -1,6 +1,12 @@
 /* Added tokens: matched leftmost-longest in the raw text (normalized=false)
  * or in the normalized pieces (normalized=true), with lstrip, rstrip and
- * single_word, as tokenizers' AddedVocabulary does. */
+ * single_word, as tokenizers' AddedVocabulary does.
+ *
+ * Their ids are the ones tokenizers assigns, not the ones the file claims:
+ * a content already in the model's vocab keeps its vocab id, a content seen
+ * before keeps its first id, and every new content takes the next id after
+ * the vocab's entries, in file order. So a file claiming id 2^31 - 2 costs
+ * nothing, and no table here is sized by a number the file states. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +18,9 @@ typedef struct {
     char *content;
     size_t len;
     int32_t id;
+    int32_t first; /* index of the first token with this content */
     bool special, lstrip, rstrip, single_word, normalized;
+    bool any_special; /* on the first copy: some copy is special (tokenizers' special set) */
 } added_token;
 
 /* A byte trie over token strings; node 0 is the root. */
@@ -28,7 +36,7 @@ struct tk_added {
     size_t n;
     tk_strmap by_content;
     int32_t max_id;
-    int32_t *by_id; /* (max_id + 1) index into v, or -1 */
+    int32_t *by_id; /* (max_id + 1) index into v of the id's last copy, or -1 */
     trie raw, norm;
     tk_buf norm_text; /* normalized contents, keys of `norm` */
 };
@@ -102,13 +110,16 @@ void tk_added_free(tk_added *a) {
 
 static hr_status parse_token(const cJSON *it, size_t i, added_token *t) {
     const cJSON *id = tk_json_get(it, "id"), *content = tk_json_get(it, "content");
-    if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > INT32_MAX - 1 || !cJSON_IsString(content))
-        return hr_error(HR_ERR_FORMAT, "added_tokens[%zu]: needs an integer 'id' >= 0 and a string 'content'", i);
+    /* The claimed id is read as tokenizers reads it (an u32) and then
+     * dropped: tokenizers assigns its own. */
+    if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > UINT32_MAX ||
+        id->valuedouble != (double)(int64_t)id->valuedouble || !cJSON_IsString(content))
+        return hr_error(HR_ERR_FORMAT, "added_tokens[%zu]: needs an integer 'id' in 0..%u and a string 'content'",
+                        i, UINT32_MAX);
     t->len = strlen(content->valuestring);
     t->content = malloc(t->len + 1);
     if (!t->content) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
     memcpy(t->content, content->valuestring, t->len + 1);
-    t->id = (int32_t)id->valuedouble;
     t->special = tk_json_bool(it, "special", false);
     t->lstrip = tk_json_bool(it, "lstrip", false);
     t->rstrip = tk_json_bool(it, "rstrip", false);
@@ -118,7 +129,6 @@ static hr_status parse_token(const cJSON *it, size_t i, added_token *t) {
 }
 
 static hr_status build(tk_added *a, const tk_normalizer *nz) {
-    HR_TRY(tk_strmap_init(&a->by_content, a->n));
     HR_TRY(trie_init(&a->raw));
     HR_TRY(trie_init(&a->norm));
     a->by_id = malloc(((size_t)a->max_id + 2) * sizeof *a->by_id);
@@ -142,14 +152,18 @@ static hr_status build(tk_added *a, const tk_normalizer *nz) {
         norm_len[i] = tmp.n;
         if (st == HR_OK) st = tk_buf_append(&a->norm_text, tmp.p, tmp.n);
     }
+    for (size_t i = 0; i < a->n; i++) {
+        a->by_id[a->v[i].id] = (int32_t)i;
+        if (a->v[i].special) a->v[a->v[i].first].any_special = true;
+    }
+    /* Matched as tokenizers matches them: the token each id ended with
+     * (a later copy's flags; an id shared with another content, as a vocab
+     * with holes allows, only the last). */
     for (size_t i = 0; st == HR_OK && i < a->n; i++) {
         added_token *t = &a->v[i];
-        if (tk_strmap_get(&a->by_content, t->content, t->len) < 0)
-            st = tk_strmap_put(&a->by_content, t->content, t->len, (int32_t)i);
-        if (st == HR_OK && a->by_id[t->id] < 0) a->by_id[t->id] = (int32_t)i;
-        if (st == HR_OK)
-            st = t->normalized ? trie_add(&a->norm, a->norm_text.p + norm_off[i], norm_len[i], (int32_t)i)
-                               : trie_add(&a->raw, t->content, t->len, (int32_t)i);
+        if (a->by_id[t->id] != (int32_t)i) continue;
+        st = t->normalized ? trie_add(&a->norm, a->norm_text.p + norm_off[i], norm_len[i], (int32_t)i)
+                           : trie_add(&a->raw, t->content, t->len, (int32_t)i);
     }
     free(norm_off);
     free(norm_len);
@@ -158,7 +172,39 @@ static hr_status build(tk_added *a, const tk_normalizer *nz) {
     return st;
 }
 
-hr_status tk_added_parse(const cJSON *j, const tk_normalizer *nz, tk_added **out) {
+static bool same_flags(const added_token *a, const added_token *b) {
+    return a->special == b->special && a->lstrip == b->lstrip && a->rstrip == b->rstrip &&
+           a->single_word == b->single_word && a->normalized == b->normalized;
+}
+
+/* Gives v[a->n] its id, or drops it (returns false) as tokenizers skips an
+ * empty content or a token equal in every field to one already added. */
+static hr_status assign_id(tk_added *a, const tk_model *model, int64_t *next, bool *keep) {
+    added_token *t = &a->v[a->n];
+    *keep = false;
+    if (!t->len) return HR_OK;
+    int32_t k = tk_strmap_get(&a->by_content, t->content, t->len);
+    if (k >= 0) {
+        for (size_t i = (size_t)k; i < a->n; i++)
+            if (a->v[i].first == k && same_flags(&a->v[i], t)) return HR_OK;
+        t->id = a->v[k].id;
+        t->first = k;
+    } else {
+        int32_t vid = tk_model_token_to_id(model, t->content, t->len);
+        if (vid < 0) {
+            if (*next > INT32_MAX - 1) return hr_error(HR_ERR_FORMAT, "added_tokens: more ids than an int32 holds");
+            vid = (int32_t)(*next)++;
+        }
+        t->id = vid;
+        t->first = (int32_t)a->n;
+        HR_TRY(tk_strmap_put(&a->by_content, t->content, t->len, (int32_t)a->n));
+    }
+    if (t->id > a->max_id) a->max_id = t->id;
+    *keep = true;
+    return HR_OK;
+}
+
+hr_status tk_added_parse(const cJSON *j, const tk_normalizer *nz, const tk_model *model, tk_added **out) {
     *out = NULL;
     tk_added *a = calloc(1, sizeof *a);
     if (!a) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
@@ -170,12 +216,21 @@ hr_status tk_added_parse(const cJSON *j, const tk_normalizer *nz, tk_added **out
         a->v = calloc((size_t)cnt + 1, sizeof *a->v);
         if (!a->v) st = hr_error(HR_ERR_OOM, "tokenizer: out of memory");
     }
+    if (st == HR_OK) st = tk_strmap_init(&a->by_content, (size_t)cnt);
+    int64_t next = (int64_t)tk_model_entries(model);
     const cJSON *it;
+    size_t idx = 0;
     if (st == HR_OK && cnt) cJSON_ArrayForEach(it, j) {
-        if ((st = parse_token(it, a->n, &a->v[a->n])) != HR_OK) break;
-        if (a->v[a->n].id > a->max_id) a->max_id = a->v[a->n].id;
-        a->n++;
+        bool keep = false;
+        if ((st = parse_token(it, idx++, &a->v[a->n])) != HR_OK) break;
+        if ((st = assign_id(a, model, &next, &keep)) != HR_OK) break;
+        if (keep) a->n++;
+        else {
+            free(a->v[a->n].content);
+            a->v[a->n].content = NULL;
+        }
     }
+    if (st != HR_OK && a->n < (size_t)cnt) free(a->v[a->n].content);
     if (st == HR_OK) st = build(a, nz);
     if (st != HR_OK) {
         tk_added_free(a);
@@ -260,7 +315,7 @@ const char *tk_added_id_to_token(const tk_added *a, int32_t id, size_t *len, boo
     if (id < 0 || id > a->max_id || a->by_id[id] < 0) return NULL;
     const added_token *t = &a->v[a->by_id[id]];
     *len = t->len;
-    if (special) *special = t->special;
+    if (special) *special = a->v[t->first].any_special;
     return t->content;
 }
 

@@ -180,9 +180,11 @@ int32_t tk_model_token_to_id(const tk_model *m, const char *s, size_t n);
 /* NULL when out of range. */
 const char *tk_model_id_to_token(const tk_model *m, int32_t id, size_t *len);
 size_t tk_model_vocab_size(const tk_model *m);
+/* Entries of the vocab as the file lists them (tokenizers' get_vocab_size). */
+size_t tk_model_entries(const tk_model *m);
 
 /* Added vocabulary: parsed from "added_tokens", matched with a byte trie. */
-hr_status tk_added_parse(const cJSON *j, const tk_normalizer *nz, tk_added **out);
+hr_status tk_added_parse(const cJSON *j, const tk_normalizer *nz, const tk_model *model, tk_added **out);
 void tk_added_free(tk_added *a);
 /* Splits s[0..n) on the added tokens (normalized or not) into `out` (appended). */
 hr_status tk_added_split(const tk_added *a, bool normalized, const char *s, const tk_align *al, size_t n, bool first,

@@ -53,7 +53,7 @@ static hr_status build_pipeline(hr_tokenizer *t, const cJSON *j) {
     const cJSON *model = tk_json_get(j, "model");
     if (!model) return hr_error(HR_ERR_FORMAT, "tokenizer.json: missing field 'model'");
     HR_TRY(tk_model_parse(model, &t->model));
-    HR_TRY(tk_added_parse(tk_json_get(j, "added_tokens"), t->normalizer, &t->added));
+    HR_TRY(tk_added_parse(tk_json_get(j, "added_tokens"), t->normalizer, t->model, &t->added));
     HR_TRY(tk_post_parse(tk_json_get(j, "post_processor"), &t->post));
     HR_TRY(tk_decoder_parse(tk_json_get(j, "decoder"), &t->decoder));
     const cJSON *trunc = tk_json_get(j, "truncation"), *pad = tk_json_get(j, "padding");

@@ -8,7 +8,8 @@
 typedef struct {
     char *arena;
     uint32_t *off, *len; /* (n) */
-    size_t n;
+    size_t n;       /* ids 0..n-1 (holes read as unset) */
+    size_t entries; /* strings in the file's vocab: tokenizers' vocab size */
     tk_strmap map;
 } tk_vocab;
 

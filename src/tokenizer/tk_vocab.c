@@ -48,6 +48,7 @@ hr_status tk_vocab_from_object(const cJSON *obj, const char *what, tk_vocab *v) 
     if (max_id >= (int64_t)n * 4 + 1024)
         return hr_error(HR_ERR_FORMAT, "%s: vocab id %lld is far beyond the %zu entries", what, (long long)max_id, n);
     HR_TRY(vocab_alloc(v, (size_t)(max_id + 1), bytes));
+    v->entries = n;
     size_t pos = 0;
     cJSON_ArrayForEach(it, obj) HR_TRY(vocab_set(v, (size_t)it->valuedouble, it->string, &pos));
     return HR_OK;
@@ -65,6 +66,7 @@ hr_status tk_vocab_from_pairs(const cJSON *arr, const char *what, tk_vocab *v, d
         n++;
     }
     HR_TRY(vocab_alloc(v, n, bytes));
+    v->entries = n;
     *scores = malloc((n + 1) * sizeof **scores);
     if (!*scores) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
     size_t pos = 0, id = 0;
@@ -158,6 +160,8 @@ const char *tk_model_id_to_token(const tk_model *m, int32_t id, size_t *len) {
 }
 
 size_t tk_model_vocab_size(const tk_model *m) { return m->vocab.n; }
+
+size_t tk_model_entries(const tk_model *m) { return m->vocab.entries; }
 
 const char *hr_tokenizer_model_type(const hr_tokenizer *tok) {
     if (!tok) return NULL;

@@ -1,0 +1,127 @@
+"""tokenizer.json files written to be hostile: added tokens that claim huge,
+colliding, duplicate or out-of-order ids. Hugging Face tokenizers ignores
+the claimed ids and numbers added tokens itself; hubrt must give the same
+ids, decode every valid id the same way, and allocate nothing sized by a
+claimed number (the CLI's peak RSS is checked)."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+tokenizers = pytest.importorskip("tokenizers")
+from hubrt import HubrtError  # noqa: E402
+from hubrt.tokenizer import Tokenizer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = os.environ.get("HUBRT_CLI", str(Path(os.environ.get("HUBRT_LIBRARY", ROOT / "build" / "x")).parent / "hubrt"))
+
+
+def added(content, id_, special=True, **flags):
+    tok = {"id": id_, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+           "normalized": not special, "special": special}
+    tok.update(flags)
+    return tok
+
+
+def tokenizer_json(added_tokens, vocab=None, model="WordLevel"):
+    vocab = vocab or {"[UNK]": 0, "a": 1, "b": 2}
+    if model == "WordLevel":
+        m = {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
+    else:
+        m = {"type": "BPE", "dropout": None, "unk_token": "[UNK]", "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+             "vocab": vocab, "merges": []}
+    return json.dumps({"version": "1.0", "truncation": None, "padding": None, "added_tokens": added_tokens,
+                       "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None,
+                       "decoder": None, "model": m})
+
+
+HOSTILE = {
+    "huge_id": [added("<x>", 2147483646)],
+    "id_99999999_not_special": [added("<x>", 99999999, special=False)],
+    "u32_max": [added("<x>", 4294967295)],
+    "collides_with_vocab": [added("<x>", 1)],
+    "below_vocab_size": [added("<x>", 0)],
+    "content_in_vocab": [added("b", 7)],
+    "same_id_twice": [added("<x>", 5), added("<y>", 5)],
+    "out_of_order": [added("<x>", 5), added("<y>", 3)],
+    "gap": [added("<x>", 3), added("<y>", 10)],
+    "in_vocab_then_new": [added("b", 9), added("<x>", 3)],
+    "duplicate_content_flags": [added("<x>", 3), added("<x>", 4, special=False)],
+    "duplicate_content_flags_rev": [added("<x>", 3, special=False), added("<x>", 4)],
+    "duplicate_identical": [added("<x>", 3), added("<x>", 3), added("<y>", 4)],
+    "empty_content": [added("", 3), added("<x>", 4)],
+    "many": [added(f"<t{i}>", 2000000000 - 7 * i, special=i % 2 == 0) for i in range(50)],
+}
+VOCABS = {
+    "holey": {"[UNK]": 0, "a": 1, "b": 3},
+    "holey_far": {"[UNK]": 0, "a": 1, "b": 5},
+}
+TEXTS = ["a<x>a", "a<x>b<y>a", "aba", "b<x>", "<x><x><y>", "a <t0> b <t7><t49>", "[UNK]b<x>", "", "ccc<x>"]
+
+
+def check_same(raw):
+    ref = tokenizers.Tokenizer.from_str(raw)
+    ours = Tokenizer.from_str(raw)
+    for text in TEXTS:
+        want = ref.encode(text).ids
+        assert ours.encode(text, False) == want, f"ids differ for {text!r}"
+    n = max(ref.get_vocab_size(True), 1) + 60
+    for i in range(n):
+        tok = ref.id_to_token(i)
+        if tok is None:
+            continue
+        assert ours.id_to_token(i) == tok, f"id {i}"
+        for skip in (False, True):
+            assert ours.decode([i], skip) == ref.decode([i], skip_special_tokens=skip), f"decode of id {i}"
+    for c in ("<x>", "<y>", "b", "<t49>"):
+        assert (ours.token_to_id(c) if ref.token_to_id(c) is not None else None) == ref.token_to_id(c)
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+@pytest.mark.parametrize("model", ["WordLevel", "BPE"])
+def test_added_token_ids_as_tokenizers_assigns_them(case, model):
+    check_same(tokenizer_json(HOSTILE[case], model=model))
+
+
+@pytest.mark.parametrize("vocab", sorted(VOCABS))
+def test_added_tokens_beside_a_vocab_with_holes(vocab):
+    for toks in ([added("<x>", 7)], [added("b", 5), added("<x>", 6)], [added("<x>", 3), added("<y>", 3)]):
+        check_same(tokenizer_json(toks, vocab=VOCABS[vocab]))
+
+
+@pytest.mark.parametrize("bad", [-1, 4294967296, 1.5, "3"])
+def test_added_token_id_outside_u32_is_refused(bad):
+    raw = tokenizer_json([added("<x>", bad)])
+    with pytest.raises(Exception):
+        tokenizers.Tokenizer.from_str(raw)
+    with pytest.raises(HubrtError, match=r"added_tokens\[0\].*'id'"):
+        Tokenizer.from_str(raw)
+
+
+def run_cli_peak_kb(args, stdin):
+    """Runs the CLI; returns (exit code, stdout, stderr, its own peak RSS in kB from wait4)."""
+    p = subprocess.Popen([CLI] + args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    out, err = p.stdin.write(stdin), None
+    p.stdin.close()
+    out, err = p.stdout.read(), p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, out, err, usage.ru_maxrss
+
+
+@pytest.mark.parametrize("claimed", [2147483646, 99999999])
+def test_cli_huge_claimed_id_costs_nothing(tmp_path, claimed):
+    (tmp_path / "tokenizer.json").write_text(tokenizer_json([added("<x>", claimed)]))
+    rc, out, err, peak = run_cli_peak_kb(["tokenize", str(tmp_path)], '"a<x>a"\n')
+    assert rc == 0, err
+    assert json.loads(out) == [1, 3, 1]
+    assert peak < 100 * 1024, f"peak RSS {peak} kB"
+    rc, out, err, _ = run_cli_peak_kb(["detokenize", str(tmp_path)], "[1]\n[3]\n")
+    assert rc == 0, err
+    assert [json.loads(line) for line in out.splitlines()] == ["a", "<x>"]
+    rc, out, err, _ = run_cli_peak_kb(["detokenize", str(tmp_path)], f"[{claimed}]\n")
+    assert rc == 2 and "outside the vocabulary (size 4)" in err, err
