@@ -24,6 +24,8 @@ static hr_status model_init(hr_model *m, const char *dir, const hr_model_options
     HR_TRY(hr_device_get(opts && opts->device ? opts->device : "cpu", &m->dev));
     HR_TRY(hr_model_rope_init(m));
     HR_TRY(hr_checkpoint_open(dir, &m->ckpt));
+    hr_status s = hr_model_check_weights(m);
+    if (s != HR_OK) return hr_error_context(s, "%s", dir);
     return hr_model_load_weights(m);
 }
 

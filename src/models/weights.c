@@ -89,11 +89,15 @@ static hr_status load_spec(hr_model *m, int64_t il, const hr_weight_spec *w, hr_
 
 /* The head's name beside the decoder's: "lm_head.weight" for "model." and
  * "model.language_model.", "language_model.lm_head.weight" for Hub files. */
-static hr_status load_head(hr_model *m, const int64_t *shape) {
+static const char *head_name(const hr_model *m) {
     const char *name = "lm_head.weight";
     if (!strcmp(m->prefix, "language_model.model.") && !hr_checkpoint_has(m->ckpt, name))
         name = "language_model.lm_head.weight";
-    return hr_model_weight(m, name, 2, shape, &m->lm_head);
+    return name;
+}
+
+static hr_status load_head(hr_model *m, const int64_t *shape) {
+    return hr_model_weight(m, head_name(m), 2, shape, &m->lm_head);
 }
 
 static bool ck_drop_pages(void *ctx, const void *p, size_t n) { return hr_checkpoint_drop_pages(ctx, p, n); }
@@ -126,6 +130,91 @@ static hr_status prepare_on_device(hr_model *m) {
     hr_tensor_free(m->lm_head);
     m->lm_head = NULL;
     return hr_tensor_alias(m->embed, &m->lm_head);
+}
+
+/* ---- the config checked against the checkpoint, before any weight loads ---- */
+
+/* The config fields a dimension comes from, with their values. */
+static void dim_fields(const hr_model *m, hr_dim d, char *buf, size_t n) {
+    const hr_model_config *c = &m->cfg;
+    switch (d) {
+    case HR_DIM_HIDDEN: snprintf(buf, n, "hidden_size (%lld)", (long long)c->hidden_size); break;
+    case HR_DIM_Q:
+        snprintf(buf, n, "num_attention_heads x head_dim (%lld x %lld)", (long long)c->n_heads, (long long)c->head_dim);
+        break;
+    case HR_DIM_KV:
+        snprintf(buf, n, "num_key_value_heads x head_dim (%lld x %lld)", (long long)c->n_kv_heads,
+                 (long long)c->head_dim);
+        break;
+    case HR_DIM_HEAD: snprintf(buf, n, "head_dim (%lld)", (long long)c->head_dim); break;
+    case HR_DIM_INTER: snprintf(buf, n, "intermediate_size (%lld)", (long long)c->intermediate_size); break;
+    case HR_DIM_VOCAB: snprintf(buf, n, "vocab_size (%lld)", (long long)c->vocab_size); break;
+    default: snprintf(buf, n, "?"); break;
+    }
+}
+
+static const char *config_source(const hr_model *m) { return m->cfg.from_gguf ? "the GGUF metadata" : "config.json"; }
+
+/* A weight's presence and shape as the config states them, from the
+ * checkpoint's index alone: a refusal names the tensor and the config
+ * fields, and nothing sized by the config has been allocated. */
+static hr_status check_weight(const hr_model *m, const char *name, const hr_dim dims[2]) {
+    hr_tensor_info info;
+    hr_status s = hr_checkpoint_info(m->ckpt, name, &info);
+    if (s == HR_ERR_NOT_FOUND) return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s'", name);
+    HR_TRY(s);
+    int ndim = dims[1] ? 2 : 1;
+    int64_t want[2] = {hr_model_dim(m, dims[0]), hr_model_dim(m, dims[1])};
+    bool same = info.ndim == ndim;
+    for (int i = 0; same && i < ndim; i++) same = info.shape[i] == want[i];
+    if (same) return HR_OK;
+    char fields[256] = "", f[128], a[160], b[160];
+    for (int i = 0; i < ndim; i++) {
+        if (info.ndim == ndim && info.shape[i] == want[i]) continue;
+        dim_fields(m, dims[i], f, sizeof f);
+        size_t used = strlen(fields);
+        snprintf(fields + used, sizeof fields - used, "%s%s", used ? " and " : "", f);
+    }
+    return hr_error(HR_ERR_SHAPE, "%s: the checkpoint's tensor '%s' is %s, not the %s computed from %s",
+                    config_source(m), name, hr_shape_str(info.ndim, info.shape, a, sizeof a),
+                    hr_shape_str(ndim, want, b, sizeof b), fields);
+}
+
+/* How many layers the checkpoint holds, by the first always-present
+ * weight of the table, up to the config's count. */
+static int64_t layers_held(const hr_model *m) {
+    const hr_weight_spec *w = m->arch->layer_weights;
+    int64_t il = 0;
+    for (char name[256]; il < m->cfg.n_layers; il++) {
+        snprintf(name, sizeof name, "%slayers.%lld.%s", m->prefix, (long long)il, w->hf);
+        if (!hr_checkpoint_has(m->ckpt, name)) break;
+    }
+    return il;
+}
+
+hr_status hr_model_check_weights(hr_model *m) {
+    HR_TRY(find_prefix(m));
+    const hr_model_config *c = &m->cfg;
+    const hr_arch *a = m->arch;
+    char name[256];
+    snprintf(name, sizeof name, "%sembed_tokens.weight", m->prefix);
+    HR_TRY(check_weight(m, name, (hr_dim[2]){HR_DIM_VOCAB, HR_DIM_HIDDEN}));
+    snprintf(name, sizeof name, "%snorm.weight", m->prefix);
+    HR_TRY(check_weight(m, name, (hr_dim[2]){HR_DIM_HIDDEN, HR_DIM_NONE}));
+    if (!c->tie_word_embeddings) HR_TRY(check_weight(m, head_name(m), (hr_dim[2]){HR_DIM_VOCAB, HR_DIM_HIDDEN}));
+    int64_t held = layers_held(m);
+    if (held < c->n_layers)
+        return hr_error(HR_ERR_SHAPE, "%s: num_hidden_layers is %lld, but the checkpoint holds %lld layers (no tensor "
+                        "'%slayers.%lld.%s')", config_source(m), (long long)c->n_layers, (long long)held, m->prefix,
+                        (long long)held, a->layer_weights[0].hf);
+    for (int64_t il = 0; il < c->n_layers; il++)
+        for (int j = 0; j < a->n_layer_weights; j++) {
+            const hr_weight_spec *w = &a->layer_weights[j];
+            if (w->when && !w->when(m)) continue;
+            snprintf(name, sizeof name, "%slayers.%lld.%s", m->prefix, (long long)il, w->hf);
+            HR_TRY(check_weight(m, name, w->shape));
+        }
+    return HR_OK;
 }
 
 hr_status hr_model_load_weights(hr_model *m) {

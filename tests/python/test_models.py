@@ -190,8 +190,9 @@ def test_missing_tensor_is_named(tmp_path, tensor):
 def test_wrong_shape_is_named(tmp_path):
     path = copy_fixture(tmp_path)
     edit_config(path, intermediate_size=100)
-    with pytest.raises(hubrt.HubrtError, match=r"'model.layers.0.mlp.gate_proj.weight' has shape \[128, 64\], "
-                                               r"the config expects \[100, 64\]"):
+    with pytest.raises(hubrt.HubrtError, match=r"config.json: the checkpoint's tensor "
+                                               r"'model.layers.0.mlp.gate_proj.weight' is \[128, 64\], not the "
+                                               r"\[100, 64\] computed from intermediate_size \(100\)"):
         hubrt.AutoModelForCausalLM.from_pretrained(path)
 
 
