@@ -36,7 +36,6 @@ CASES = [
 ]
 
 
-
 def wait4_peak_kb(args):
     p = subprocess.Popen([CLI] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = p.stdout.read(), p.stderr.read()
