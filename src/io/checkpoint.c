@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
+#include "core/path.h"
 #include "hubrt/ops.h"
 #include "io/gguf.h"
 #include "io/st_internal.h"
@@ -119,7 +120,8 @@ static hr_status ck_open_shards(hr_checkpoint *ck, const char *index, const char
     for (size_t i = 0; i < n && s == HR_OK; i++) {
         if (i && !strcmp(files[i], files[i - 1])) continue;
         char *p = path_join(dir, files[i]);
-        s = p ? ck_add_shard(ck, p) : hr_error(HR_ERR_OOM, "%s: out of memory", index);
+        s = p ? hr_path_check_inside(dir, p) : hr_error(HR_ERR_OOM, "%s: out of memory", index);
+        if (s == HR_OK) s = ck_add_shard(ck, p);
         if (s != HR_OK && p)
             s = hr_error_context(s, "%s: shard '%s' of the weight_map", index, files[i]);
         free(p);
@@ -218,8 +220,10 @@ static hr_status ck_open_folder(hr_checkpoint *ck, const char *dir) {
     char *single = path_join(dir, CK_SINGLE), *index = path_join(dir, CK_INDEX);
     hr_status s;
     if (!single || !index) s = hr_error(HR_ERR_OOM, "out of memory");
-    else if (stat(single, &sb) == 0) s = ck_open_single(ck, single);
-    else if (stat(index, &sb) == 0) s = ck_open_index(ck, index);
+    else if (stat(single, &sb) == 0)
+        s = hr_path_check_inside(dir, single) == HR_OK ? ck_open_single(ck, single) : HR_ERR_FORMAT;
+    else if (stat(index, &sb) == 0)
+        s = hr_path_check_inside(dir, index) == HR_OK ? ck_open_index(ck, index) : HR_ERR_FORMAT;
     else
         s = hr_error(HR_ERR_NOT_FOUND, "%s: no %s or %s in this folder", dir, CK_SINGLE, CK_INDEX);
     free(single);

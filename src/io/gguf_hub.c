@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
+#include "core/path.h"
 #include "io/gguf.h"
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -48,6 +49,10 @@ hr_status hr_gguf_resolve(const char *path, char **out) {
         size_t len = strlen(path) + strlen(found) + 2;
         if (!found || !(*out = malloc(len))) s = hr_error(HR_ERR_OOM, "out of memory");
         else snprintf(*out, len, "%s/%s", path, found);
+        if (s == HR_OK && (s = hr_path_check_inside(path, *out)) != HR_OK) {
+            free(*out);
+            *out = NULL;
+        }
     }
     free(found);
     return s;

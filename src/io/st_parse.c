@@ -94,7 +94,8 @@ static hr_status st_shape(const char *label, st_entry *e, const cJSON *v) {
         uint64_t s;
         if (!st_uint(d, &s))
             return hr_error(HR_ERR_FORMAT,
-                            "%s: tensor '%s': shape[%d] must be a non-negative integer", label,
+                            "%s: tensor '%s': shape[%d] must be an integer in 0..2^53 (the JSON numbers "
+                            "hubrt reads exactly)", label,
                             e->name, i);
         e->shape[i] = (int64_t)s;
     }
@@ -107,7 +108,7 @@ static hr_status st_offsets(const char *label, st_entry *e, const cJSON *v, uint
         !st_uint(v->child->next, &e->end))
         return hr_error(HR_ERR_FORMAT,
                         "%s: tensor '%s': field 'data_offsets' must be [begin, end] with "
-                        "non-negative integers",
+                        "integers in 0..2^53",
                         label, e->name);
     if (e->begin > e->end)
         return hr_error(HR_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before begin",

@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
+#include "core/path.h"
 #include "models/model_impl.h"
 
 static hr_status read_factors(hr_json_obj rp, const char *key, int64_t n, double **out) {
@@ -188,8 +189,12 @@ static hr_status load_doc(const char *dir, hr_model_config *cfg, hr_json_doc **d
     char path[4096];
     struct stat st;
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    if (stat(path, &st) == 0) HR_TRY(hr_generation_config_load(path, &cfg->gen));
+    if (stat(path, &st) == 0) {
+        HR_TRY(hr_path_check_inside(dir, path));
+        HR_TRY(hr_generation_config_load(path, &cfg->gen));
+    }
     snprintf(path, sizeof path, "%s/config.json", dir);
+    HR_TRY(hr_path_check_inside(dir, path));
     return hr_json_doc_load(path, doc);
 }
 

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/path.h"
 #include "io/gguf.h"
 #include "tokenizer/tk_internal.h"
 
@@ -171,6 +172,7 @@ static hr_status load_side_file(hr_tokenizer *t, const char *dir, const char *na
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
         return hr_error(HR_ERR_INVALID_ARG, "tokenizer: path too long");
+    HR_TRY(hr_path_check_inside(dir, path));
     char *text;
     size_t len;
     hr_status st = read_file(path, &text, &len);
@@ -235,6 +237,7 @@ hr_status hr_tokenizer_load(const char *path, hr_tokenizer **out) {
             return st;
         }
     }
+    if (S_ISDIR(sb.st_mode)) HR_TRY(hr_path_check_inside(dir, file));
     char *text;
     size_t len;
     HR_TRY(read_file(file, &text, &len));

@@ -4,16 +4,15 @@ loader allocate gigabytes, and sizes that disagree with the checkpoint.
 field (and the tensor where the checkpoint disagrees), without allocating
 by the claimed number (peak RSS bounded)."""
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from hubrt_cli_util import run_with_peak
+
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
-CLI = os.environ.get("HUBRT_CLI", str(Path(os.environ.get("HUBRT_LIBRARY", ROOT / "build" / "x")).parent / "hubrt"))
 MODEL = "tiny-qwen3-tok"  # its tokenizer is a real one (Qwen3's): the RSS floor is about 100 MB
 
 CASES = [
@@ -36,13 +35,6 @@ CASES = [
 ]
 
 
-def wait4_peak_kb(args):
-    p = subprocess.Popen([CLI] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = p.stdout.read(), p.stderr.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    return os.waitstatus_to_exitcode(status), out, err, usage.ru_maxrss
-
-
 @pytest.mark.parametrize("field,value,words", CASES, ids=[f"{c[0]}={c[1]}" for c in CASES])
 def test_config_refused_naming_the_field(tmp_path, field, value, words):
     d = tmp_path / "m"
@@ -50,7 +42,7 @@ def test_config_refused_naming_the_field(tmp_path, field, value, words):
     cfg = json.loads((d / "config.json").read_text())
     cfg[field] = value
     (d / "config.json").write_text(json.dumps(cfg))
-    rc, out, err, peak = wait4_peak_kb(["run", str(d), "-p", "hi", "-n", "2"])
+    rc, out, err, peak = run_with_peak(["run", str(d), "-p", "hi", "-n", "2"])
     assert rc == 2, (rc, err)
     for w in words:
         assert w in err, err
@@ -59,5 +51,5 @@ def test_config_refused_naming_the_field(tmp_path, field, value, words):
 
 
 def test_untouched_fixture_runs(tmp_path):
-    rc, out, err, _ = wait4_peak_kb(["run", str(FIX / MODEL), "-p", "hi", "-n", "2", "--greedy"])
+    rc, out, err, _ = run_with_peak(["run", str(FIX / MODEL), "-p", "hi", "-n", "2", "--greedy"])
     assert rc == 0, err

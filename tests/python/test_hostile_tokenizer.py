@@ -4,18 +4,14 @@ the claimed ids and numbers added tokens itself; hubrt must give the same
 ids, decode every valid id the same way, and allocate nothing sized by a
 claimed number (the CLI's peak RSS is checked)."""
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
 tokenizers = pytest.importorskip("tokenizers")
 from hubrt import HubrtError  # noqa: E402
 from hubrt.tokenizer import Tokenizer  # noqa: E402
+from hubrt_cli_util import run_with_peak  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-CLI = os.environ.get("HUBRT_CLI", str(Path(os.environ.get("HUBRT_LIBRARY", ROOT / "build" / "x")).parent / "hubrt"))
 
 
 def added(content, id_, special=True, **flags):
@@ -101,27 +97,15 @@ def test_added_token_id_outside_u32_is_refused(bad):
         Tokenizer.from_str(raw)
 
 
-def run_cli_peak_kb(args, stdin):
-    """Runs the CLI; returns (exit code, stdout, stderr, its own peak RSS in kB from wait4)."""
-    p = subprocess.Popen([CLI] + args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    out, err = p.stdin.write(stdin), None
-    p.stdin.close()
-    out, err = p.stdout.read(), p.stderr.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return p.returncode, out, err, usage.ru_maxrss
-
-
 @pytest.mark.parametrize("claimed", [2147483646, 99999999])
 def test_cli_huge_claimed_id_costs_nothing(tmp_path, claimed):
     (tmp_path / "tokenizer.json").write_text(tokenizer_json([added("<x>", claimed)]))
-    rc, out, err, peak = run_cli_peak_kb(["tokenize", str(tmp_path)], '"a<x>a"\n')
+    rc, out, err, peak = run_with_peak(["tokenize", str(tmp_path)], '"a<x>a"\n')
     assert rc == 0, err
     assert json.loads(out) == [1, 3, 1]
     assert peak < 100 * 1024, f"peak RSS {peak} kB"
-    rc, out, err, _ = run_cli_peak_kb(["detokenize", str(tmp_path)], "[1]\n[3]\n")
+    rc, out, err, _ = run_with_peak(["detokenize", str(tmp_path)], "[1]\n[3]\n")
     assert rc == 0, err
     assert [json.loads(line) for line in out.splitlines()] == ["a", "<x>"]
-    rc, out, err, _ = run_cli_peak_kb(["detokenize", str(tmp_path)], f"[{claimed}]\n")
+    rc, out, err, _ = run_with_peak(["detokenize", str(tmp_path)], f"[{claimed}]\n")
     assert rc == 2 and "outside the vocabulary (size 4)" in err, err

@@ -224,7 +224,7 @@ MALFORMED = {
     "non_utf8_name": (image(b'{"bad\xff":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', b"\0"),
                       'tensor name #0 "bad\\xff" is not valid UTF-8'),
     "negative_shape": (image({"w": entry("U8", (-4,), (0, 4))}, bytes(4)),
-                       "tensor 'w': shape[0] must be a non-negative integer"),
+                       "tensor 'w': shape[0] must be an integer in 0..2^53"),
     "rank_9": (image({"w": entry("U8", (1,) * 9, (0, 1))}, bytes(1)),
                "tensor 'w': rank 9 exceeds hubrt's maximum 8"),
     "metadata_not_strings": (image({"__metadata__": {"n": 3}}), "value of 'n' must be a string"),

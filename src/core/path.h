@@ -1,0 +1,14 @@
+/* Whether a file named inside a model folder resolves inside it. */
+#ifndef HR_CORE_PATH_H
+#define HR_CORE_PATH_H
+
+#include "hubrt/base.h"
+
+/* HR_OK when `path` (a file of model folder `dir`) resolves, links
+ * followed, to a file inside `dir`, or inside the cache's blobs/ folder when
+ * `dir` is a Hugging Face cache snapshot (<repo>/snapshots/<revision>);
+ * also HR_OK when either does not exist (the opener reports that).
+ * HR_ERR_FORMAT naming both otherwise. */
+hr_status hr_path_check_inside(const char *dir, const char *path);
+
+#endif
