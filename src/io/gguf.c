@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include "core/error.h"
+#include "core/mem_budget.h"
 #include "io/gguf.h"
 #include "io/st_internal.h"
 
@@ -91,6 +92,7 @@ static hr_status parse_value(cursor *c, gguf_kv *kv) {
     if (kv->n > (c->g->size - c->pos) / 8)
         return hr_error(HR_ERR_FORMAT, "%s: key '%s': %llu strings run past the end of the file", c->g->label,
                         kv->key, (unsigned long long)kv->n);
+    HR_TRY(hr_mem_check(sizeof *kv->strs * (size_t)kv->n, c->g->label));
     kv->strs = malloc(sizeof *kv->strs * (size_t)(kv->n ? kv->n : 1));
     if (!kv->strs) return hr_error(HR_ERR_OOM, "%s: key '%s': out of memory", c->g->label, kv->key);
     for (uint64_t i = 0; i < kv->n; i++) HR_TRY(rd_str(c, &kv->strs[i], kv->key));
@@ -212,6 +214,7 @@ static hr_status parse_all(hr_gguf *g) {
     if (n_kv > left / 12 || n_tensors > left / 24)
         return hr_error(HR_ERR_FORMAT, "%s: %llu tensors and %llu metadata keys cannot fit in %zu bytes", g->label,
                         (unsigned long long)n_tensors, (unsigned long long)n_kv, g->size);
+    HR_TRY(hr_mem_check((size_t)n_kv * sizeof *g->kv + (size_t)n_tensors * sizeof *g->tensors, g->label));
     g->kv = calloc(n_kv ? n_kv : 1, sizeof *g->kv);
     g->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *g->tensors);
     if (!g->kv || !g->tensors) return hr_error(HR_ERR_OOM, "%s: out of memory", g->label);

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
+#include "core/mem_budget.h"
 #include "io/st_internal.h"
 
 /* Largest integer a JSON number (a double in cJSON) carries exactly. */
@@ -237,6 +238,7 @@ static hr_status st_parse_json(const char *label, const cJSON *root, st_header *
     if (!cJSON_IsObject(root))
         return hr_error(HR_ERR_FORMAT, "%s: header must be a JSON object", label);
     size_t n = (size_t)cJSON_GetArraySize(root);
+    HR_TRY(hr_mem_check((size_t)n * sizeof *h->entries, label));
     h->entries = calloc(n ? n : 1, sizeof *h->entries);
     if (!h->entries) return hr_error(HR_ERR_OOM, "%s: out of memory for %zu entries", label, n);
     size_t index = 0;

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/mem_budget.h"
 #include "tokenizer/tk_model.h"
 
 void tk_vocab_free(tk_vocab *v) {
@@ -13,6 +14,7 @@ void tk_vocab_free(tk_vocab *v) {
 }
 
 static hr_status vocab_alloc(tk_vocab *v, size_t n, size_t bytes) {
+    HR_TRY(hr_mem_check(bytes + n * (2 * sizeof *v->off + 16), "tokenizer: the vocabulary"));
     v->arena = malloc(bytes + 1);
     v->off = malloc((n + 1) * sizeof *v->off);
     v->len = malloc((n + 1) * sizeof *v->len);

@@ -9,6 +9,7 @@
 #include "backends/cpu/plan_passes.h"
 #include "backends/cpu/weights_anon.h"
 #include "core/anon_map.h"
+#include "core/mem_budget.h"
 #include "core/error.h"
 #include "device/device_impl.h"
 #include "ops/op_impl.h"
@@ -37,12 +38,17 @@ static void cpu_buffer_free(hr_buffer *buf) {
         munmap(buf->data, round_up(buf->nbytes, HUGE_ALIGN));
     else
         free(buf->data);
+    hr_mem_release(buf->nbytes);
     free(buf);
 }
 
 static hr_status cpu_buffer_alloc(hr_device *dev, size_t nbytes, hr_buffer **out) {
+    HR_TRY(hr_mem_reserve(nbytes, "cpu: a buffer"));
     hr_buffer *buf = calloc(1, sizeof *buf);
-    if (!buf) return hr_error(HR_ERR_OOM, "cpu: out of memory allocating a buffer header");
+    if (!buf) {
+        hr_mem_release(nbytes);
+        return hr_error(HR_ERR_OOM, "cpu: out of memory allocating a buffer header");
+    }
     /* Large buffers are their own anonymous mappings, on huge page
      * boundaries (weights cast at load collapse into huge pages there):
      * new mappings read as zeros, so a zero-filled one (a KV cache) needs
@@ -53,6 +59,7 @@ static hr_status cpu_buffer_alloc(hr_device *dev, size_t nbytes, hr_buffer **out
                     : aligned_alloc(64, nbytes ? round_up(nbytes, 64) : 64);
     if (!p) {
         free(buf);
+        hr_mem_release(nbytes);
         return hr_error(HR_ERR_OOM, "cpu: out of memory allocating %zu bytes", nbytes);
     }
     /* No MADV_HUGEPAGE: these are mostly activations and KV caches, new

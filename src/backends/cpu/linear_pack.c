@@ -12,6 +12,7 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/linear_pack.h"
 #include "core/anon_map.h"
+#include "core/mem_budget.h"
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/threadpool.h"
@@ -102,6 +103,7 @@ typedef struct own_map {
 static void own_release(void *ctx) {
     own_map *m = ctx;
     munmap(m->addr, m->len);
+    hr_mem_release(m->len);
     free(m);
 }
 
@@ -113,10 +115,12 @@ hr_status hr_linear_pack(hr_tensor *weight, bool *packed) {
     /* whole huge pages when there is one to fill: the panels stream on every call */
     bool huge = bytes >= HR_HUGE_PAGE;
     size_t align = huge ? HR_HUGE_PAGE : 4096, len = (bytes + align - 1) / align * align;
+    HR_TRY(hr_mem_reserve(len, "hr_linear_pack"));
     own_map *m = malloc(sizeof *m);
     void *addr = !m ? NULL : huge ? hr_anon_map_huge(len) : hr_anon_map_aligned(len, align);
     if (!addr) {
         free(m);
+        hr_mem_release(len);
         return hr_error(HR_ERR_OOM, "hr_linear_pack: cannot map %zu bytes for weight '%s'", len,
                         hr_tensor_name(weight));
     }

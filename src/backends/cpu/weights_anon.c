@@ -21,6 +21,7 @@
 #include "backends/cpu/linear_pack.h"
 #include "backends/cpu/weights_anon.h"
 #include "core/anon_map.h"
+#include "core/mem_budget.h"
 #include "core/error.h"
 
 #define ANON_ALIGN ((size_t)64)
@@ -41,25 +42,29 @@ static void anon_release(void *ctx) {
     anon_map *a = ctx;
     if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) != 1) return;
     munmap(a->addr, a->len);
+    hr_mem_release(a->len);
     free(a);
 }
 
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 /* A mapping of `bytes` rounded up to whole huge pages, its one reference
- * the caller's; NULL when out of memory. */
-static anon_map *anon_map_new(size_t bytes) {
-    anon_map *a = malloc(sizeof *a);
+ * the caller's, counted against the allocation ceiling. */
+static hr_status anon_map_new(size_t bytes, const char *what, anon_map **out) {
     size_t len = align_up(bytes, HR_HUGE_PAGE);
+    HR_TRY(hr_mem_reserve(len, what));
+    anon_map *a = malloc(sizeof *a);
     void *addr = a ? hr_anon_map_huge(len) : NULL;
     if (!addr) {
         free(a);
-        return NULL;
+        hr_mem_release(len);
+        return hr_error(HR_ERR_OOM, "%s: cannot map %zu bytes of anonymous memory", what, len);
     }
     atomic_init(&a->refs, 1);
     a->addr = addr;
     a->len = len;
-    return a;
+    *out = a;
+    return HR_OK;
 }
 
 /* A weight handle and the bytes of its packed copy when it is packed for
@@ -181,10 +186,11 @@ static hr_status pack_owned(const hr_weight_ref *w, size_t n_w, const hr_weight_
         free(slots);
         return HR_OK;
     }
-    anon_map *a = anon_map_new(bytes);
-    if (!a) {
+    anon_map *a = NULL;
+    hr_status ms = anon_map_new(bytes, "weights: packed copy", &a);
+    if (ms != HR_OK) {
         free(slots);
-        return hr_error(HR_ERR_OOM, "weights: cannot map %zu bytes of anonymous memory for packed weights", bytes);
+        return ms;
     }
     hr_status s = HR_OK;
     char *dst = a->addr;
@@ -241,12 +247,14 @@ static hr_status file_weights_to_anon(const hr_weight_ref *w, size_t n_w, const 
     weight_slot *slots = malloc(n * sizeof *slots);
     const char **src = malloc(n * sizeof *src);
     size_t *src_n = malloc(n * sizeof *src_n);
-    anon_map *a = slots && src && src_n ? anon_map_new(bytes) : NULL;
-    if (!a) {
+    anon_map *a = NULL;
+    hr_status ms = slots && src && src_n ? anon_map_new(bytes, "weights: anonymous copy", &a)
+                                         : hr_error(HR_ERR_OOM, "weights: out of memory");
+    if (ms != HR_OK) {
         free(slots);
         free(src);
         free(src_n);
-        return hr_error(HR_ERR_OOM, "weights: cannot map %zu bytes of anonymous memory", bytes);
+        return ms;
     }
     weight_slots(w, n_w, files, true, pack, slots, &bytes);
     hr_status s = HR_OK;
