@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 30
 ASAN_PRELOAD := $(shell gcc -print-file-name=libasan.so):$(shell gcc -print-file-name=libubsan.so)
 
 .PHONY: all deps build build-asan build-fuzz venv test-deps test test-c test-c-asan test-python \
-        test-python-asan test-fuzz demo bench devkit clean
+        test-python-asan test-fuzz fuzz-long demo bench devkit clean
 
 all: build
 
@@ -65,6 +65,11 @@ test-python-asan: build-asan test-deps
 
 test-fuzz: build-fuzz
 	@bash scripts/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS)
+
+# The release check, not in CI: each target for 10^7 executions or an
+# hour, whichever comes first.
+fuzz-long: build-fuzz
+	@bash scripts/run_fuzzers.sh build-fuzz 3600 10000000
 
 # The test dependencies (torch, the PJRT plugin wheel, ...) go in first, so
 # the build finds the PJRT header in .venv and the PJRT backends are tested.

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "hubrt/io.h"
+#include "fuzz_limits.h"
 
 /* Keeps the reads of returned strings from being optimised away. */
 static volatile size_t sink;

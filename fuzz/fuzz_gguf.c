@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "io/gguf.h"
+#include "fuzz_limits.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     hr_gguf *g = NULL;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/st_internal.h"
+#include "fuzz_limits.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     st_header h;

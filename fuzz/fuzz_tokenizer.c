@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "hubrt/tokenizer.h"
+#include "fuzz_limits.h"
 
 static const char PIPELINE[] =
     "{\"added_tokens\": ["
