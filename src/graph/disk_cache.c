@@ -221,8 +221,11 @@ hr_status hr_plan_deserialize(const unsigned char *data, size_t len, uint64_t ke
     hr_tensor *outs_meta = NULL, **out_ptrs = NULL;
     hr_buffer *out_bufs = NULL;
     hr_status s = HR_OK;
+    /* Counts are bounded by the bytes that must follow them (a value takes
+     * at least 7 numbers, a tensor 20, a node 4 and a name's length): a
+     * small entry cannot make this allocate by the counts it states. */
     int64_t fin = get_i64(&r), fout = get_i64(&r), nv = get_i64(&r);
-    if (r.bad || fin != n_in || fout != n_out || nv < 0 || nv > 1 << 24) {
+    if (r.bad || fin != n_in || fout != n_out || nv < 0 || nv > (int64_t)(payload / (7 * 8))) {
         s = bad("header counts do not match the call");
         goto done;
     }
@@ -275,7 +278,7 @@ hr_status hr_plan_deserialize(const unsigned char *data, size_t len, uint64_t ke
     }
     if (s != HR_OK) goto done;
     int64_t nt = get_i64(&r);
-    if (r.bad || nt < 0 || nt > 1 << 26) {
+    if (r.bad || nt < 0 || nt > (int64_t)(payload / (20 * 8))) {
         s = bad("malformed tensor count");
         goto done;
     }
@@ -294,7 +297,7 @@ hr_status hr_plan_deserialize(const unsigned char *data, size_t len, uint64_t ke
             goto done;
         }
     int64_t nn = get_i64(&r);
-    if (r.bad || nn < 0 || nn > 1 << 24) {
+    if (r.bad || nn < 0 || nn > (int64_t)(payload / (5 * 8))) {
         s = bad("malformed node count");
         goto done;
     }

@@ -157,6 +157,38 @@ def test_corrupt_disk_entries_are_rebuilt(tmp_path):
     assert "checksum mismatch" in again.stderr
 
 
+def fnv1a(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+@pytest.mark.parametrize("count_at", [16, "tensors"])
+def test_hostile_disk_entry_counts_are_bounded_by_its_bytes(tmp_path, count_at):
+    """An entry with a valid header and checksum whose counts claim 2^24
+    values (or 2^26 tensors) in a few bytes: rejected before any table is
+    allocated by the claim, and rebuilt."""
+    env = dict(os.environ, HUBRT_CACHE_DIR=str(tmp_path / "disk"))
+    args = ["bench", str(FIX / "tiny-llama"), "--prompt-len", "8", "--gen", "4", "--compile"]
+    assert run_cli(*args, env=env).returncode == 0
+    for path in (tmp_path / "disk").glob("*.hrplan"):
+        data = path.read_bytes()
+        head, payload = bytearray(data[:40]), data[40:]
+        if count_at == 16:  # n_in, n_out kept; the value count
+            payload = payload[:16] + ((1 << 24) - 1).to_bytes(8, "little") + bytes(64)
+        else:  # no values, then the tensor count
+            payload = payload[:16] + bytes(8) + ((1 << 26) - 1).to_bytes(8, "little") + bytes(64)
+        head[24:32] = len(payload).to_bytes(8, "little")
+        head[32:40] = fnv1a(payload).to_bytes(8, "little")
+        path.write_bytes(bytes(head) + payload)
+    again = run_cli(*args, env=env)
+    assert again.returncode == 0, again.stderr
+    res = json.loads(again.stdout.strip().splitlines()[-1])
+    assert res["compiles"] > 0 and res["disk_hits"] == 0
+    assert ("header counts" if count_at == 16 else "malformed tensor count") in again.stderr, again.stderr
+
+
 def test_static_cache_argument_is_checked():
     m = hubrt.AutoModelForCausalLM.from_pretrained(FIX / "tiny-llama", dtype="float32")
     with pytest.raises(ValueError, match="cache_implementation"):
