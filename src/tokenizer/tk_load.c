@@ -8,9 +8,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/mem_budget.h"
 #include "core/path.h"
 #include "io/gguf.h"
 #include "tokenizer/tk_internal.h"
+
+/* The largest tokenizer files on the Hub are tens of MB (Gemma 3's
+ * tokenizer.json: 33 MB); parsed, a JSON file takes about ten times its
+ * size, so a larger one is refused rather than parsed. */
+#define TK_FILE_MAX ((long)512 << 20)
 
 static hr_status read_file(const char *path, char **out, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -20,8 +26,13 @@ static hr_status read_file(const char *path, char **out, size_t *len) {
     long n = -1;
     if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
     if (n < 0 || fseek(f, 0, SEEK_SET) != 0) st = hr_error(HR_ERR_IO, "%s: cannot seek", path);
-    else if (!(buf = malloc((size_t)n + 1))) st = hr_error(HR_ERR_OOM, "%s: out of memory for %ld bytes", path, n);
-    else if (fread(buf, 1, (size_t)n, f) != (size_t)n) st = hr_error(HR_ERR_IO, "%s: short read", path);
+    else if (n > TK_FILE_MAX)
+        st = hr_error(HR_ERR_FORMAT, "%s: %ld bytes, more than the %ld a tokenizer file may hold", path, n, TK_FILE_MAX);
+    else st = hr_mem_check((size_t)n * 10, path); /* the file and its parse */
+    if (st == HR_OK && !(buf = malloc((size_t)n + 1)))
+        st = hr_error(HR_ERR_OOM, "%s: out of memory for %ld bytes", path, n);
+    else if (st == HR_OK && fread(buf, 1, (size_t)n, f) != (size_t)n)
+        st = hr_error(HR_ERR_IO, "%s: short read", path);
     fclose(f);
     if (st != HR_OK) {
         free(buf);

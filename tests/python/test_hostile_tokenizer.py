@@ -109,3 +109,12 @@ def test_cli_huge_claimed_id_costs_nothing(tmp_path, claimed):
     assert [json.loads(line) for line in out.splitlines()] == ["a", "<x>"]
     rc, out, err, _ = run_with_peak(["detokenize", str(tmp_path)], f"[{claimed}]\n")
     assert rc == 2 and "outside the vocabulary (size 4)" in err, err
+
+
+def test_oversized_tokenizer_file_is_refused_unread(tmp_path):
+    """A 600 MB tokenizer.json (sparse: no disk used) is refused by its size, not parsed."""
+    with open(tmp_path / "tokenizer.json", "wb") as f:
+        f.truncate(600 << 20)
+    rc, out, err, peak = run_with_peak(["tokenize", str(tmp_path)], '"a"\n')
+    assert rc == 2 and "more than the 536870912 a tokenizer file may hold" in err, err
+    assert peak < 64 * 1024
