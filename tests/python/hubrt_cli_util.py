@@ -1,29 +1,36 @@
 """The hubrt CLI beside the library under test, and a run of it that also
-reports its own peak RSS (wait4's rusage, which counts that child alone,
-where RUSAGE_CHILDREN keeps the largest child so far)."""
+reports its own peak RSS.
+
+The peak comes from wait4's rusage in a small middle process (python -S):
+Python's subprocess starts children with vfork, and Linux folds the
+hiwater RSS of the memory a child execs from (here the test process's own,
+tens of MB) into the child's ru_maxrss; from the middle process that floor
+is its own ~10 MB."""
 import os
 import subprocess
-import threading
+import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = os.environ.get("HUBRT_CLI", str(Path(os.environ.get("HUBRT_LIBRARY", ROOT / "build" / "x")).parent / "hubrt"))
 
+_MIDDLE = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status) & 0xFF)
+"""
+
 
 def run_with_peak(args, stdin=""):
     """(exit code, stdout, stderr, peak RSS in kB) of `hubrt ARGS` fed `stdin`."""
-    p = subprocess.Popen([CLI] + list(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    err = []
-    t = threading.Thread(target=lambda: err.append(p.stderr.read()))
-    t.start()
-    try:
-        p.stdin.write(stdin)
-        p.stdin.close()
-    except BrokenPipeError:
-        pass
-    out = p.stdout.read()
-    t.join()
-    _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
-    return p.returncode, out, err[0], usage.ru_maxrss
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+        p = subprocess.run([sys.executable, "-S", "-c", _MIDDLE, rss.name, CLI] + [str(a) for a in args],
+                           input=stdin, capture_output=True, text=True, timeout=300)
+        peak = int(rss.read() or 0)
+    return p.returncode, p.stdout, p.stderr, peak
