@@ -244,12 +244,8 @@ static hr_status parse_config(const char *dir, hr_json_doc *doc, hr_model_config
     return text.node == root.node ? HR_OK : merge_eos(text, cfg);
 }
 
-hr_status hr_model_config_load(const char *dir, hr_model_config *cfg, const hr_arch **arch, void **arch_cfg) {
-    memset(cfg, 0, sizeof *cfg);
-    *arch = NULL;
-    *arch_cfg = NULL;
-    hr_json_doc *doc = NULL;
-    HR_TRY(load_doc(dir, cfg, &doc));
+static hr_status config_from_doc(const char *dir, hr_json_doc *doc, hr_model_config *cfg, const hr_arch **arch,
+                                 void **arch_cfg) {
     hr_status s = parse_config(dir, doc, cfg, arch, arch_cfg);
     hr_json_doc_free(doc);
     if (s != HR_OK) {
@@ -258,6 +254,26 @@ hr_status hr_model_config_load(const char *dir, hr_model_config *cfg, const hr_a
         *arch_cfg = NULL;
     }
     return s;
+}
+
+hr_status hr_model_config_load(const char *dir, hr_model_config *cfg, const hr_arch **arch, void **arch_cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    *arch = NULL;
+    *arch_cfg = NULL;
+    hr_json_doc *doc = NULL;
+    HR_TRY(load_doc(dir, cfg, &doc));
+    return config_from_doc(dir, doc, cfg, arch, arch_cfg);
+}
+
+hr_status hr_model_config_parse(const char *label, const char *text, size_t len, hr_model_config *cfg,
+                                const hr_arch **arch, void **arch_cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    *arch = NULL;
+    *arch_cfg = NULL;
+    hr_generation_config_defaults(&cfg->gen);
+    hr_json_doc *doc = NULL;
+    HR_TRY(hr_json_doc_parse(label, text, len, &doc));
+    return config_from_doc(label, doc, cfg, arch, arch_cfg);
 }
 
 void hr_model_config_free(hr_model_config *cfg) {

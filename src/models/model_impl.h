@@ -150,6 +150,10 @@ static inline hr_layer_kind hr_model_layer_kind(const hr_model *m, int64_t il) {
  * generation_config.json from dir: the common fields, then the
  * architecture's (configure). The arch is found by name. */
 hr_status hr_model_config_load(const char *dir, hr_model_config *cfg, const hr_arch **arch, void **arch_cfg);
+/* The same from config.json's text alone (`label` names it in errors):
+ * what the config fuzz target drives. */
+hr_status hr_model_config_parse(const char *label, const char *text, size_t len, hr_model_config *cfg,
+                                const hr_arch **arch, void **arch_cfg);
 void hr_model_config_free(hr_model_config *cfg);
 /* A rope config from a rope_parameters-style object `rp` (rope_type or
  * type, rope_theta, factor, ...; may be absent), rope_theta from `root`
