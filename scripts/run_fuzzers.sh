@@ -3,8 +3,8 @@
 # dictionary, under memory and time limits: each target sets hubrt's own
 # allocation ceiling (fuzz/fuzz_limits.h: 256 MiB, aborting, anonymous maps
 # counted); libFuzzer adds -malloc_limit_mb (one malloc), -rss_limit_mb
-# (the process: ASan and the corpus take ~500 MB of it) and -timeout (one input). A target stops after SECONDS or
-# RUNS executions, whichever comes first.
+# (the process: ASan and the corpus take ~500 MB of it) and -timeout (one
+# input). A target stops after SECONDS or RUNS executions, whichever first.
 #   scripts/run_fuzzers.sh BUILD SECONDS [RUNS]
 set -euo pipefail
 build=${1:-build-fuzz}
