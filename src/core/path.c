@@ -3,7 +3,9 @@
  * files, /dev/zero) is refused before it is opened. The one layout where
  * links leave the folder by design is the Hugging Face cache's: a snapshot
  * (<repo>/snapshots/<revision>/) links its files into <repo>/blobs/, and
- * that folder is allowed too. */
+ * that folder is allowed too. A user who links files in on purpose (one
+ * tokenizer shared by several folders, weights on another disk) sets
+ * HUBRT_ALLOW_OUTSIDE_LINKS=1. */
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -40,8 +42,11 @@ hr_status hr_path_check_inside(const char *dir, const char *path) {
         return hr_error(HR_ERR_IO, "%s: cannot resolve: %s", path, strerror(errno));
     }
     if (under(real_path, real_dir)) return HR_OK;
+    const char *allow = getenv("HUBRT_ALLOW_OUTSIDE_LINKS");
+    if (allow && !strcmp(allow, "1")) return HR_OK;
     cache_blobs(real_dir, blobs, sizeof blobs);
     if (blobs[0] && under(real_path, blobs)) return HR_OK;
-    return hr_error(HR_ERR_FORMAT, "%s: resolves to '%s', outside the model folder '%s'%s", path, real_path, real_dir,
+    return hr_error(HR_ERR_FORMAT, "%s: resolves to '%s', outside the model folder '%s'%s (links made on purpose: "
+                    "HUBRT_ALLOW_OUTSIDE_LINKS=1)", path, real_path, real_dir,
                     blobs[0] ? " and its Hugging Face cache blobs" : "");
 }

@@ -8,7 +8,7 @@
  * followed, to a file inside `dir`, or inside the cache's blobs/ folder when
  * `dir` is a Hugging Face cache snapshot (<repo>/snapshots/<revision>);
  * also HR_OK when either does not exist (the opener reports that).
- * HR_ERR_FORMAT naming both otherwise. */
+ * HR_ERR_FORMAT naming both otherwise, unless HUBRT_ALLOW_OUTSIDE_LINKS=1. */
 hr_status hr_path_check_inside(const char *dir, const char *path);
 
 #endif

@@ -36,7 +36,7 @@ struct tk_added {
     size_t n;
     tk_strmap by_content;
     int32_t max_id;
-    int32_t *by_id; /* (max_id + 1) index into v of the id's last copy, or -1 */
+    tk_u64map by_id; /* id -> index into v of the id's last copy (a vocab id may be any int32) */
     trie raw, norm;
     tk_buf norm_text; /* normalized contents, keys of `norm` */
 };
@@ -100,7 +100,7 @@ void tk_added_free(tk_added *a) {
     if (!a) return;
     for (size_t i = 0; i < a->n; i++) free(a->v[i].content);
     free(a->v);
-    free(a->by_id);
+    tk_u64map_free(&a->by_id);
     tk_strmap_free(&a->by_content);
     trie_free(&a->raw);
     trie_free(&a->norm);
@@ -131,9 +131,7 @@ static hr_status parse_token(const cJSON *it, size_t i, added_token *t) {
 static hr_status build(tk_added *a, const tk_normalizer *nz) {
     HR_TRY(trie_init(&a->raw));
     HR_TRY(trie_init(&a->norm));
-    a->by_id = malloc(((size_t)a->max_id + 2) * sizeof *a->by_id);
-    if (!a->by_id) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
-    for (int32_t i = 0; i <= a->max_id; i++) a->by_id[i] = -1;
+    HR_TRY(tk_u64map_init(&a->by_id, a->n));
     tk_ws ws = {0};
     tk_buf tmp = {0};
     hr_status st = HR_OK;
@@ -152,8 +150,8 @@ static hr_status build(tk_added *a, const tk_normalizer *nz) {
         norm_len[i] = tmp.n;
         if (st == HR_OK) st = tk_buf_append(&a->norm_text, tmp.p, tmp.n);
     }
-    for (size_t i = 0; i < a->n; i++) {
-        a->by_id[a->v[i].id] = (int32_t)i;
+    for (size_t i = 0; st == HR_OK && i < a->n; i++) {
+        st = tk_u64map_put(&a->by_id, (uint64_t)a->v[i].id, i);
         if (a->v[i].special) a->v[a->v[i].first].any_special = true;
     }
     /* Matched as tokenizers matches them: the token each id ended with
@@ -161,7 +159,9 @@ static hr_status build(tk_added *a, const tk_normalizer *nz) {
      * with holes allows, only the last). */
     for (size_t i = 0; st == HR_OK && i < a->n; i++) {
         added_token *t = &a->v[i];
-        if (a->by_id[t->id] != (int32_t)i) continue;
+        uint64_t last = 0;
+        tk_u64map_get(&a->by_id, (uint64_t)t->id, &last);
+        if (last != i) continue;
         st = t->normalized ? trie_add(&a->norm, a->norm_text.p + norm_off[i], norm_len[i], (int32_t)i)
                            : trie_add(&a->raw, t->content, t->len, (int32_t)i);
     }
@@ -312,8 +312,9 @@ int32_t tk_added_token_to_id(const tk_added *a, const char *s, size_t n) {
 }
 
 const char *tk_added_id_to_token(const tk_added *a, int32_t id, size_t *len, bool *special) {
-    if (id < 0 || id > a->max_id || a->by_id[id] < 0) return NULL;
-    const added_token *t = &a->v[a->by_id[id]];
+    uint64_t k;
+    if (id < 0 || id > a->max_id || !tk_u64map_get(&a->by_id, (uint64_t)id, &k)) return NULL;
+    const added_token *t = &a->v[k];
     *len = t->len;
     if (special) *special = a->v[t->first].any_special;
     return t->content;

@@ -76,6 +76,18 @@ static hr_status parse_merges(const cJSON *arr, tk_model *m) {
     return st;
 }
 
+/* char_ids[cp] = id when id's string is the one code point cp and the
+ * vocab maps that string back to id. */
+static void set_char_id(tk_model *m, int32_t id) {
+    size_t len = 0;
+    const char *s = tk_vocab_token(&m->vocab, id, &len);
+    int32_t cp;
+    if (!s || len == 0 || len > 3 || tk_utf8_valid_prefix(s, len) != len || tk_utf8_decode(s, len, &cp) != len ||
+        cp >= TK_CHAR_IDS)
+        return;
+    if (tk_vocab_get(&m->vocab, s, len) == id) m->char_ids[cp] = id;
+}
+
 hr_status tk_bpe_parse(const cJSON *j, tk_model *m) {
     HR_TRY(tk_vocab_from_object(tk_json_get(j, "vocab"), "model 'BPE'", &m->vocab));
     HR_TRY(dup_opt(j, "continuing_subword_prefix", &m->prefix, &m->prefix_len));
@@ -99,15 +111,9 @@ hr_status tk_bpe_parse(const cJSON *j, tk_model *m) {
     }
     /* Filled from the vocabulary: one pass, no lookup per code point. */
     for (int32_t cp = 0; cp < TK_CHAR_IDS; cp++) m->char_ids[cp] = -1;
-    for (size_t id = 0; id < m->vocab.n; id++) {
-        uint32_t len = m->vocab.len[id];
-        const char *s = m->vocab.arena + m->vocab.off[id];
-        int32_t cp;
-        if (len == UINT32_MAX || len == 0 || len > 3 || tk_utf8_valid_prefix(s, len) != len ||
-            tk_utf8_decode(s, len, &cp) != len || cp >= TK_CHAR_IDS)
-            continue;
-        if (tk_vocab_get(&m->vocab, s, len) == (int32_t)id) m->char_ids[cp] = (int32_t)id;
-    }
+    for (size_t id = 0; id < m->vocab.n; id++) set_char_id(m, (int32_t)id);
+    for (size_t k = 0; k < m->vocab.far.cap; k++)
+        if (m->vocab.far.slots[k].key != UINT64_MAX) set_char_id(m, (int32_t)m->vocab.far.slots[k].key);
     return parse_merges(tk_json_get(j, "merges"), m);
 }
 

@@ -4,14 +4,21 @@
 
 #include "tokenizer/tk_internal.h"
 
-/* id <-> token string. Strings live in one arena; ids are dense [0, n). */
+/* id <-> token string. Strings live in one arena; ids are mostly dense
+ * [0, n). A file may claim any id for an entry (tokenizers takes any u32):
+ * ids far past the entry count sit in a map instead of sizing the arrays. */
 typedef struct {
     char *arena;
     uint32_t *off, *len; /* (n) */
-    size_t n;       /* ids 0..n-1 (holes read as unset) */
+    size_t n;       /* dense ids 0..n-1 (holes read as unset) */
     size_t entries; /* strings in the file's vocab: tokenizers' vocab size */
+    tk_u64map far;  /* id >= n -> off << 32 | len */
+    int64_t max_id;
     tk_strmap map;
 } tk_vocab;
+
+/* The string of any id (dense or far); NULL when unset. */
+const char *tk_vocab_token(const tk_vocab *v, int32_t id, size_t *len);
 
 /* Fills v from a JSON object {token: id}; `what` names it in errors. */
 hr_status tk_vocab_from_object(const cJSON *obj, const char *what, tk_vocab *v);

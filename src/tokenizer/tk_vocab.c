@@ -9,12 +9,13 @@ void tk_vocab_free(tk_vocab *v) {
     free(v->arena);
     free(v->off);
     free(v->len);
+    tk_u64map_free(&v->far);
     tk_strmap_free(&v->map);
     memset(v, 0, sizeof *v);
 }
 
-static hr_status vocab_alloc(tk_vocab *v, size_t n, size_t bytes) {
-    HR_TRY(hr_mem_check(bytes + n * (2 * sizeof *v->off + 16), "tokenizer: the vocabulary"));
+static hr_status vocab_alloc(tk_vocab *v, size_t n, size_t entries, size_t bytes) {
+    HR_TRY(hr_mem_check(bytes + n * 2 * sizeof *v->off + entries * 32, "tokenizer: the vocabulary"));
     v->arena = malloc(bytes + 1);
     v->off = malloc((n + 1) * sizeof *v->off);
     v->len = malloc((n + 1) * sizeof *v->len);
@@ -22,16 +23,37 @@ static hr_status vocab_alloc(tk_vocab *v, size_t n, size_t bytes) {
     v->n = n;
     /* Unset ids read as empty strings that the map never returns. */
     for (size_t i = 0; i < n; i++) v->len[i] = UINT32_MAX;
-    return tk_strmap_init(&v->map, n);
+    v->entries = entries;
+    v->max_id = (int64_t)n - 1;
+    HR_TRY(tk_u64map_init(&v->far, 4));
+    return tk_strmap_init(&v->map, entries);
 }
 
 static hr_status vocab_set(tk_vocab *v, size_t id, const char *s, size_t *pos) {
-    size_t len = strlen(s);
-    memcpy(v->arena + *pos, s, len);
-    v->off[id] = (uint32_t)*pos;
-    v->len[id] = (uint32_t)len;
+    size_t len = strlen(s), off = *pos;
+    memcpy(v->arena + off, s, len);
     *pos += len;
-    return tk_strmap_put(&v->map, v->arena + v->off[id], len, (int32_t)id);
+    if (id < v->n) {
+        v->off[id] = (uint32_t)off;
+        v->len[id] = (uint32_t)len;
+    } else {
+        HR_TRY(tk_u64map_put(&v->far, id, (uint64_t)off << 32 | len));
+        if ((int64_t)id > v->max_id) v->max_id = (int64_t)id;
+    }
+    return tk_strmap_put(&v->map, v->arena + off, len, (int32_t)id);
+}
+
+const char *tk_vocab_token(const tk_vocab *v, int32_t id, size_t *len) {
+    if (id < 0) return NULL;
+    if ((size_t)id < v->n) {
+        if (v->len[id] == UINT32_MAX) return NULL;
+        *len = v->len[id];
+        return v->arena + v->off[id];
+    }
+    uint64_t packed;
+    if (!tk_u64map_get(&v->far, (uint64_t)id, &packed)) return NULL;
+    *len = (uint32_t)packed;
+    return v->arena + (packed >> 32);
 }
 
 hr_status tk_vocab_from_object(const cJSON *obj, const char *what, tk_vocab *v) {
@@ -42,15 +64,16 @@ hr_status tk_vocab_from_object(const cJSON *obj, const char *what, tk_vocab *v) 
     cJSON_ArrayForEach(it, obj) {
         if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > INT32_MAX - 1 ||
             it->valuedouble != (double)(int64_t)it->valuedouble)
-            return hr_error(HR_ERR_FORMAT, "%s: vocab entry '%.80s' must have a non-negative integer id", what, it->string);
+            return hr_error(HR_ERR_FORMAT, "%s: vocab entry '%.80s' must have an integer id in 0..%d (hubrt's ids are "
+                            "int32)", what, it->string, INT32_MAX - 1);
         if ((int64_t)it->valuedouble > max_id) max_id = (int64_t)it->valuedouble;
         bytes += strlen(it->string);
         n++;
     }
-    if (max_id >= (int64_t)n * 4 + 1024)
-        return hr_error(HR_ERR_FORMAT, "%s: vocab id %lld is far beyond the %zu entries", what, (long long)max_id, n);
-    HR_TRY(vocab_alloc(v, (size_t)(max_id + 1), bytes));
-    v->entries = n;
+    if (bytes > UINT32_MAX) return hr_error(HR_ERR_FORMAT, "%s: the vocab's strings pass 4 GB", what);
+    /* dense up to a few times the entries; ids past that go to the map */
+    int64_t dense = max_id + 1 < (int64_t)n * 4 + 1024 ? max_id + 1 : (int64_t)n * 4 + 1024;
+    HR_TRY(vocab_alloc(v, (size_t)dense, n, bytes));
     size_t pos = 0;
     cJSON_ArrayForEach(it, obj) HR_TRY(vocab_set(v, (size_t)it->valuedouble, it->string, &pos));
     return HR_OK;
@@ -67,8 +90,7 @@ hr_status tk_vocab_from_pairs(const cJSON *arr, const char *what, tk_vocab *v, d
         bytes += strlen(tok->valuestring);
         n++;
     }
-    HR_TRY(vocab_alloc(v, n, bytes));
-    v->entries = n;
+    HR_TRY(vocab_alloc(v, n, n, bytes));
     *scores = malloc((n + 1) * sizeof **scores);
     if (!*scores) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
     size_t pos = 0, id = 0;
@@ -156,12 +178,10 @@ hr_status tk_model_tokenize(const tk_model *m, const char *s, size_t n, tk_ids *
 int32_t tk_model_token_to_id(const tk_model *m, const char *s, size_t n) { return tk_vocab_get(&m->vocab, s, n); }
 
 const char *tk_model_id_to_token(const tk_model *m, int32_t id, size_t *len) {
-    if (id < 0 || (size_t)id >= m->vocab.n || m->vocab.len[id] == UINT32_MAX) return NULL;
-    *len = m->vocab.len[id];
-    return m->vocab.arena + m->vocab.off[id];
+    return tk_vocab_token(&m->vocab, id, len);
 }
 
-size_t tk_model_vocab_size(const tk_model *m) { return m->vocab.n; }
+size_t tk_model_vocab_size(const tk_model *m) { return (size_t)(m->vocab.max_id + 1); }
 
 size_t tk_model_entries(const tk_model *m) { return m->vocab.entries; }
 

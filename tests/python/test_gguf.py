@@ -16,6 +16,7 @@ import torch
 import hubrt
 from hubrt._lib import check, fn
 from hubrt.tokenizer import Tokenizer
+from fs_util import link_or_copy  # noqa: E402
 
 
 def _find_gguf():
@@ -171,7 +172,7 @@ def test_auto_tokenizer_reads_the_file(hf_tokenizer, tmp_path, as_folder):
     same metadata."""
     path = GGUF
     if as_folder:
-        (tmp_path / GGUF.name).symlink_to(GGUF)
+        link_or_copy(GGUF, tmp_path / GGUF.name)
         path = tmp_path
     tok = hubrt.AutoTokenizer.from_pretrained(path)
     assert tok.chat_template == hf_tokenizer.chat_template and tok.chat_template.startswith("{% for message")
@@ -182,7 +183,7 @@ def test_auto_tokenizer_reads_the_file(hf_tokenizer, tmp_path, as_folder):
 
 
 def test_tokenizer_json_beside_the_gguf_wins(tmp_path):
-    (tmp_path / GGUF.name).symlink_to(GGUF)
+    link_or_copy(GGUF, tmp_path / GGUF.name)
     (tmp_path / "tokenizer.json").write_text(tokenizer_json(GGUF))
     (tmp_path / "tokenizer_config.json").write_text('{"chat_template": "mine"}')
     assert hubrt.AutoTokenizer.from_pretrained(tmp_path).chat_template == "mine"
@@ -197,7 +198,7 @@ def test_tokenizer_splits_digits_as_smollm2_does():
 
 
 def test_folder_with_one_gguf_loads(tmp_path):
-    (tmp_path / GGUF.name).symlink_to(GGUF)
+    link_or_copy(GGUF, tmp_path / GGUF.name)
     model = hubrt.AutoModelForCausalLM.from_pretrained(tmp_path, dtype="bfloat16")
     assert model.architecture == "LlamaForCausalLM" and model.vocab_size == 49152
 

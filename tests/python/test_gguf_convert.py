@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 sys.path.insert(0, str(ROOT / "scripts"))
 from llama_cpp_convert import convert  # noqa: E402
+from fs_util import link_or_copy  # noqa: E402
 
 # fixture -> what its GGUF must hold
 MODELS = {
@@ -86,7 +87,7 @@ def test_llama3_rope_scaling_changes_the_logits(ggufs, tmp_path):
     plain = tmp_path / "plain"
     plain.mkdir()
     for f in ("model.safetensors", "generation_config.json"):
-        (plain / f).symlink_to(FIX / "tiny-llama3-tok" / f)
+        link_or_copy(FIX / "tiny-llama3-tok" / f, plain / f)
     cfg = json.loads((FIX / "tiny-llama3-tok" / "config.json").read_text())
     cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg["rope_parameters"]["rope_theta"]}
     (plain / "config.json").write_text(json.dumps(cfg))
@@ -136,7 +137,7 @@ def test_rope_scaling_keys_give_the_source_logits(ggufs, tmp_path, kind):
     src.mkdir()
     for f in base.iterdir():
         if f.name != "config.json":
-            (src / f.name).symlink_to(f)
+            link_or_copy(f, src / f.name)
     cfg = json.loads((base / "config.json").read_text())
     cfg["rope_parameters"] = dict(ROPE_SCALING[kind], rope_theta=cfg["rope_parameters"]["rope_theta"])
     (src / "config.json").write_text(json.dumps(cfg))

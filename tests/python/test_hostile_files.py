@@ -149,6 +149,26 @@ def test_symlink_out_of_the_folder_is_refused(tmp_path, name):
     refused(["run", str(d), "-p", "hi", "-n", "1"], [name, "outside the model folder"], peak_mb=300)
 
 
+def test_links_made_on_purpose_load_when_allowed(tmp_path):
+    d = tmp_path / "m"
+    shutil.copytree(FIX / "tiny-qwen3-tok", d)
+    outside = tmp_path / "shared_tokenizer.json"
+    shutil.move(d / "tokenizer.json", outside)
+    (d / "tokenizer.json").symlink_to(outside)
+    args = ["run", str(d), "-p", "hi", "-n", "2", "--greedy"]
+    old = os.environ.get("HUBRT_ALLOW_OUTSIDE_LINKS")
+    os.environ["HUBRT_ALLOW_OUTSIDE_LINKS"] = "1"
+    try:
+        rc, out, err, _ = run_with_peak(args)
+    finally:
+        if old is None:
+            del os.environ["HUBRT_ALLOW_OUTSIDE_LINKS"]
+        else:
+            os.environ["HUBRT_ALLOW_OUTSIDE_LINKS"] = old
+    assert rc == 0, err
+    assert out == run_with_peak(["run", str(FIX / "tiny-qwen3-tok"), "-p", "hi", "-n", "2", "--greedy"])[1]
+
+
 def test_hugging_face_cache_snapshot_loads(tmp_path):
     """A snapshot as huggingface_hub lays it out: every file a relative link into ../../blobs."""
     repo = tmp_path / "hub" / "models--org--tiny"

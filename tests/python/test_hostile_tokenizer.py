@@ -54,18 +54,20 @@ HOSTILE = {
 VOCABS = {
     "holey": {"[UNK]": 0, "a": 1, "b": 3},
     "holey_far": {"[UNK]": 0, "a": 1, "b": 5},
+    "far_id": {"[UNK]": 0, "a": 1, "b": 2147483000},
+    "far_ids_many": {"[UNK]": 0, "a": 1900000000, "b": 2147483646, "c": 7},
 }
 TEXTS = ["a<x>a", "a<x>b<y>a", "aba", "b<x>", "<x><x><y>", "a <t0> b <t7><t49>", "[UNK]b<x>", "", "ccc<x>"]
 
 
-def check_same(raw):
+def check_same(raw, extra_ids=()):
     ref = tokenizers.Tokenizer.from_str(raw)
     ours = Tokenizer.from_str(raw)
     for text in TEXTS:
         want = ref.encode(text).ids
         assert ours.encode(text, False) == want, f"ids differ for {text!r}"
     n = max(ref.get_vocab_size(True), 1) + 60
-    for i in range(n):
+    for i in list(range(n)) + list(extra_ids):
         tok = ref.id_to_token(i)
         if tok is None:
             continue
@@ -82,10 +84,12 @@ def test_added_token_ids_as_tokenizers_assigns_them(case, model):
     check_same(tokenizer_json(HOSTILE[case], model=model))
 
 
+@pytest.mark.parametrize("model", ["WordLevel", "BPE"])
 @pytest.mark.parametrize("vocab", sorted(VOCABS))
-def test_added_tokens_beside_a_vocab_with_holes(vocab):
-    for toks in ([added("<x>", 7)], [added("b", 5), added("<x>", 6)], [added("<x>", 3), added("<y>", 3)]):
-        check_same(tokenizer_json(toks, vocab=VOCABS[vocab]))
+def test_added_tokens_beside_a_vocab_with_holes(vocab, model):
+    for toks in ([], [added("<x>", 7)], [added("b", 5), added("<x>", 6)], [added("<x>", 3), added("<y>", 3)]):
+        raw = tokenizer_json(toks, vocab=VOCABS[vocab], model=model)
+        check_same(raw, extra_ids=list(VOCABS[vocab].values()))
 
 
 @pytest.mark.parametrize("bad", [-1, 4294967296, 1.5, "3"])
@@ -95,6 +99,17 @@ def test_added_token_id_outside_u32_is_refused(bad):
         tokenizers.Tokenizer.from_str(raw)
     with pytest.raises(HubrtError, match=r"added_tokens\[0\].*'id'"):
         Tokenizer.from_str(raw)
+
+
+def test_cli_far_vocab_ids_cost_nothing(tmp_path):
+    """A vocab entry at id 2147483000 (tokenizers accepts any u32): the
+    tables are sized by the entries, not by the id."""
+    (tmp_path / "tokenizer.json").write_text(tokenizer_json([added("<x>", 9)], vocab=VOCABS["far_id"]))
+    rc, out, err, peak = run_with_peak(["tokenize", str(tmp_path)], '"a b <x>"\n')
+    assert rc == 0, err
+    assert json.loads(out) == tokenizers.Tokenizer.from_str(
+        tokenizer_json([added("<x>", 9)], vocab=VOCABS["far_id"])).encode("a b <x>").ids == [1, 2147483000, 3]
+    assert peak < 100 * 1024, f"peak RSS {peak} kB"
 
 
 @pytest.mark.parametrize("claimed", [2147483646, 99999999])
