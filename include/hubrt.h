@@ -8,6 +8,7 @@
 #include "hubrt/runtime.h"
 #include "hubrt/graph.h"
 #include "hubrt/io.h"
+#include "hubrt/hub.h"
 #include "hubrt/tokenizer.h"
 #include "hubrt/model.h"
 

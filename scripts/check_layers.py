@@ -16,7 +16,7 @@ import sys
 # Public headers: the layer whose code they declare.
 PUBLIC = {
     "hubrt.h": "tools", "hubrt/base.h": "core", "hubrt/tensor.h": "core", "hubrt/runtime.h": "core",
-    "hubrt/op_list.h": "core", "hubrt/ops.h": "core", "hubrt/graph.h": "graph", "hubrt/io.h": "io",
+    "hubrt/op_list.h": "core", "hubrt/ops.h": "core", "hubrt/graph.h": "graph", "hubrt/io.h": "io", "hubrt/hub.h": "io",
     "hubrt/tokenizer.h": "tokenizer", "hubrt/model.h": "models",
 }
 

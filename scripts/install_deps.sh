@@ -2,7 +2,7 @@
 # Installs the Debian packages hubrt builds against, only when missing.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
-      libcmocka-dev libdlpack-dev clang libclang-rt-14-dev python3-venv)
+      libcmocka-dev libdlpack-dev libcurl4-openssl-dev clang libclang-rt-14-dev python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

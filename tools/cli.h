@@ -12,6 +12,10 @@
 /* Prints "hubrt <cmd>: <hr_last_error()>" to stderr and returns the exit
  * code for `s` (2 for bad input, 1 otherwise). */
 int hr_cli_fail(const char *cmd, hr_status s);
+/* A model named by a path or a Hub repository id (org/name, at
+ * `revision` or main): its local folder, fetched into the Hugging Face
+ * cache when missing (a progress line on a terminal). *dir is malloc'd. */
+hr_status hr_cli_model_dir(const char *ref, const char *revision, char **dir);
 /* One stderr line with the compile-cache statistics (--stats). */
 void hr_cli_print_compile_stats(void);
 

@@ -116,8 +116,12 @@ int hr_cmd_bench(int argc, char **argv) {
         return HR_EXIT_USAGE;
     }
     hr_model *m = NULL;
+    char *local = NULL;
+    hr_status s = hr_cli_model_dir(dir, NULL, &local);
+    if (s != HR_OK) return hr_cli_fail("bench", s);
     double t0 = now_s();
-    hr_status s = hr_model_load(dir, &opts, &m);
+    s = hr_model_load(local, &opts, &m);
+    free(local);
     double load_s = now_s() - t0;
     hr_generate_stats warm = {0}, st = {0};
     /* A short warm-up run starts the thread pool and faults in the weights.

@@ -1,6 +1,7 @@
 /* hubrt inspect PATH: the tensors of a safetensors file or model folder,
  * one line each ("name dtype [shape]", sorted by name), then a summary. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -17,11 +18,14 @@ int hr_cmd_inspect(int argc, char **argv) {
     if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fprintf(argc == 2 ? stdout : stderr,
                 "usage: hubrt inspect PATH\n"
-                "PATH: a .safetensors file, a model.safetensors.index.json, or a model folder\n");
+                "PATH: a .safetensors file, a model.safetensors.index.json, a model folder or a Hub id\n");
         return argc == 2 ? HR_EXIT_OK : HR_EXIT_USAGE;
     }
     hr_checkpoint *ck;
-    hr_status s = hr_checkpoint_open(argv[1], &ck);
+    char *dir = NULL;
+    hr_status s = hr_cli_model_dir(argv[1], NULL, &dir);
+    if (s == HR_OK) s = hr_checkpoint_open(dir, &ck);
+    free(dir);
     if (s != HR_OK) return hr_cli_fail("inspect", s);
     size_t n = hr_checkpoint_count(ck);
     unsigned long long total = 0;

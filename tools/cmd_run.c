@@ -9,12 +9,14 @@
 #define MAX_STOPS 8
 
 static const char *usage_text =
-    "usage: hubrt run MODEL_DIR -p PROMPT [-n N] [--greedy | --temp T --top-p P --top-k K --min-p P --seed S]\n"
+    "usage: hubrt run MODEL -p PROMPT [-n N] [--greedy | --temp T --top-p P --top-k K --min-p P --seed S]\n"
     "                 [--repetition-penalty R] [--stop TEXT]... [--dtype D] [--device cpu] [--compile] [--stats]\n"
     "  Sampling defaults come from the model's generation_config.json; --temp/--top-p/--top-k/--min-p\n"
     "  turn sampling on, --greedy turns it off. -n defaults to 128 new tokens.\n"
     "  --compile runs the compiled forward (plans cached in memory and on disk); --stats prints the\n"
-    "  compile-cache statistics to stderr before the final line.\n";
+    "  compile-cache statistics to stderr before the final line.\n"
+    "  MODEL is a folder, a GGUF file or a Hub repository id (org/name, --revision R), read from\n"
+    "  the Hugging Face cache and fetched into it when missing (HF_HUB_OFFLINE=1: the cache only).\n";
 
 typedef struct run_ctx {
     hr_detokenizer *detok;
@@ -54,7 +56,7 @@ bool hr_cli_number(const char *cmd, const char *flag, const char *text, double *
 }
 
 typedef struct run_args {
-    const char *dir, *prompt;
+    const char *dir, *prompt, *revision;
     hr_model_options opts;
     int64_t n;
     bool greedy, sample, compile, stats;
@@ -113,6 +115,8 @@ static int parse(int argc, char **argv, run_args *a) {
             a->opts.dtype = argv[++i];
         } else if (!strcmp(f, "--device")) {
             a->opts.device = argv[++i];
+        } else if (!strcmp(f, "--revision")) {
+            a->revision = argv[++i];
         } else if (f[0] != '-' && !a->dir) {
             a->dir = f;
         } else {
@@ -157,8 +161,10 @@ int hr_cmd_run(int argc, char **argv) {
     int64_t *ids = NULL, *out = NULL;
     size_t n_ids = 0;
     hr_generate_stats stats = {0};
-    hr_status s = hr_tokenizer_load(a.dir, &tok); /* a GGUF file's too */
-    if (s == HR_OK) s = hr_model_load(a.dir, &a.opts, &model);
+    char *dir = NULL;
+    hr_status s = hr_cli_model_dir(a.dir, a.revision, &dir);
+    if (s == HR_OK) s = hr_tokenizer_load(dir, &tok); /* a GGUF file's too */
+    if (s == HR_OK) s = hr_model_load(dir, &a.opts, &model);
     if (s == HR_OK) s = hr_tokenizer_encode(tok, a.prompt, strlen(a.prompt), true, &ids32, &n_ids);
     if (s == HR_OK && n_ids == 0) {
         fprintf(stderr, "hubrt run: the prompt encodes to no tokens\n");
@@ -206,5 +212,6 @@ done:
     hr_detokenizer_free(ctx.detok);
     hr_model_free(model);
     hr_tokenizer_free(tok);
+    free(dir);
     return rc;
 }

@@ -84,8 +84,11 @@ static int run(int argc, char **argv, const char *cmd, const char *flag,
     const char *path;
     bool on;
     if (parse_args(argc, argv, flag, &path, &on)) return usage(cmd, flag);
-    hr_tokenizer *tok;
-    hr_status st = hr_tokenizer_load(path, &tok);
+    hr_tokenizer *tok = NULL;
+    char *dir = NULL;
+    hr_status st = hr_cli_model_dir(path, NULL, &dir);
+    if (st == HR_OK) st = hr_tokenizer_load(dir, &tok);
+    free(dir);
     if (st != HR_OK) return hr_cli_fail(cmd, st);
     char *line = NULL;
     size_t cap = 0, lineno = 0;

@@ -31,6 +31,11 @@ int hr_cli_fail(const char *cmd, hr_status s) {
     }
 }
 
+hr_status hr_cli_model_dir(const char *ref, const char *revision, char **dir) {
+    hr_hub_options o = {.revision = revision, .offline = -1, .progress = -1};
+    return hr_hub_model_dir(ref, &o, dir);
+}
+
 void hr_cli_print_compile_stats(void) {
     hr_compile_stats st;
     hr_compile_stats_get(&st);

@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from ._lib import check, fn
+from .hub import HUB_ARGS, resolve
 from .tensor import Tensor, from_numpy
 
 _P = ctypes.c_void_p
@@ -233,8 +234,10 @@ class AutoModelForCausalLM:
 
     @classmethod
     def from_pretrained(cls, path, dtype="auto", device_map="cpu", **kwargs):
+        hub_args = {k: kwargs.pop(k) for k in HUB_ARGS if k in kwargs}
         if kwargs:
             raise TypeError(f"unsupported arguments: {', '.join(sorted(kwargs))}")
+        path = resolve(path, **hub_args)
         dt = str(dtype).replace("torch.", "") if dtype is not None else "auto"
         dev = device_map if isinstance(device_map, str) and device_map != "auto" else "cpu"
         opts = _ModelOptions(dtype=dt.encode(), device=dev.encode())

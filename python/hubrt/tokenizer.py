@@ -360,5 +360,8 @@ class PreTrainedTokenizer:
 class AutoTokenizer:
     @staticmethod
     def from_pretrained(path, **kwargs):
-        """Loads tokenizer.json (+ tokenizer_config.json) from a local model folder or file."""
-        return PreTrainedTokenizer(Tokenizer.from_file(os.fspath(path)))
+        """Loads tokenizer.json (+ tokenizer_config.json) from a model folder, a file, or a Hub
+        repository id (revision=, cache_dir=, token=, local_files_only= as transformers takes them)."""
+        from .hub import HUB_ARGS, resolve
+        hub_args = {k: kwargs.pop(k) for k in HUB_ARGS if k in kwargs}
+        return PreTrainedTokenizer(Tokenizer.from_file(resolve(path, **hub_args)))

@@ -34,3 +34,17 @@ def run_with_peak(args, stdin=""):
                            input=stdin, capture_output=True, text=True, timeout=300)
         peak = int(rss.read() or 0)
     return p.returncode, p.stdout, p.stderr, peak
+
+
+def with_env(env, fn):
+    """fn() with os.environ updated by `env` (the CLI children inherit it), restored after."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return fn()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

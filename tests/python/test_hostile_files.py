@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hubrt_cli_util import CLI, run_with_peak
+from hubrt_cli_util import run_with_peak, with_env
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
@@ -156,15 +156,7 @@ def test_links_made_on_purpose_load_when_allowed(tmp_path):
     shutil.move(d / "tokenizer.json", outside)
     (d / "tokenizer.json").symlink_to(outside)
     args = ["run", str(d), "-p", "hi", "-n", "2", "--greedy"]
-    old = os.environ.get("HUBRT_ALLOW_OUTSIDE_LINKS")
-    os.environ["HUBRT_ALLOW_OUTSIDE_LINKS"] = "1"
-    try:
-        rc, out, err, _ = run_with_peak(args)
-    finally:
-        if old is None:
-            del os.environ["HUBRT_ALLOW_OUTSIDE_LINKS"]
-        else:
-            os.environ["HUBRT_ALLOW_OUTSIDE_LINKS"] = old
+    rc, out, err, _ = with_env({"HUBRT_ALLOW_OUTSIDE_LINKS": "1"}, lambda: run_with_peak(args))
     assert rc == 0, err
     assert out == run_with_peak(["run", str(FIX / "tiny-qwen3-tok"), "-p", "hi", "-n", "2", "--greedy"])[1]
 

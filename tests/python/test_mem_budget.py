@@ -1,27 +1,13 @@
 """HUBRT_MAX_MEMORY: hubrt's own allocation ceiling, which counts its
 anonymous maps and device buffers (that malloc limits do not see) and
 checks loader tables before they are allocated."""
-import os
 
 import pytest
 
-from hubrt_cli_util import ROOT, run_with_peak
+from hubrt_cli_util import ROOT, run_with_peak, with_env
 
 MODEL = str(ROOT / "fixtures" / "tiny-qwen3-tok")
 RUN = ["run", MODEL, "-p", "The quick brown fox", "-n", "4", "--greedy"]
-
-
-def with_env(env, fn):
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return fn()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def test_ceiling_refuses_naming_what_asked():
