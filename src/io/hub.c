@@ -270,7 +270,8 @@ static bool cached_commit(const hub_ctx *c, char *commit, size_t cap) {
     }
     char path[PATH_CAP];
     pathf(path, sizeof path, "%s/refs/%s", c->repo_dir, c->revision);
-    return read_small(path, commit, cap) && commit[0];
+    /* a refs file names a folder: only a commit hash is taken */
+    return read_small(path, commit, cap) && is_commit_hash(commit);
 }
 
 static hr_status cachedir_tag(const hub_ctx *c) {

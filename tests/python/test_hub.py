@@ -249,3 +249,11 @@ def test_huggingface_hubs_lock_is_honoured(hub, tmp_path):
     assert p.wait(timeout=60) == 0, p.stderr.read()
     assert still_waiting and not fetched_early
     assert hub.requests("cdn")
+
+
+def test_a_tampered_refs_file_is_not_followed(hub, tmp_path):
+    cache = tmp_path / "c"
+    assert hubrt(hub, cache, ["inspect", "org/tiny"])[0] == 0
+    (cache / "models--org--tiny" / "refs" / "main").write_text("../../../../../etc")
+    rc, out, err, _ = hubrt(hub, cache, ["inspect", "org/tiny"], HF_HUB_OFFLINE="1")
+    assert rc == 2 and "not in the cache" in err, err
