@@ -122,6 +122,25 @@ typedef struct hr_generate_config {
      * decode step is compiled once; plans are cached in memory and on disk
      * (see hubrt/graph.h). false: eager, op by op. */
     bool compile;
+    /* transformers' logits processors beyond sampling, in its order after
+     * the repetition penalty: no n-gram of this size twice in a row's ids
+     * (prompt and padding included; 0: off), none of the bad-word
+     * sequences (n_bad_words sequences of bad_word_lens[i] ids, one after
+     * another in bad_words; a one-id sequence equal to an eos id is
+     * dropped), and no eos before min_new_tokens new tokens. */
+    int64_t no_repeat_ngram_size;
+    const int64_t *bad_words;
+    const int64_t *bad_word_lens;
+    int n_bad_words;
+    int64_t min_new_tokens;
+    /* Called after each step with the step's token of every row [b] (pad
+     * for finished rows); with want_scores, also the rows' raw logits and
+     * their scores after every processor and warper ([b][vocab] f32 each,
+     * -inf where a token is excluded), as transformers' output_logits and
+     * output_scores keep them. Return false to stop generating. */
+    bool (*on_step)(void *ctx, const int64_t *tokens, const float *raw, const float *scores, int64_t b,
+                    int64_t vocab);
+    bool want_scores;
 } hr_generate_config;
 
 /* Fills cfg with transformers' defaults: greedy, temperature 1, top_k 50,

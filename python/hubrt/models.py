@@ -35,7 +35,31 @@ class _GenerateConfig(ctypes.Structure):
                 ("seed", ctypes.c_uint64), ("eos_ids", _I64P), ("n_eos", ctypes.c_int),
                 ("pad_id", ctypes.c_int64), ("prefill_chunk", ctypes.c_int64),
                 ("stop_strings", ctypes.POINTER(ctypes.c_char_p)), ("n_stop_strings", ctypes.c_int),
-                ("token_text", _P), ("on_token", _P), ("ctx", _P), ("compile", ctypes.c_bool)]
+                ("token_text", _P), ("on_token", _P), ("ctx", _P), ("compile", ctypes.c_bool),
+                ("no_repeat_ngram_size", ctypes.c_int64), ("bad_words", _I64P), ("bad_word_lens", _I64P),
+                ("n_bad_words", ctypes.c_int), ("min_new_tokens", ctypes.c_int64), ("on_step", _P),
+                ("want_scores", ctypes.c_bool)]
+
+
+_F32P = ctypes.POINTER(ctypes.c_float)
+_ON_STEP = ctypes.CFUNCTYPE(ctypes.c_bool, _P, _I64P, _F32P, _F32P, ctypes.c_int64, ctypes.c_int64)
+
+# transformers' generate() arguments hubrt takes; any other is refused by name
+_GENERATE_ARGS = {"max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                  "eos_token_id", "pad_token_id", "min_new_tokens", "no_repeat_ngram_size", "bad_words_ids",
+                  "num_return_sequences", "max_length", "use_cache"}
+
+
+class GenerateDecoderOnlyOutput(dict):
+    """transformers' return_dict_in_generate result: sequences, and scores
+    and logits (tuples of [batch, vocab] per step) when asked for; read as
+    attributes or keys, as transformers' ModelOutput is."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 class _GenerationConfig(ctypes.Structure):
@@ -166,10 +190,11 @@ class HubrtModelForCausalLM:
 
     forward = __call__
 
-    def generate(self, input_ids, attention_mask=None, max_new_tokens=None, do_sample=None,
+    def generate(self, input_ids=None, attention_mask=None, max_new_tokens=None, do_sample=None,
                  temperature=None, top_k=None, top_p=None, min_p=None, repetition_penalty=None,
                  eos_token_id=None, pad_token_id=None, seed=None, prefill_chunk=None, return_stats=False,
-                 cache_implementation=None):
+                 cache_implementation=None, generation_config=None, streamer=None, return_dict_in_generate=None,
+                 output_scores=None, output_logits=None, **kwargs):
         """Ids [batch, seq + new] with the prompt, as transformers returns
         them (finished rows padded with pad_token_id). Unset arguments take
         generation_config.json's values. Padding must be on the left.
@@ -178,12 +203,58 @@ class HubrtModelForCausalLM:
         power-of-two sizes and one decode step, each compiled once and
         replayed (see hubrt.compile_stats()).
         hubrt's own: seed (sampling), prefill_chunk (prompt tokens per row
-        per prefill step, default 512), return_stats."""
+        per prefill step, default 512), return_stats.
+        Also transformers': min_new_tokens, no_repeat_ngram_size,
+        bad_words_ids, num_return_sequences, max_length, a
+        generation_config (a GenerationConfig or a dict; arguments win over
+        it), streamer (put/end, as TextStreamer and TextIteratorStreamer
+        take them), return_dict_in_generate with output_scores and
+        output_logits. Any other argument is refused by name."""
+        if input_ids is None and "inputs" in kwargs:
+            input_ids = kwargs.pop("inputs")
+        given = dict(kwargs)
+        if generation_config is not None:
+            gc = generation_config if isinstance(generation_config, dict) else generation_config.to_diff_dict()
+            for k, v in gc.items():
+                if k in _GENERATE_ARGS | {"return_dict_in_generate", "output_scores", "output_logits"} and \
+                        k not in given and v is not None:
+                    given[k] = v
+        unknown = sorted(k for k in given if k not in _GENERATE_ARGS and k not in (
+            "return_dict_in_generate", "output_scores", "output_logits"))
+        if unknown:
+            raise ValueError(f"hubrt's generate does not support {', '.join(unknown)} (it takes "
+                             f"{', '.join(sorted(_GENERATE_ARGS))} and the arguments in its signature)")
+        local = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature, top_k=top_k,
+                     top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, eos_token_id=eos_token_id,
+                     pad_token_id=pad_token_id, return_dict_in_generate=return_dict_in_generate,
+                     output_scores=output_scores, output_logits=output_logits)
+        for k, v in local.items():
+            if v is None and k in given:
+                local[k] = given.pop(k)
+        for k in local:
+            given.pop(k, None)
+        max_new_tokens, do_sample, temperature = local["max_new_tokens"], local["do_sample"], local["temperature"]
+        top_k, top_p, min_p = local["top_k"], local["top_p"], local["min_p"]
+        repetition_penalty, eos_token_id = local["repetition_penalty"], local["eos_token_id"]
+        pad_token_id = local["pad_token_id"]
+        want_dict = bool(local["return_dict_in_generate"])
+        want_scores, want_logits = bool(local["output_scores"]), bool(local["output_logits"])
+        n_ret = int(given.pop("num_return_sequences", 1) or 1)
+        if n_ret > 1 and not (do_sample if do_sample is not None else self.generation_config["do_sample"]):
+            raise ValueError("num_return_sequences > 1 needs do_sample=True (hubrt has no beam search)")
         if cache_implementation not in (None, "dynamic", "static"):
             raise ValueError(f"cache_implementation must be None, 'dynamic' or 'static', "
                              f"not {cache_implementation!r}")
         ids, was_torch = _as_ids(input_ids, "input_ids")
+        if n_ret > 1:  # each prompt n_ret times, one after another, as transformers expands them
+            ids = np.ascontiguousarray(np.repeat(ids, n_ret, axis=0))
+            if attention_mask is not None:
+                attention_mask = np.repeat(_as_ids(attention_mask, "attention_mask")[0], n_ret, axis=0)
         b, s = ids.shape
+        max_length = given.pop("max_length", None)
+        if max_new_tokens is None and max_length is not None:
+            max_new_tokens = int(max_length) - s
+        given.pop("use_cache", None)
         g = self.generation_config
         if max_new_tokens is None:
             max_new_tokens = g["max_new_tokens"] if g["max_new_tokens"] is not None else g["max_length"] - s
@@ -207,6 +278,46 @@ class HubrtModelForCausalLM:
         cfg.pad_id = -1 if pad_token_id is None else int(pad_token_id)
         cfg.prefill_chunk = 0 if prefill_chunk is None else int(prefill_chunk)
         cfg.compile = cache_implementation == "static"
+        cfg.min_new_tokens = int(given.pop("min_new_tokens", 0) or 0)
+        cfg.no_repeat_ngram_size = int(given.pop("no_repeat_ngram_size", 0) or 0)
+        bad = given.pop("bad_words_ids", None)
+        bad_arrays = None
+        if bad:
+            if not all(isinstance(w, (list, tuple)) and w and all(isinstance(i, int) and i >= 0 for i in w)
+                       for w in bad):
+                raise ValueError(f"bad_words_ids must be a list of non-empty lists of token ids, not {bad!r}")
+            flat = [i for w in bad for i in w]
+            bad_arrays = ((ctypes.c_int64 * len(flat))(*flat), (ctypes.c_int64 * len(bad))(*[len(w) for w in bad]))
+            cfg.bad_words = ctypes.cast(bad_arrays[0], _I64P)
+            cfg.bad_word_lens = ctypes.cast(bad_arrays[1], _I64P)
+            cfg.n_bad_words = len(bad)
+        steps_scores, steps_logits, error = [], [], []
+
+        def as_out(a):
+            if was_torch:
+                import torch
+                return torch.from_numpy(a)
+            return a
+
+        def on_step(ctx, toks, raw, scores, nb, vocab):
+            try:
+                if streamer is not None:
+                    streamer.put(as_out(np.ctypeslib.as_array(toks, (nb,)).copy()))
+                if want_scores:
+                    steps_scores.append(as_out(np.ctypeslib.as_array(scores, (nb, vocab)).copy()))
+                if want_logits:
+                    steps_logits.append(as_out(np.ctypeslib.as_array(raw, (nb, vocab)).copy()))
+                return True
+            except BaseException as e:  # raised again after the C call: a callback must not unwind C frames
+                error.append(e)
+                return False
+        step_cb = None
+        if streamer is not None or want_scores or want_logits:
+            step_cb = _ON_STEP(on_step)
+            cfg.on_step = ctypes.cast(step_cb, _P)
+            cfg.want_scores = want_scores or want_logits
+        if streamer is not None:
+            streamer.put(as_out(ids.copy()))
         mask_p = None
         if attention_mask is not None:
             mask = _as_ids(attention_mask, "attention_mask")[0]
@@ -218,10 +329,18 @@ class HubrtModelForCausalLM:
         stats = _GenerateStats()
         check(_generate(self._h, ids.ctypes.data_as(_I64P), mask_p, b, s, ctypes.byref(cfg),
                         out.ctypes.data_as(_I64P), ctypes.byref(out_len), ctypes.byref(stats)))
+        if error:
+            raise error[0]
+        if streamer is not None:
+            streamer.end()
         res = out[:, :out_len.value]
         if was_torch:
             import torch
             res = torch.from_numpy(res.copy())
+        if want_dict:
+            res = GenerateDecoderOnlyOutput(sequences=res, scores=tuple(steps_scores) if want_scores else None,
+                                            logits=tuple(steps_logits) if want_logits else None,
+                                            past_key_values=None)
         if return_stats:
             return res, {"prompt_tokens": stats.prompt_tokens, "new_tokens": stats.new_tokens,
                          "prefill_s": stats.prefill_s, "decode_s": stats.decode_s,

@@ -1,6 +1,7 @@
 /* generate: chunked prefill into a static KV cache, then one token per step
  * for every row of the batch, with left padding handled by the attention
  * mask and positions counted over real tokens, as transformers does. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -49,6 +50,8 @@ typedef struct gen_state {
     size_t *tail_len;        /* [b] */
     float *row;              /* [nrow][vocab]: one row of f32 logits per picking task */
     int nrow;
+    float *raw, *scores;     /* [b][vocab] for on_step's want_scores */
+    int64_t *step;           /* [b] this step's tokens */
 } gen_state;
 
 static void state_free(gen_state *g) {
@@ -62,9 +65,13 @@ static void state_free(gen_state *g) {
     free(g->tail);
     free(g->tail_len);
     free(g->row);
+    free(g->raw);
+    free(g->scores);
+    free(g->step);
 }
 
-static hr_status state_init(gen_state *g, int64_t b, int64_t seq, int64_t cap, int64_t chunk, int64_t vocab) {
+static hr_status state_init(gen_state *g, int64_t b, int64_t seq, int64_t cap, int64_t chunk, int64_t vocab,
+                            bool scores) {
     memset(g, 0, sizeof *g);
     g->b = b;
     g->seq = seq;
@@ -85,6 +92,13 @@ static hr_status state_init(gen_state *g, int64_t b, int64_t seq, int64_t cap, i
     if (!g->tokens || !g->mask || !g->mask_stage || !g->last_pos || !g->ids || !g->pos || !g->done || !g->tail ||
         !g->tail_len || !g->row)
         return hr_error(HR_ERR_OOM, "generate: out of memory for batch %lld x %lld", (long long)b, (long long)cap);
+    g->step = calloc((size_t)b, sizeof(int64_t));
+    if (scores) {
+        g->raw = malloc(sizeof(float) * (size_t)(b * vocab));
+        g->scores = malloc(sizeof(float) * (size_t)(b * vocab));
+    }
+    if (!g->step || (scores && (!g->raw || !g->scores)))
+        return hr_error(HR_ERR_OOM, "generate: out of memory for the scores of batch %lld", (long long)b);
     return HR_OK;
 }
 
@@ -143,26 +157,69 @@ static bool hit_stop_string(const hr_generate_config *cfg, gen_state *g, int64_t
 typedef struct pick_ctx {
     hr_sampler *smp;
     gen_state *g;
+    const hr_generate_config *cfg;
     const char *logits; /* [b][vocab] of dtype dt */
     hr_dtype dt;
     int64_t vocab, pad;
+    const int64_t *eos;
+    int n_eos;
+    bool masks; /* a processor beyond the sampler's is on */
 } pick_ctx;
+
+static bool same_ids(const int64_t *a, const int64_t *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+
+static bool is_eos(const pick_ctx *p, int64_t id) {
+    for (int i = 0; i < p->n_eos; i++)
+        if (p->eos[i] == id) return true;
+    return false;
+}
+
+/* transformers' NoRepeatNGram, NoBadWords and MinNewTokensLength
+ * processors on row r's f32 logits: -inf on the tokens they forbid. */
+static void apply_masks(const pick_ctx *p, int64_t r, float *row) {
+    const hr_generate_config *cfg = p->cfg;
+    const gen_state *g = p->g;
+    const int64_t *toks = g->tokens + r * g->cap, t = g->t;
+    int64_t n = cfg->no_repeat_ngram_size;
+    if (n > 0 && t + 1 >= n) /* every earlier n-gram whose first n - 1 ids are the last n - 1 */
+        for (int64_t i = 0; i + n <= t; i++)
+            if (same_ids(toks + i, toks + t - (n - 1), n - 1)) row[toks[i + n - 1]] = -INFINITY;
+    const int64_t *w = cfg->bad_words;
+    for (int k = 0; k < cfg->n_bad_words; w += cfg->bad_word_lens[k++]) {
+        int64_t len = cfg->bad_word_lens[k];
+        if (len == 1 && is_eos(p, w[0])) continue;
+        if (len - 1 <= t && same_ids(toks + t - (len - 1), w, len - 1)) row[w[len - 1]] = -INFINITY;
+    }
+    if (t - g->seq < cfg->min_new_tokens)
+        for (int i = 0; i < p->n_eos; i++)
+            if (p->eos[i] >= 0 && p->eos[i] < p->vocab) row[p->eos[i]] = -INFINITY;
+}
 
 /* Row r's next token (pad when it is done) into its slot t. */
 static void pick_row(const pick_ctx *p, int64_t r, float *row) {
     gen_state *g = p->g;
     int64_t t = g->t, tok = p->pad;
     const char *lr = p->logits + r * p->vocab * (int64_t)hr_dtype_size(p->dt);
-    if (!g->done[r] && hr_sampler_is_argmax(p->smp)) {
+    bool scored = p->cfg->on_step && p->cfg->want_scores;
+    if (!g->done[r] && !p->masks && !scored && hr_sampler_is_argmax(p->smp)) {
         tok = hr_sampler_argmax(lr, p->dt, p->vocab);
-    } else if (!g->done[r]) {
+    } else if (!g->done[r] || scored) {
         /* widened to f32: a bf16 or f16 model's head output holds the values
          * transformers' f32 logits would */
         hr_load_f32(row, lr, p->dt, p->vocab, 1);
+        if (scored) memcpy(g->raw + r * p->vocab, row, sizeof(float) * (size_t)p->vocab);
+        if (p->masks) apply_masks(p, r, row);
         /* history: the row's real tokens */
         int64_t first = 0;
         while (first < t && !g->mask[r * g->cap + first]) first++;
-        tok = hr_sampler_pick(p->smp, row, g->tokens + r * g->cap + first, t - first);
+        const int64_t *hist = g->tokens + r * g->cap + first;
+        float *sc = scored ? g->scores + r * p->vocab : NULL;
+        if (!g->done[r]) tok = hr_sampler_pick_scored(p->smp, row, hist, t - first, sc);
+        else hr_sampler_scores(p->smp, row, hist, t - first, sc); /* transformers scores finished rows too */
     }
     g->tokens[r * g->cap + t] = tok;
 }
@@ -185,8 +242,9 @@ static hr_status pick_tokens(hr_model *m, const hr_generate_config *cfg, hr_samp
     hr_tensor *host = NULL;
     if (!hr_tensor_data(logits)) HR_TRY(hr_tensor_to(logits, hr_device_cpu(), &host));
     const hr_tensor *lt = host ? host : logits;
-    pick_ctx p = {.smp = smp, .g = g, .logits = hr_tensor_data(lt), .dt = hr_tensor_dtype(lt),
-                  .vocab = hr_model_vocab_size(m), .pad = pad};
+    pick_ctx p = {.smp = smp, .g = g, .cfg = cfg, .logits = hr_tensor_data(lt), .dt = hr_tensor_dtype(lt),
+                  .vocab = hr_model_vocab_size(m), .pad = pad, .eos = eos, .n_eos = n_eos,
+                  .masks = cfg->no_repeat_ngram_size > 0 || cfg->n_bad_words > 0 || cfg->min_new_tokens > 0};
     /* a batch-64 greedy step widens and scans 64 rows of a 152k vocabulary:
      * 1.5% of the step on one thread */
     int tasks = smp->do_sample ? 1 : hr_parallel_threads_for(b * p.vocab, HR_GRAIN_ELTWISE);
@@ -207,6 +265,12 @@ static hr_status pick_tokens(hr_model *m, const hr_generate_config *cfg, hr_samp
         stop |= hit_stop_string(cfg, g, r, text, len);
         g->done[r] = stop;
         *live |= !stop;
+    }
+    if (cfg->on_step) {
+        for (int64_t r = 0; r < b; r++) g->step[r] = g->tokens[r * g->cap + t];
+        bool want = cfg->want_scores;
+        if (!cfg->on_step(cfg->ctx, g->step, want ? g->raw : NULL, want ? g->scores : NULL, b, p.vocab))
+            *live = false;
     }
     g->t = t + 1;
     hr_tensor_free(host);
@@ -233,6 +297,20 @@ static hr_status check_args(const hr_model *m, const int64_t *ids, const int64_t
                     return hr_error(HR_ERR_INVALID_ARG, "generate: row %lld has padding after a real token; "
                                     "pad on the left", (long long)r);
         }
+    if (cfg->no_repeat_ngram_size < 0 || cfg->min_new_tokens < 0 || cfg->n_bad_words < 0 ||
+        (cfg->n_bad_words && (!cfg->bad_words || !cfg->bad_word_lens)))
+        return hr_error(HR_ERR_INVALID_ARG, "generate: no_repeat_ngram_size, min_new_tokens and the bad words "
+                        "must be >= 0 (and given when counted)");
+    const int64_t *w = cfg->bad_words;
+    for (int k = 0; k < cfg->n_bad_words; w += cfg->bad_word_lens[k++]) {
+        if (cfg->bad_word_lens[k] < 1)
+            return hr_error(HR_ERR_INVALID_ARG, "generate: bad_words_ids[%d] is empty", k);
+        for (int64_t i = 0; i < cfg->bad_word_lens[k]; i++)
+            if (w[i] < 0 || w[i] >= hr_model_vocab_size(m))
+                return hr_error(HR_ERR_INVALID_ARG, "generate: bad_words_ids[%d][%lld] = %lld is outside the "
+                                "vocabulary (%lld)", k, (long long)i, (long long)w[i],
+                                (long long)hr_model_vocab_size(m));
+    }
     return HR_OK;
 }
 
@@ -253,7 +331,7 @@ hr_status hr_generate(hr_model *m, const int64_t *input_ids, const int64_t *atte
     hr_tensor *logits = NULL;
     memset(&smp, 0, sizeof smp);
     double t0 = now_s(), t1 = t0, c0 = cpu_s(), c1 = c0;
-    hr_status st = state_init(&g, b, seq, cap, chunk, hr_model_vocab_size(m));
+    hr_status st = state_init(&g, b, seq, cap, chunk, hr_model_vocab_size(m), cfg->on_step && cfg->want_scores);
     if (st == HR_OK) st = hr_sampler_init(&smp, cfg, hr_model_vocab_size(m));
     if (st == HR_OK) st = hr_kv_cache_create(m, b, cap, &kv);
     if (st == HR_OK) {

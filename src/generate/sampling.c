@@ -186,14 +186,44 @@ static int64_t keep_top_k(const float *logits, int64_t *idx, int64_t n, int64_t 
     return m;
 }
 
+static int64_t pick_impl(hr_sampler *s, float *logits, const int64_t *history, int64_t n_hist, float *scores,
+                         bool draw);
+
 int64_t hr_sampler_pick(hr_sampler *s, float *logits, const int64_t *history, int64_t n_hist) {
+    return pick_impl(s, logits, history, n_hist, NULL, true);
+}
+
+int64_t hr_sampler_pick_scored(hr_sampler *s, float *logits, const int64_t *history, int64_t n_hist, float *scores) {
+    return pick_impl(s, logits, history, n_hist, scores, true);
+}
+
+void hr_sampler_scores(hr_sampler *s, float *logits, const int64_t *history, int64_t n_hist, float *scores) {
+    pick_impl(s, logits, history, n_hist, scores, false);
+}
+
+/* scores[idx[0..n)] = logits there, -inf elsewhere */
+static void kept_scores(float *scores, const float *logits, const int64_t *idx, int64_t n, int64_t V) {
+    if (!scores) return;
+    for (int64_t i = 0; i < V; i++) scores[i] = -INFINITY;
+    for (int64_t i = 0; i < n; i++) scores[idx[i]] = logits[idx[i]];
+}
+
+/* draw false: the scores only, the generator untouched (a finished row's). */
+static int64_t pick_impl(hr_sampler *s, float *logits, const int64_t *history, int64_t n_hist, float *scores,
+                         bool draw) {
     int64_t V = s->vocab;
     if (s->repetition_penalty != 1.0) repetition_penalty(logits, V, history, n_hist, s->repetition_penalty);
-    if (!s->do_sample) return argmax(logits, V);
+    if (!s->do_sample) {
+        if (scores) memcpy(scores, logits, sizeof(float) * (size_t)V);
+        return argmax(logits, V);
+    }
     int64_t n = 0;
     for (int64_t i = 0; i < V; i++)
         if (logits[i] > -INFINITY) s->idx[n++] = i;
-    if (n == 0) return argmax(logits, V);
+    if (n == 0) {
+        if (scores) memcpy(scores, logits, sizeof(float) * (size_t)V);
+        return argmax(logits, V);
+    }
     for (int64_t i = 0; i < n; i++) logits[s->idx[i]] = (float)(logits[s->idx[i]] / s->temperature);
     if (s->top_k > 0 && s->top_k < n) n = keep_top_k(logits, s->idx, n, s->top_k);
     qsort_r(s->idx, (size_t)n, sizeof(int64_t), cmp_desc, logits);
@@ -215,6 +245,8 @@ int64_t hr_sampler_pick(hr_sampler *s, float *logits, const int64_t *history, in
         while (m < n && s->prob[m] >= floor_p) m++;
         n = m;
     }
+    kept_scores(scores, logits, s->idx, n, V);
+    if (!draw) return -1;
     double total = 0;
     for (int64_t i = 0; i < n; i++) total += s->prob[i];
     double u = hr_rng_uniform(&s->rng) * total, acc = 0;

@@ -33,6 +33,13 @@ void hr_sampler_free(hr_sampler *s);
 /* logits [vocab] (modified in place); history [n] the row's tokens so far
  * (for the repetition penalty). Returns the chosen id. */
 int64_t hr_sampler_pick(hr_sampler *s, float *logits, const int64_t *history, int64_t n);
+/* The same, also writing scores [vocab]: the logits after the penalty and
+ * the warpers (temperature; -inf outside top-k, top-p, min-p), as
+ * transformers' output_scores holds them. */
+int64_t hr_sampler_pick_scored(hr_sampler *s, float *logits, const int64_t *history, int64_t n, float *scores);
+/* The scores alone, with no draw from the generator: a finished row's,
+ * whose pick is the pad. */
+void hr_sampler_scores(hr_sampler *s, float *logits, const int64_t *history, int64_t n, float *scores);
 /* Whether s picks the largest logit, unchanged (greedy, no repetition
  * penalty): then hr_sampler_argmax on the row as it is gives its pick. */
 bool hr_sampler_is_argmax(const hr_sampler *s);
