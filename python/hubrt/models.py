@@ -43,11 +43,12 @@ class _GenerateConfig(ctypes.Structure):
 
 _F32P = ctypes.POINTER(ctypes.c_float)
 _ON_STEP = ctypes.CFUNCTYPE(ctypes.c_bool, _P, _I64P, _F32P, _F32P, ctypes.c_int64, ctypes.c_int64)
+_TOKEN_TEXT = ctypes.CFUNCTYPE(ctypes.c_void_p, _P, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_size_t))
 
 # transformers' generate() arguments hubrt takes; any other is refused by name
 _GENERATE_ARGS = {"max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
                   "eos_token_id", "pad_token_id", "min_new_tokens", "no_repeat_ngram_size", "bad_words_ids",
-                  "num_return_sequences", "max_length", "use_cache"}
+                  "num_return_sequences", "max_length", "use_cache", "stop_strings", "tokenizer"}
 
 
 class GenerateDecoderOnlyOutput(dict):
@@ -292,6 +293,36 @@ class HubrtModelForCausalLM:
             cfg.bad_word_lens = ctypes.cast(bad_arrays[1], _I64P)
             cfg.n_bad_words = len(bad)
         steps_scores, steps_logits, error = [], [], []
+        stop_strings, tokenizer = given.pop("stop_strings", None), given.pop("tokenizer", None)
+        keep = []  # what C holds pointers into during the call
+        if stop_strings:
+            if tokenizer is None:
+                raise ValueError("stop_strings needs the model's tokenizer: generate(..., stop_strings=..., "
+                                 "tokenizer=tokenizer), as transformers asks")
+            stops = [stop_strings] if isinstance(stop_strings, str) else list(stop_strings)
+            stop_arr = (ctypes.c_char_p * len(stops))(*[x.encode() for x in stops])
+            new_ids, shown, last = {}, {}, [None]
+
+            def token_text(ctx, row, tok, n):
+                try:  # the text the row's new token adds: the decoded new tokens, less what was shown
+                    ids_r = new_ids.setdefault(row, [])
+                    ids_r.append(tok)
+                    text = tokenizer.decode(ids_r)
+                    prev = shown.get(row, "")
+                    add = text[len(prev):] if text.startswith(prev) else text
+                    shown[row] = text
+                    last[0] = ctypes.create_string_buffer(add.encode("utf-8", "replace"))
+                    n[0] = len(last[0].value)
+                    return ctypes.addressof(last[0])
+                except BaseException as e:
+                    error.append(e)
+                    n[0] = 0
+                    return None
+            text_cb = _TOKEN_TEXT(token_text)
+            keep += [stop_arr, text_cb]
+            cfg.stop_strings = stop_arr
+            cfg.n_stop_strings = len(stops)
+            cfg.token_text = ctypes.cast(text_cb, _P)
 
         def as_out(a):
             if was_torch:

@@ -167,6 +167,32 @@ def test_text_iterator_streamer_gives_the_text():
     assert text == tok.decode(result["out"][0, ids.shape[1]:])
 
 
+@pytest.mark.parametrize("pick", [(3, 0, None), (5, 1, 3), (7, 0, 2)])
+def test_stop_strings_end_rows_as_transformers_does(pick):
+    """The stop string: a piece of the text greedy decoding gives (a whole
+    token's text, or a part that ends inside a token)."""
+    name = "tiny-qwen3-tok"
+    tok = AutoTokenizer.from_pretrained(FIX / name)
+    ours = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name)
+    hf = HFModel.from_pretrained(FIX / name, dtype=torch.float32).eval()
+    ids = torch.tensor([tok.encode("The quick brown fox"), tok.encode("Once upon a time there")][:1])
+    plain = ours.generate(ids, max_new_tokens=16, eos_token_id=[])
+    step, start, stop = pick
+    text = tok.decode(plain[0, ids.shape[1] + step:ids.shape[1] + step + 1])
+    stop_string = text[start:stop] or text
+    assert stop_string.strip(), "an empty stop string: pick another token"
+    got = ours.generate(ids, max_new_tokens=16, eos_token_id=[], stop_strings=[stop_string], tokenizer=tok)
+    want = hf.generate(ids, max_new_tokens=16, do_sample=False, stop_strings=[stop_string], tokenizer=tok,
+                       eos_token_id=None, pad_token_id=0)
+    np.testing.assert_array_equal(got, want.numpy())
+    assert got.shape[1] < plain.shape[1]
+
+
+def test_stop_strings_need_the_tokenizer(models):
+    with pytest.raises(ValueError, match="tokenizer"):
+        models[0].generate(np.array([[5, 6, 7]]), max_new_tokens=2, stop_strings=["x"])
+
+
 def test_num_return_sequences_and_generation_config(models):
     ours, _ = models
     ids, mask = batch()
@@ -179,7 +205,7 @@ def test_num_return_sequences_and_generation_config(models):
     np.testing.assert_array_equal(out, again)
 
 
-@pytest.mark.parametrize("arg", ["num_beams", "penalty_alpha", "stop_strings"])
+@pytest.mark.parametrize("arg", ["num_beams", "penalty_alpha", "guidance_scale"])
 def test_unknown_arguments_are_refused_by_name(models, arg):
     ours, _ = models
     with pytest.raises(ValueError, match=f"does not support {arg}"):
