@@ -10,6 +10,7 @@
 #include "hubrt/io.h"
 #include "hubrt/hub.h"
 #include "hubrt/tokenizer.h"
+#include "hubrt/chat.h"
 #include "hubrt/model.h"
 
 #endif

@@ -42,6 +42,11 @@ _is_special = fn("hr_tokenizer_is_special", [_P, ctypes.c_int32], ctypes.c_bool)
 _special_ids = {k: fn(f"hr_tokenizer_{k}_id", [_P], ctypes.c_int32) for k in ("bos", "eos", "pad", "unk")}
 _chat_template = fn("hr_tokenizer_chat_template", [_P], ctypes.c_char_p)
 _model_type = fn("hr_tokenizer_model_type", [_P], ctypes.c_char_p)
+_chat_render = fn("hr_chat_template_render", [ctypes.c_char_p, _SZ, ctypes.c_char_p, _SZ,
+                                               ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_SZ)])
+_libc_free = ctypes.CDLL(None).free
+_libc_free.argtypes = [ctypes.c_void_p]
+_libc_free.restype = None
 _detok_init = fn("hr_detokenizer_init", [_P, ctypes.c_bool, ctypes.POINTER(_P)])
 _detok_push = fn("hr_detokenizer_push", [_P, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_SZ)])
 _detok_flush = fn("hr_detokenizer_flush", [_P, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_SZ)])
@@ -55,6 +60,54 @@ def clean_up_tokenization(text):
                  (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
         text = text.replace(a, b)
     return text
+
+
+# Names a message's reasoning comes under; transformers copies the first one set to
+# `reasoning_content` (what most templates read) and `thinking` (what gpt-oss reads).
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+
+def _plain(value):
+    """Messages as transformers hands them to a template: plain JSON data, and the keys
+    whose value is None dropped from each message."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if callable(getattr(value, "model_dump", None)):
+        return _plain(value.model_dump())
+    return f"<{type(value).__name__}>"
+
+
+def _template_messages(conversation):
+    out = []
+    for message in conversation:
+        message = {k: v for k, v in _plain(message).items() if v is not None}
+        reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        out.append(message)
+    return out
+
+
+def render_chat_template(template, conversation, tools=None, documents=None, add_generation_prompt=False, **kwargs):
+    """Renders a Hugging Face chat template (Jinja2 text) in C, with the variables
+    transformers' render_jinja_template passes: messages, tools, documents,
+    add_generation_prompt and the keyword arguments (special tokens, enable_thinking, ...).
+    strftime_now reads the clock unless $HUBRT_CHAT_DATE (YYYY-MM-DD) fixes it."""
+    context = {**{k: _plain(v) for k, v in kwargs.items()}, "messages": _template_messages(conversation),
+               "tools": _plain(tools), "documents": _plain(documents),
+               "add_generation_prompt": bool(add_generation_prompt)}
+    data = template.encode()
+    ctx = json.dumps(context, ensure_ascii=False, allow_nan=True).encode()
+    out, n = ctypes.c_void_p(), _SZ()
+    check(_chat_render(data, len(data), ctx, len(ctx), ctypes.byref(out), ctypes.byref(n)))
+    try:
+        return ctypes.string_at(out, n.value).decode("utf-8", "surrogateescape")
+    finally:
+        _libc_free(out)
 
 
 class Tokenizer:
@@ -355,6 +408,59 @@ class PreTrainedTokenizer:
     pad_token_id = property(lambda self: self._tok.special_id("pad"))
     unk_token_id = property(lambda self: self._tok.special_id("unk"))
     chat_template = property(lambda self: self._tok.chat_template)
+
+    @property
+    def special_tokens_map(self):
+        """bos_token, eos_token, ... as strings, as transformers' special_tokens_map (the
+        tokens tokenizer_config.json names; a null one is left out)."""
+        out = {}
+        for kind in ("bos", "eos", "unk", "sep", "pad", "cls", "mask"):
+            key = f"{kind}_token"
+            v = self._tok._config.get(key)
+            if isinstance(v, dict):
+                v = v.get("content")
+            if key not in self._tok._config and kind in ("bos", "eos", "pad", "unk"):
+                i = self._tok.special_id(kind)
+                v = self._tok.id_to_token(i) if i is not None else None
+            if v is not None:
+                out[key] = str(v)
+        return out
+
+    def get_chat_template(self, chat_template=None, tools=None):
+        """transformers' choice of template: the one given (a name picks from a list of named
+        templates), else tokenizer_config.json's; from a list, "tool_use" when tools are
+        passed and there is one, else "default"."""
+        templates = self._tok._config.get("chat_template")
+        if isinstance(templates, list):
+            named = {t["name"]: t["template"] for t in templates}
+            if chat_template is not None:
+                return named.get(chat_template, chat_template)
+            if tools is not None and "tool_use" in named:
+                return named["tool_use"]
+            if "default" in named:
+                return named["default"]
+            raise ValueError("this tokenizer has several chat templates and none is named 'default'; pass "
+                             f"chat_template= one of {sorted(named)}")
+        if chat_template is not None:
+            return chat_template
+        template = templates if isinstance(templates, str) else self._tok.chat_template
+        if template is None:
+            raise ValueError("this tokenizer has no chat template: pass chat_template=")
+        return template
+
+    def apply_chat_template(self, conversation, tools=None, add_generation_prompt=False, tokenize=True,
+                            chat_template=None, documents=None, **kwargs):
+        """transformers' apply_chat_template for one conversation: the rendered text, or
+        (tokenize=True) its ids, encoded without added special tokens as transformers does.
+        Extra keyword arguments (enable_thinking=, ...) reach the template and override the
+        special tokens of the same name."""
+        if not conversation:
+            raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
+        template = self.get_chat_template(chat_template, tools)
+        text = render_chat_template(template, conversation, tools=tools, documents=documents,
+                                    add_generation_prompt=add_generation_prompt,
+                                    **{**self.special_tokens_map, **kwargs})
+        return self.encode(text, add_special_tokens=False) if tokenize else text
 
 
 class AutoTokenizer:
