@@ -24,6 +24,10 @@ for bin in "${targets[@]}"; do
   for seeds in "fuzz/corpus/$name" "fuzz/corpus/${name#fuzz_}"; do
     [ -d "$seeds" ] && cp -r "$seeds"/. "$work/$name"/
   done
+  # the chat templates' seeds are the real templates in ../shared (not copied into this repository)
+  if [ "$name" = fuzz_chat_template ] && [ -d ../shared/data/chat_templates ]; then
+    cp ../shared/data/chat_templates/*.jinja "$work/$name"/
+  fi
   dict=()
   [ -f "fuzz/dict/$name.dict" ] && dict=(-dict="fuzz/dict/$name.dict")
   if [ "$runs" = -1 ]; then echo "fuzzing $name for ${seconds}s"; else echo "fuzzing $name for ${seconds}s or $runs runs"; fi
