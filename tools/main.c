@@ -14,6 +14,7 @@ static const command commands[] = {
     {"info", hr_cmd_info, "devices and CPU features (--json for one JSON object)"},
     {"inspect", hr_cmd_inspect, "tensors of a safetensors file or model folder"},
     {"run", hr_cmd_run, "generate text from a model folder (streams to stdout)"},
+    {"chat", hr_cmd_chat, "chat in the terminal with the model's chat template (/reset, /system, /quit)"},
     {"bench", hr_cmd_bench, "time load, prefill and decode (last line: JSON)"},
     {"launch", hr_cmd_launch, "run a command once per TPU chip with libtpu's per-process environment"},
     {"tokenize", hr_cmd_tokenize, "JSON strings per line on stdin -> JSON id arrays (--add-special-tokens)"},

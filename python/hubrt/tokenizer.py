@@ -443,7 +443,7 @@ class PreTrainedTokenizer:
                              f"chat_template= one of {sorted(named)}")
         if chat_template is not None:
             return chat_template
-        template = templates if isinstance(templates, str) else self._tok.chat_template
+        template = self._tok.chat_template  # chat_template.jinja's when there is one, as transformers reads it
         if template is None:
             raise ValueError("this tokenizer has no chat template: pass chat_template=")
         return template

@@ -197,6 +197,30 @@ static hr_status load_side_file(hr_tokenizer *t, const char *dir, const char *na
     return st;
 }
 
+/* chat_template.jinja (transformers 5 saves the template there) wins over
+ * tokenizer_config.json's chat_template, as transformers reads them. */
+static hr_status load_template_file(hr_tokenizer *t, const char *dir) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/chat_template.jinja", dir) >= (int)sizeof path)
+        return hr_error(HR_ERR_INVALID_ARG, "tokenizer: path too long");
+    HR_TRY(hr_path_check_inside(dir, path));
+    char *text;
+    size_t len;
+    hr_status st = read_file(path, &text, &len);
+    if (st == HR_ERR_NOT_FOUND) {
+        hr_clear_error();
+        return HR_OK;
+    }
+    HR_TRY(st);
+    if (memchr(text, 0, len)) {
+        free(text);
+        return hr_error(HR_ERR_FORMAT, "%s: holds a NUL byte", path);
+    }
+    free(t->chat_template);
+    t->chat_template = text;
+    return HR_OK;
+}
+
 /* A GGUF file's tokenizer: tokenizer.json and tokenizer_config.json as
  * its metadata describes them (io/gguf_hub.c), from one parse of it. */
 static hr_status load_gguf(const char *gguf, hr_tokenizer **out) {
@@ -259,6 +283,7 @@ hr_status hr_tokenizer_load(const char *path, hr_tokenizer **out) {
     /* tokenizer_config.json wins over special_tokens_map.json. */
     st = load_side_file(t, dir, "tokenizer_config.json");
     if (st == HR_OK) st = load_side_file(t, dir, "special_tokens_map.json");
+    if (st == HR_OK) st = load_template_file(t, dir);
     if (st != HR_OK) {
         hr_tokenizer_free(t);
         return st;
