@@ -92,12 +92,62 @@ def _template_messages(conversation):
     return out
 
 
-def render_chat_template(template, conversation, tools=None, documents=None, add_generation_prompt=False, **kwargs):
+_CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+def _tag_final_message(messages, template, field):
+    """transformers' continue_final_message: the final message's `field` (or its last text
+    part) marked with a tag, to cut the rendering at after rendering. Returns its text."""
+    if not messages:
+        raise ValueError("continue_final_message is set but the conversation is empty!")
+    final = messages[-1].get(field)
+    if final is None:
+        raise ValueError(f'continue_final_message is set but the final message has no "{field}" to continue!')
+    fields = [field]
+    if field in _REASONING_FIELDS:
+        fields = [f for f in _REASONING_FIELDS if messages[-1].get(f) == final]
+    if not any(f in template for f in fields):
+        raise ValueError(f'continue_final_message is set to "{field}" but this is not an accepted field in the '
+                         "chat_template")
+    if isinstance(final, (list, tuple)):
+        for block in reversed(final):
+            if "text" in block:
+                final = block["text"]
+                block["text"] = block["text"] + _CONTINUE_TAG
+                return final
+        raise ValueError("continue_final_message is set but we could not find any text to continue in the final "
+                         "message!")
+    for f in fields:
+        messages[-1][f] = messages[-1][f] + _CONTINUE_TAG
+    return final
+
+
+def _cut_at_tag(rendered, final):
+    tag = _CONTINUE_TAG.strip()
+    if final.strip() not in rendered or tag not in rendered:
+        raise ValueError("continue_final_message is set but the final message does not appear in the chat after "
+                         "applying the chat template! This can happen if the chat template deletes portions of the "
+                         "final message. Please verify the chat template and final message in your chat to ensure "
+                         f"they are compatible.Final message to continue: {final.strip()}\nRendered chat:\n{rendered}")
+    at = rendered.rindex(tag)
+    if rendered[at:at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
+        return rendered[:at]
+    return rendered[:at].rstrip()  # the template trimmed the message's trailing space
+
+
+def render_chat_template(template, conversation, tools=None, documents=None, add_generation_prompt=False,
+                         continue_final_message=False, **kwargs):
     """Renders a Hugging Face chat template (Jinja2 text) in C, with the variables
     transformers' render_jinja_template passes: messages, tools, documents,
     add_generation_prompt and the keyword arguments (special tokens, enable_thinking, ...).
-    strftime_now reads the clock unless $HUBRT_CHAT_DATE (YYYY-MM-DD) fixes it."""
-    context = {**{k: _plain(v) for k, v in kwargs.items()}, "messages": _template_messages(conversation),
+    continue_final_message (True or a field name) ends the text inside the final message,
+    as transformers does. strftime_now reads the clock unless $HUBRT_CHAT_DATE fixes it."""
+    messages = _template_messages(conversation)
+    final = None
+    if continue_final_message:
+        field = continue_final_message if isinstance(continue_final_message, str) else "content"
+        final = _tag_final_message(messages, template, field)
+    context = {**{k: _plain(v) for k, v in kwargs.items()}, "messages": messages,
                "tools": _plain(tools), "documents": _plain(documents),
                "add_generation_prompt": bool(add_generation_prompt)}
     data = template.encode()
@@ -105,9 +155,10 @@ def render_chat_template(template, conversation, tools=None, documents=None, add
     out, n = ctypes.c_void_p(), _SZ()
     check(_chat_render(data, len(data), ctx, len(ctx), ctypes.byref(out), ctypes.byref(n)))
     try:
-        return ctypes.string_at(out, n.value).decode("utf-8", "surrogateescape")
+        text = ctypes.string_at(out, n.value).decode("utf-8", "surrogateescape")
     finally:
         _libc_free(out)
+    return _cut_at_tag(text, final) if final is not None else text
 
 
 class Tokenizer:
@@ -448,20 +499,39 @@ class PreTrainedTokenizer:
             raise ValueError("this tokenizer has no chat template: pass chat_template=")
         return template
 
-    def apply_chat_template(self, conversation, tools=None, add_generation_prompt=False, tokenize=True,
-                            chat_template=None, documents=None, **kwargs):
-        """transformers' apply_chat_template for one conversation: the rendered text, or
-        (tokenize=True) its ids, encoded without added special tokens as transformers does.
-        Extra keyword arguments (enable_thinking=, ...) reach the template and override the
-        special tokens of the same name."""
-        if not conversation:
+    def apply_chat_template(self, conversation, tools=None, documents=None, chat_template=None,
+                            add_generation_prompt=False, continue_final_message=False, tokenize=True, padding=False,
+                            truncation=False, max_length=None, return_tensors=None, return_dict=True, **kwargs):
+        """transformers' apply_chat_template (5.x): one conversation or a list of them
+        rendered in C; tokenize=False gives the text, else the tokenizer's call on it
+        without added special tokens (a dict with input_ids and attention_mask, or with
+        return_dict=False the ids alone). Extra keyword arguments (enable_thinking=, ...)
+        reach the template and override the special tokens of the same name;
+        continue_final_message ends the text inside the final message."""
+        for name in ("sanitize_control_tokens", "return_assistant_tokens_mask"):
+            if kwargs.pop(name, False):
+                raise ValueError(f"hubrt's apply_chat_template does not support {name}=True")
+        kwargs.pop("tokenizer_kwargs", None)
+        if continue_final_message and add_generation_prompt:
+            raise ValueError("continue_final_message and add_generation_prompt are not compatible. Use "
+                             "continue_final_message when you want the model to continue the final message, and "
+                             "add_generation_prompt when you want to add a header that will prompt it to start a "
+                             "new assistant message instead.")
+        if isinstance(conversation, (list, tuple)) and not conversation:
             raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
+        batched = isinstance(conversation[0], (list, tuple)) or hasattr(conversation[0], "messages")
+        chats = [getattr(c, "messages", c) for c in conversation] if batched else [conversation]
         template = self.get_chat_template(chat_template, tools)
-        text = render_chat_template(template, conversation, tools=tools, documents=documents,
-                                    add_generation_prompt=add_generation_prompt,
-                                    **{**self.special_tokens_map, **kwargs})
-        return self.encode(text, add_special_tokens=False) if tokenize else text
-
+        texts = [render_chat_template(template, c, tools=tools, documents=documents,
+                                      add_generation_prompt=add_generation_prompt,
+                                      continue_final_message=continue_final_message,
+                                      **{**self.special_tokens_map, **kwargs}) for c in chats]
+        text = texts if batched else texts[0]
+        if not tokenize:
+            return text
+        out = self(text, add_special_tokens=False, padding=padding, truncation=truncation or None,
+                   max_length=max_length, return_tensors=return_tensors)
+        return out if return_dict else out["input_ids"]
 
 class AutoTokenizer:
     @staticmethod

@@ -86,6 +86,8 @@ struct jj_method { /* a str or dict method read as an attribute, not yet called 
 };
 
 static inline jv jv_undef(const char *name) { jv v = {.kind = JV_UNDEF}; v.u.undef = name; return v; }
+/* An undefined whose u.undef is Jinja's whole message ("'dict object' has no attribute 'x'"). */
+#define JV_UNDEF_MESSAGE 2
 static inline jv jv_none(void) { jv v = {.kind = JV_NONE}; return v; }
 static inline jv jv_bool(bool b) { jv v = {.kind = JV_BOOL}; v.u.b = b; return v; }
 static inline jv jv_int(int64_t i) { jv v = {.kind = JV_INT}; v.u.i = i; return v; }
@@ -225,6 +227,8 @@ hr_status jj_render(jj_ctx *cx, const jj_node *root);
 hr_status jj_eval(jj_ctx *cx, const jj_node *e, jv *out);
 /* A failure at a node: the message names its line and column. */
 hr_status jj_fail(jj_ctx *cx, const jj_node *at, const char *fmt, ...) HR_PRINTF(3, 4);
+/* The error of using undefined v, in Jinja's words. */
+hr_status jj_undefined(jj_ctx *cx, const jj_node *at, jv v);
 hr_status jj_oom(jj_ctx *cx, const jj_node *at);
 
 /* Calls of filters, tests, methods and global functions on evaluated

@@ -186,7 +186,7 @@ static hr_status call_value(jj_ctx *cx, const jj_node *at, jv callee, const jj_a
     case JV_FUNC: return jj_call_func(cx, at, callee.u.fn, args, out);
     case JV_METHOD: return jj_call_method(cx, at, callee.u.meth->self, callee.u.meth->name, args, out);
     case JV_UNDEF:
-        if (callee.u.undef) return jj_fail(cx, at, "'%s' is undefined", callee.u.undef);
+        if (callee.u.undef) return jj_undefined(cx, at, callee);
         return jj_fail(cx, at, "called an undefined value");
     default: return jj_fail(cx, at, "'%s' object is not callable", jv_type_name(callee));
     }

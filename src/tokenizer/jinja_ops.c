@@ -4,15 +4,50 @@
  * operators with Python's rules (str + int is an error, 7 // -2 is -4,
  * 3 / 2 is 1.5). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "tokenizer/jinja.h"
 
-static hr_status undefined_error(jj_ctx *cx, const jj_node *at, jv v) {
+hr_status jj_undefined(jj_ctx *cx, const jj_node *at, jv v) {
+    if (v.u.undef && v.flag == JV_UNDEF_MESSAGE) return jj_fail(cx, at, "%s", v.u.undef);
     if (v.u.undef) return jj_fail(cx, at, "'%s' is undefined", v.u.undef);
     return jj_fail(cx, at, "a value is undefined");
+}
+
+#define undefined_error jj_undefined
+
+/* Jinja's object_type_repr: "dict object", "list object", ...; NULL for None. */
+static const char *type_name(jv obj) {
+    switch (obj.kind) {
+    case JV_DICT: return "dict";
+    case JV_LIST: return obj.flag & JV_TUPLE ? "tuple" : "list";
+    case JV_STR: return "str";
+    case JV_INT: return "int";
+    case JV_FLOAT: return "float";
+    case JV_BOOL: return "bool";
+    case JV_NS: return "Namespace";
+    default: return NULL;
+    }
+}
+
+/* The undefined a missed lookup gives, carrying Jinja's message for it:
+ * "'list object' has no attribute 'x'" (a name), "list object has no
+ * element 5" (an index). */
+static jv missing(jj_ctx *cx, jv obj, const char *name, int64_t index) {
+    const char *t = type_name(obj);
+    size_t n = (name ? strlen(name) : 0) + 64;
+    char *msg = jj_alloc(cx->arena, n);
+    if (!msg) return jv_undef(name);
+    if (name && !t) snprintf(msg, n, "'None' has no attribute '%s'", name);
+    else if (name) snprintf(msg, n, "'%s object' has no attribute '%s'", t, name);
+    else if (t) snprintf(msg, n, "%s object has no element %lld", t, (long long)index);
+    else snprintf(msg, n, "None has no element %lld", (long long)index);
+    jv v = jv_undef(msg);
+    v.flag = JV_UNDEF_MESSAGE;
+    return v;
 }
 
 /* Offsets of each code point of a string, plus its end: *n code points. */
@@ -45,7 +80,7 @@ hr_status jj_getattr(jj_ctx *cx, const jj_node *at, jv obj, const char *name, jv
     case JV_NS: {
         if (obj.kind == JV_DICT && jj_has_method(obj, name)) break;
         const jv *v = jj_dict_get_str(obj.u.d, name);
-        *out = v ? *v : jv_undef(name);
+        *out = v ? *v : obj.kind == JV_DICT ? missing(cx, obj, name, 0) : jv_undef(name);
         return HR_OK;
     }
     case JV_LOOP: {
@@ -68,7 +103,7 @@ hr_status jj_getattr(jj_ctx *cx, const jj_node *at, jv obj, const char *name, jv
     }
     default:
         if (jj_has_method(obj, name)) break;
-        *out = jv_undef(name);
+        *out = missing(cx, obj, name, 0);
         return HR_OK;
     }
     jj_method *m = jj_alloc(cx->arena, sizeof *m);
@@ -94,7 +129,7 @@ hr_status jj_getitem(jj_ctx *cx, const jj_node *at, jv obj, jv key, jv *out) {
         if (obj.kind == JV_LIST) {
             int64_t n = (int64_t)obj.u.l->n;
             if (i < 0) i += n;
-            *out = i >= 0 && i < n ? obj.u.l->v[i] : jv_undef("list index out of range");
+            *out = i >= 0 && i < n ? obj.u.l->v[i] : missing(cx, obj, NULL, key.kind == JV_BOOL ? key.u.b : key.u.i);
             return HR_OK;
         }
         size_t n;
@@ -114,6 +149,13 @@ hr_status jj_getitem(jj_ctx *cx, const jj_node *at, jv obj, jv key, jv *out) {
         if (!name) return jj_oom(cx, at);
         memcpy(name, key.u.s.p, key.u.s.n);
         return jj_getattr(cx, at, obj, name, out);
+    }
+    if (key.kind == JV_STR && obj.kind == JV_DICT) {
+        char *name = jj_alloc(cx->arena, key.u.s.n + 1);
+        if (!name) return jj_oom(cx, at);
+        memcpy(name, key.u.s.p, key.u.s.n);
+        *out = missing(cx, obj, name, 0);
+        return HR_OK;
     }
     *out = jv_undef(NULL);
     return HR_OK;

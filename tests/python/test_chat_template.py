@@ -214,8 +214,40 @@ def test_tokenizer_apply_chat_template():
     text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
     want = ref.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
     assert text == want
-    ids = tok.apply_chat_template(msgs, add_generation_prompt=True)
-    want_ids = ref.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
-    if isinstance(want_ids, dict) or hasattr(want_ids, "input_ids"):
-        want_ids = want_ids["input_ids"]
-    assert list(ids) == list(want_ids)
+    got = tok.apply_chat_template(msgs, add_generation_prompt=True)
+    want = ref.apply_chat_template(msgs, add_generation_prompt=True)
+    assert dict(got) == dict(want)
+    assert tok.apply_chat_template(msgs, return_dict=False) == ref.apply_chat_template(msgs, return_dict=False)
+    batch = [msgs, CONVERSATIONS["user_only"]]
+    for kw in ({"tokenize": False}, {"padding": True}, {"padding": True, "return_tensors": "np"}, {}):
+        got = tok.apply_chat_template(batch, add_generation_prompt=True, **kw)
+        want = ref.apply_chat_template(batch, add_generation_prompt=True, **kw)
+        if kw.get("tokenize", True):
+            assert set(got) == set(want)
+            for k in want:
+                assert [list(x) for x in got[k]] == [list(x) for x in want[k]], k
+        else:
+            assert got == want
+
+
+@pytest.mark.parametrize("conv,field", [("ends_with_assistant", True), ("content_parts_reply", True),
+                                        ("reasoning_reply", "reasoning_content")])
+def test_continue_final_message(conv, field):
+    convs = dict(CONVERSATIONS)
+    convs["content_parts_reply"] = [{"role": "user", "content": "Hi"},
+                                    {"role": "assistant", "content": [{"type": "text", "text": "Hello, "}]}]
+    convs["reasoning_reply"] = [{"role": "user", "content": "Hi"},
+                                {"role": "assistant", "content": "", "reasoning_content": "Let me see "}]
+    for name in ("qwen3", "llama3_1", "gemma3", "gpt_oss"):
+        template = ALL.get(name)
+        if template is None:
+            continue
+        kw = dict(continue_final_message=field, **_special(name))
+        try:
+            want = reference(template, convs[conv], **kw)
+        except Exception as e:
+            with pytest.raises((HubrtError, ValueError)) as got:
+                render_chat_template(template, convs[conv], **kw)
+            assert str(e)[:60] in str(got.value), (name, str(e), str(got.value))
+            continue
+        assert render_chat_template(template, convs[conv], **kw) == want, name
