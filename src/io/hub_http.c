@@ -269,6 +269,12 @@ hr_status hub_http_get(const hub_http *h, const char *url, const char *path, int
         curl_easy_reset(c);
         common_options(c, url);
         curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+        /* the bytes may sit behind more redirects (a CDN signing its URLs), followed as
+         * huggingface_hub's GET follows them; libcurl drops our Authorization header when
+         * a redirect leaves the host */
+        curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+        curl_easy_setopt(c, CURLOPT_MAXREDIRS, 20L);
+        curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
         s.checked = false;

@@ -29,6 +29,7 @@ class FakeHub:
         self.cut_first = False  # the CDN drops the first GET of each blob half-way
         self.ignore_range = False
         self.short = set()  # sha256s the CDN serves one byte short of the announced size
+        self.cdn_hop = False  # the CDN redirects /cdn/<sha> once more, to /signed/<sha>
         self._cut_done = set()
         self._lock = threading.Lock()
         self.hub = self._serve(self._hub_handler())
@@ -116,7 +117,14 @@ class FakeHub:
 
             def do_GET(self):
                 hub._record("cdn", self)
-                sha = urlsplit(self.path).path.rsplit("/", 1)[-1]
+                path = urlsplit(self.path).path
+                sha = path.rsplit("/", 1)[-1]
+                if hub.cdn_hop and path.startswith("/cdn/"):
+                    self.send_response(302)
+                    self.send_header("Location", f"/signed/{sha}?exp=1")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 data = hub.blob(sha)
                 if data is None:
                     self.send_response(404)

@@ -257,3 +257,13 @@ def test_a_tampered_refs_file_is_not_followed(hub, tmp_path):
     (cache / "models--org--tiny" / "refs" / "main").write_text("../../../../../etc")
     rc, out, err, _ = hubrt(hub, cache, ["inspect", "org/tiny"], HF_HUB_OFFLINE="1")
     assert rc == 2 and "not in the cache" in err, err
+
+
+def test_a_cdn_that_redirects_again_is_followed(hub, tmp_path):
+    hub.cdn_hop = True
+    rc, out, err, _ = hubrt(hub, tmp_path / "c", ["run", "org/tiny"] + PROMPT, HF_TOKEN="hf_secret",
+                            HF_HUB_DISABLE_IMPLICIT_TOKEN="")
+    assert rc == 0 and out == local_run(), err
+    paths = [r[2] for r in hub.requests("cdn")]
+    assert any(p.startswith("/cdn/") for p in paths) and any(p.startswith("/signed/") for p in paths)
+    assert all("authorization" not in r[3] for r in hub.requests("cdn"))
