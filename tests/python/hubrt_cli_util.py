@@ -48,3 +48,11 @@ def with_env(env, fn):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def make_tiny_fixtures():
+    """The tiny checkpoints under fixtures/ (made by scripts/make_fixtures.py, kept once made):
+    a module whose tests read them calls this first, as a fresh clone has none."""
+    import sys
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_fixtures.py"), "tiny"], check=True,
+                   capture_output=True)

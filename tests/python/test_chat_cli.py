@@ -11,7 +11,13 @@ import torch
 from transformers import AutoModelForCausalLM as HFModel
 from transformers import AutoTokenizer
 
-from hubrt_cli_util import run_with_peak
+from hubrt_cli_util import make_tiny_fixtures, run_with_peak
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_fixtures():
+    make_tiny_fixtures()
+
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "fixtures" / "tiny-qwen3-tok"

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from hubrt_cli_util import run_with_peak
+from hubrt_cli_util import make_tiny_fixtures, run_with_peak
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_fixtures():
+    make_tiny_fixtures()
+
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"

@@ -14,7 +14,13 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from fake_hub import FakeHub, Repo
-from hubrt_cli_util import CLI, ROOT, run_with_peak, with_env
+from hubrt_cli_util import CLI, ROOT, make_tiny_fixtures, run_with_peak, with_env
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_fixtures():
+    make_tiny_fixtures()
+
 
 FIX = ROOT / "fixtures"
 MODEL = FIX / "tiny-qwen3-tok"

@@ -4,7 +4,13 @@ checks loader tables before they are allocated."""
 
 import pytest
 
-from hubrt_cli_util import ROOT, run_with_peak, with_env
+from hubrt_cli_util import ROOT, make_tiny_fixtures, run_with_peak, with_env
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_fixtures():
+    make_tiny_fixtures()
+
 
 MODEL = str(ROOT / "fixtures" / "tiny-qwen3-tok")
 RUN = ["run", MODEL, "-p", "The quick brown fox", "-n", "4", "--greedy"]
