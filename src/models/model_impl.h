@@ -165,16 +165,13 @@ hr_status hr_config_require_act(const hr_model_config *cfg, const char *want);
 
 /* ---- weights (weights.c) ------------------------------------------------- */
 
-/* Loads `name` with the given shape in the model dtype onto the model's
- * device into *out: a zero-copy view of the mapping when the file's dtype
- * matches, cast once otherwise. Errors name the tensor. */
-hr_status hr_model_weight(hr_model *m, const char *name, int ndim, const int64_t *shape, hr_tensor **out);
 /* Every weight: the embedding, final norm and head, then each layer's by
  * its architecture's table; then the device prepares them. */
 /* The checkpoint's weights against the config (presence, shape, layer
  * count), from its index alone: errors name the tensor and the config
  * fields. Runs before anything sized by the config is allocated. */
 hr_status hr_model_check_weights(hr_model *m);
+/* Loads every weight the check passed (it found the names' prefix). */
 hr_status hr_model_load_weights(hr_model *m);
 void hr_model_free_weights(hr_model *m);
 /* The weight named `name`, or NULL (the compile cache's constants). */

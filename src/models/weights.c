@@ -23,21 +23,11 @@ int64_t hr_model_dim(const hr_model *m, hr_dim d) {
     }
 }
 
-hr_status hr_model_weight(hr_model *m, const char *name, int ndim, const int64_t *shape, hr_tensor **out) {
-    hr_tensor_info info;
-    hr_status s = hr_checkpoint_info(m->ckpt, name, &info);
-    if (s == HR_ERR_NOT_FOUND) return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s'", name);
-    HR_TRY(s);
-    bool same = info.ndim == ndim;
-    for (int i = 0; same && i < ndim; i++) same = info.shape[i] == shape[i];
-    if (!same) {
-        char a[160], b[160];
-        return hr_error(HR_ERR_SHAPE, "checkpoint: tensor '%s' has shape %s, the config expects %s", name,
-                        hr_shape_str(info.ndim, info.shape, a, sizeof a), hr_shape_str(ndim, shape, b, sizeof b));
-    }
-    if (!hr_dtype_is_float(info.dtype))
-        return hr_error(HR_ERR_DTYPE, "checkpoint: tensor '%s' is %s, not a floating dtype", name,
-                        hr_dtype_name(info.dtype));
+/* Loads weight `name` (checked by hr_model_check_weights) in the model
+ * dtype onto the model's device into *out: a zero-copy view of the mapping
+ * when the file's dtype matches, cast once otherwise. */
+static hr_status load_weight(hr_model *m, const char *name, const hr_dim dims[2], hr_tensor **out) {
+    (void)dims;
     /* cast (GGUF: dequantized) once at load to the model dtype */
     hr_tensor *t = NULL;
     HR_TRY(hr_checkpoint_tensor_as(m->ckpt, name, m->dtype, &t));
@@ -48,7 +38,7 @@ hr_status hr_model_weight(hr_model *m, const char *name, int ndim, const int64_t
     if (!view) hr_checkpoint_drop_tensor(m->ckpt, name);
     if (hr_tensor_device(t) != m->dev) {
         hr_tensor *n = NULL;
-        s = hr_tensor_to(t, m->dev, &n);
+        hr_status s = hr_tensor_to(t, m->dev, &n);
         hr_tensor_free(t);
         if (s != HR_OK) return hr_error_context(s, "moving '%s' to %s", name, hr_device_name(m->dev));
         /* The device holds its own copy (PJRT copies during the call): a
@@ -79,14 +69,6 @@ static hr_status find_prefix(hr_model *m) {
                     "'language_model.model.' or 'model.language_model.')");
 }
 
-static hr_status load_spec(hr_model *m, int64_t il, const hr_weight_spec *w, hr_tensor **out) {
-    if (w->when && !w->when(m)) return HR_OK;
-    char name[256];
-    snprintf(name, sizeof name, "%slayers.%lld.%s", m->prefix, (long long)il, w->hf);
-    int64_t shape[2] = {hr_model_dim(m, w->shape[0]), hr_model_dim(m, w->shape[1])};
-    return hr_model_weight(m, name, w->shape[1] ? 2 : 1, shape, out);
-}
-
 /* The head's name beside the decoder's: "lm_head.weight" for "model." and
  * "model.language_model.", "language_model.lm_head.weight" for Hub files. */
 static const char *head_name(const hr_model *m) {
@@ -96,8 +78,29 @@ static const char *head_name(const hr_model *m) {
     return name;
 }
 
-static hr_status load_head(hr_model *m, const int64_t *shape) {
-    return hr_model_weight(m, head_name(m), 2, shape, &m->lm_head);
+typedef hr_status (*weight_visit)(hr_model *m, const char *name, const hr_dim dims[2], hr_tensor **slot);
+
+/* Every weight the config asks for, in loading order, with its expected
+ * dims and its slot (the layers' slots once m->layer_w is allocated): the
+ * one list that the check and the load both walk. The head tied to the
+ * embedding is its alias, not a weight of its own. */
+static hr_status walk_weights(hr_model *m, weight_visit visit) {
+    const hr_model_config *c = &m->cfg;
+    const hr_arch *a = m->arch;
+    char name[256];
+    snprintf(name, sizeof name, "%sembed_tokens.weight", m->prefix);
+    HR_TRY(visit(m, name, (hr_dim[2]){HR_DIM_VOCAB, HR_DIM_HIDDEN}, &m->embed));
+    snprintf(name, sizeof name, "%snorm.weight", m->prefix);
+    HR_TRY(visit(m, name, (hr_dim[2]){HR_DIM_HIDDEN, HR_DIM_NONE}, &m->final_norm));
+    if (!c->tie_word_embeddings) HR_TRY(visit(m, head_name(m), (hr_dim[2]){HR_DIM_VOCAB, HR_DIM_HIDDEN}, &m->lm_head));
+    for (int64_t il = 0; il < c->n_layers; il++)
+        for (int j = 0; j < a->n_layer_weights; j++) {
+            const hr_weight_spec *w = &a->layer_weights[j];
+            if (w->when && !w->when(m)) continue;
+            snprintf(name, sizeof name, "%slayers.%lld.%s", m->prefix, (long long)il, w->hf);
+            HR_TRY(visit(m, name, w->shape, m->layer_w ? &m->layer_w[il * a->n_layer_weights + j] : NULL));
+        }
+    return HR_OK;
 }
 
 static bool ck_drop_pages(void *ctx, const void *p, size_t n) { return hr_checkpoint_drop_pages(ctx, p, n); }
@@ -155,10 +158,11 @@ static void dim_fields(const hr_model *m, hr_dim d, char *buf, size_t n) {
 
 static const char *config_source(const hr_model *m) { return m->cfg.from_gguf ? "the GGUF metadata" : "config.json"; }
 
-/* A weight's presence and shape as the config states them, from the
- * checkpoint's index alone: a refusal names the tensor and the config
+/* A weight's presence, shape and dtype as the config states them, from
+ * the checkpoint's index alone: a refusal names the tensor and the config
  * fields, and nothing sized by the config has been allocated. */
-static hr_status check_weight(const hr_model *m, const char *name, const hr_dim dims[2]) {
+static hr_status check_weight(hr_model *m, const char *name, const hr_dim dims[2], hr_tensor **slot) {
+    (void)slot;
     hr_tensor_info info;
     hr_status s = hr_checkpoint_info(m->ckpt, name, &info);
     if (s == HR_ERR_NOT_FOUND) return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s'", name);
@@ -167,6 +171,9 @@ static hr_status check_weight(const hr_model *m, const char *name, const hr_dim 
     int64_t want[2] = {hr_model_dim(m, dims[0]), hr_model_dim(m, dims[1])};
     bool same = info.ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = info.shape[i] == want[i];
+    if (same && !hr_dtype_is_float(info.dtype))
+        return hr_error(HR_ERR_DTYPE, "checkpoint: tensor '%s' is %s, not a floating dtype", name,
+                        hr_dtype_name(info.dtype));
     if (same) return HR_OK;
     char fields[256] = "", f[128], a[160], b[160];
     for (int i = 0; i < ndim; i++) {
@@ -195,50 +202,24 @@ static int64_t layers_held(const hr_model *m) {
 hr_status hr_model_check_weights(hr_model *m) {
     HR_TRY(find_prefix(m));
     const hr_model_config *c = &m->cfg;
-    const hr_arch *a = m->arch;
-    char name[256];
-    snprintf(name, sizeof name, "%sembed_tokens.weight", m->prefix);
-    HR_TRY(check_weight(m, name, (hr_dim[2]){HR_DIM_VOCAB, HR_DIM_HIDDEN}));
-    snprintf(name, sizeof name, "%snorm.weight", m->prefix);
-    HR_TRY(check_weight(m, name, (hr_dim[2]){HR_DIM_HIDDEN, HR_DIM_NONE}));
-    if (!c->tie_word_embeddings) HR_TRY(check_weight(m, head_name(m), (hr_dim[2]){HR_DIM_VOCAB, HR_DIM_HIDDEN}));
+    /* a short layer count is named as such, not as the first layer tensor it misses */
     int64_t held = layers_held(m);
     if (held < c->n_layers)
         return hr_error(HR_ERR_SHAPE, "%s: num_hidden_layers is %lld, but the checkpoint holds %lld layers (no tensor "
                         "'%slayers.%lld.%s')", config_source(m), (long long)c->n_layers, (long long)held, m->prefix,
-                        (long long)held, a->layer_weights[0].hf);
-    for (int64_t il = 0; il < c->n_layers; il++)
-        for (int j = 0; j < a->n_layer_weights; j++) {
-            const hr_weight_spec *w = &a->layer_weights[j];
-            if (w->when && !w->when(m)) continue;
-            snprintf(name, sizeof name, "%slayers.%lld.%s", m->prefix, (long long)il, w->hf);
-            HR_TRY(check_weight(m, name, w->shape));
-        }
-    return HR_OK;
+                        (long long)held, m->arch->layer_weights[0].hf);
+    return walk_weights(m, check_weight);
 }
 
 hr_status hr_model_load_weights(hr_model *m) {
     const hr_model_config *c = &m->cfg;
-    const hr_arch *a = m->arch;
-    HR_TRY(find_prefix(m));
-    char name[128];
-    int64_t emb_shape[2] = {c->vocab_size, c->hidden_size};
-    snprintf(name, sizeof name, "%sembed_tokens.weight", m->prefix);
-    HR_TRY(hr_model_weight(m, name, 2, emb_shape, &m->embed));
-    snprintf(name, sizeof name, "%snorm.weight", m->prefix);
-    HR_TRY(hr_model_weight(m, name, 1, &c->hidden_size, &m->final_norm));
-    if (c->tie_word_embeddings)
-        HR_TRY(hr_tensor_alias(m->embed, &m->lm_head));
-    else
-        HR_TRY(load_head(m, emb_shape));
-    size_t n = (size_t)(c->n_layers * a->n_layer_weights);
+    size_t n = (size_t)(c->n_layers * m->arch->n_layer_weights);
     m->layer_w = calloc(n ? n : 1, sizeof *m->layer_w);
     if (!m->layer_w) return hr_error(HR_ERR_OOM, "model layers");
-    for (int64_t il = 0; il < c->n_layers; il++)
-        for (int j = 0; j < a->n_layer_weights; j++)
-            HR_TRY(load_spec(m, il, &a->layer_weights[j], &m->layer_w[il * a->n_layer_weights + j]));
+    HR_TRY(walk_weights(m, load_weight));
+    if (c->tie_word_embeddings) HR_TRY(hr_tensor_alias(m->embed, &m->lm_head));
     /* Weights on a device that is not host memory went to it as they
-     * loaded (hr_model_weight drops their pages then); pages mapped back
+     * loaded (load_weight drops their pages then); pages mapped back
      * around later reads go now. */
     if (!m->dev->host_visible) hr_checkpoint_drop_all(m->ckpt);
     return prepare_on_device(m);
