@@ -28,6 +28,10 @@ int hr_cmd_launch(int argc, char **argv);
 int hr_cmd_tokenize(int argc, char **argv);
 int hr_cmd_detokenize(int argc, char **argv);
 
+/* The text `token` adds to a generation's output through detokenizer d
+ * (NULL with *err set when it fails): the token_text of run and chat. */
+const char *hr_cli_token_text(hr_detokenizer *d, hr_status *err, int64_t token, size_t *len);
+
 /* Parses `text` as a number for option `flag`; prints the error and returns
  * false on junk. */
 bool hr_cli_number(const char *cmd, const char *flag, const char *text, double *out);

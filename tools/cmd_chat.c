@@ -102,14 +102,7 @@ typedef struct chat_session {
 
 static const char *token_text(void *ctx, int64_t row, int64_t token, size_t *len) {
     chat_session *s = ctx;
-    const char *text = NULL;
-    *len = 0;
-    hr_status st = hr_detokenizer_push(s->detok, (int32_t)token, &text, len);
-    if (st != HR_OK) {
-        s->err = st;
-        return NULL;
-    }
-    return text;
+    return hr_cli_token_text(s->detok, &s->err, token, len);
 }
 
 static bool append_reply(chat_session *s, const char *text, size_t len) {

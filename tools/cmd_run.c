@@ -23,16 +23,20 @@ typedef struct run_ctx {
     hr_status err;
 } run_ctx;
 
-static const char *token_text(void *ctx, int64_t row, int64_t token, size_t *len) {
-    run_ctx *rc = ctx;
+const char *hr_cli_token_text(hr_detokenizer *d, hr_status *err, int64_t token, size_t *len) {
     const char *text = NULL;
     *len = 0;
-    hr_status s = hr_detokenizer_push(rc->detok, (int32_t)token, &text, len);
+    hr_status s = hr_detokenizer_push(d, (int32_t)token, &text, len);
     if (s != HR_OK) {
-        rc->err = s;
+        *err = s;
         return NULL;
     }
     return text;
+}
+
+static const char *token_text(void *ctx, int64_t row, int64_t token, size_t *len) {
+    run_ctx *rc = ctx;
+    return hr_cli_token_text(rc->detok, &rc->err, token, len);
 }
 
 static bool on_token(void *ctx, int64_t row, int64_t token, const char *text, size_t len) {

@@ -275,16 +275,22 @@ static hr_status parse_subscript(parser *p, jj_node *obj, jj_node **out) {
     return HR_OK;
 }
 
+/* e(...): a call node over the callee e. */
+static hr_status parse_call(parser *p, jj_node *e, jj_node **out) {
+    jj_node *c = node(p, JN_CALL, cur(p)->pos);
+    if (!c) return oom();
+    c->a = e;
+    HR_TRY(parse_call_args(p, c));
+    *out = c;
+    return HR_OK;
+}
+
 static hr_status parse_postfix(parser *p, jj_node *e, jj_node **out) {
     for (;;) {
         if (is_op(p, ".") || is_op(p, "[")) {
             HR_TRY(parse_subscript(p, e, &e));
         } else if (is_op(p, "(")) {
-            jj_node *c = node(p, JN_CALL, cur(p)->pos);
-            if (!c) return oom();
-            c->a = e;
-            HR_TRY(parse_call_args(p, c));
-            e = c;
+            HR_TRY(parse_call(p, e, &e));
         } else {
             break;
         }
@@ -301,11 +307,7 @@ static hr_status parse_filter_expr(parser *p, jj_node *e, jj_node **out) {
         } else if (is_kw(p, "is")) {
             HR_TRY(parse_test(p, e, &e));
         } else if (is_op(p, "(")) {
-            jj_node *c = node(p, JN_CALL, cur(p)->pos);
-            if (!c) return oom();
-            c->a = e;
-            HR_TRY(parse_call_args(p, c));
-            e = c;
+            HR_TRY(parse_call(p, e, &e));
         } else {
             break;
         }

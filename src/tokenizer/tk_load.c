@@ -179,20 +179,25 @@ static hr_status apply_config_text(hr_tokenizer *t, const char *text, size_t len
     return st;
 }
 
-static hr_status load_side_file(hr_tokenizer *t, const char *dir, const char *name) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+/* dir/name, kept inside dir, into *text (NULL when the file is absent). */
+static hr_status read_optional(const char *dir, const char *name, char *path, size_t cap, char **text,
+                               size_t *len) {
+    *text = NULL;
+    if (snprintf(path, cap, "%s/%s", dir, name) >= (int)cap)
         return hr_error(HR_ERR_INVALID_ARG, "tokenizer: path too long");
     HR_TRY(hr_path_check_inside(dir, path));
-    char *text;
+    hr_status st = read_file(path, text, len);
+    if (st != HR_ERR_NOT_FOUND) return st;
+    hr_clear_error();
+    return HR_OK;
+}
+
+static hr_status load_side_file(hr_tokenizer *t, const char *dir, const char *name) {
+    char path[4096], *text;
     size_t len;
-    hr_status st = read_file(path, &text, &len);
-    if (st == HR_ERR_NOT_FOUND) {
-        hr_clear_error();
-        return HR_OK;
-    }
-    HR_TRY(st);
-    st = apply_config_text(t, text, len, path);
+    HR_TRY(read_optional(dir, name, path, sizeof path, &text, &len));
+    if (!text) return HR_OK;
+    hr_status st = apply_config_text(t, text, len, path);
     free(text);
     return st;
 }
@@ -200,18 +205,10 @@ static hr_status load_side_file(hr_tokenizer *t, const char *dir, const char *na
 /* chat_template.jinja (transformers 5 saves the template there) wins over
  * tokenizer_config.json's chat_template, as transformers reads them. */
 static hr_status load_template_file(hr_tokenizer *t, const char *dir) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/chat_template.jinja", dir) >= (int)sizeof path)
-        return hr_error(HR_ERR_INVALID_ARG, "tokenizer: path too long");
-    HR_TRY(hr_path_check_inside(dir, path));
-    char *text;
+    char path[4096], *text;
     size_t len;
-    hr_status st = read_file(path, &text, &len);
-    if (st == HR_ERR_NOT_FOUND) {
-        hr_clear_error();
-        return HR_OK;
-    }
-    HR_TRY(st);
+    HR_TRY(read_optional(dir, "chat_template.jinja", path, sizeof path, &text, &len));
+    if (!text) return HR_OK;
     if (memchr(text, 0, len)) {
         free(text);
         return hr_error(HR_ERR_FORMAT, "%s: holds a NUL byte", path);

@@ -14,6 +14,13 @@ def git_blob_sha1(data):
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"  # a connection per request: none outlives the server
+
+    def log_message(self, *a):
+        pass
+
+
 class Repo:
     def __init__(self, files, lfs=(), commit=None, branch="main"):
         self.files = dict(files)
@@ -64,12 +71,7 @@ class FakeHub:
         return None
 
     def _hub_handler(hub):
-        class H(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.0"  # a connection per request: none outlives the server
-
-            def log_message(self, *a):
-                pass
-
+        class H(_Handler):
             def _send(self, code, headers, body=b""):
                 self.send_response(code)
                 for k, v in headers.items():
@@ -109,12 +111,7 @@ class FakeHub:
         return H
 
     def _cdn_handler(hub):
-        class C(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.0"  # a connection per request: none outlives the server
-
-            def log_message(self, *a):
-                pass
-
+        class C(_Handler):
             def do_GET(self):
                 hub._record("cdn", self)
                 path = urlsplit(self.path).path
