@@ -45,10 +45,9 @@ _F32P = ctypes.POINTER(ctypes.c_float)
 _ON_STEP = ctypes.CFUNCTYPE(ctypes.c_bool, _P, _I64P, _F32P, _F32P, ctypes.c_int64, ctypes.c_int64)
 _TOKEN_TEXT = ctypes.CFUNCTYPE(ctypes.c_void_p, _P, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_size_t))
 
-# transformers' generate() arguments hubrt takes; any other is refused by name
-_GENERATE_ARGS = {"max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
-                  "eos_token_id", "pad_token_id", "min_new_tokens", "no_repeat_ngram_size", "bad_words_ids",
-                  "num_return_sequences", "max_length", "use_cache", "stop_strings", "tokenizer"}
+# transformers' generate() arguments hubrt takes beyond its signature's; any other is refused by name
+_GENERATE_ARGS = {"min_new_tokens", "no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "max_length",
+                  "use_cache", "stop_strings", "tokenizer"}
 
 
 class GenerateDecoderOnlyOutput(dict):
@@ -213,33 +212,25 @@ class HubrtModelForCausalLM:
         output_logits. Any other argument is refused by name."""
         if input_ids is None and "inputs" in kwargs:
             input_ids = kwargs.pop("inputs")
-        given = dict(kwargs)
-        if generation_config is not None:
+        gc = {}
+        if generation_config is not None:  # its values stand in for the arguments left unset
             gc = generation_config if isinstance(generation_config, dict) else generation_config.to_diff_dict()
-            for k, v in gc.items():
-                if k in _GENERATE_ARGS | {"return_dict_in_generate", "output_scores", "output_logits"} and \
-                        k not in given and v is not None:
-                    given[k] = v
-        unknown = sorted(k for k in given if k not in _GENERATE_ARGS and k not in (
-            "return_dict_in_generate", "output_scores", "output_logits"))
+            gc = {k: v for k, v in gc.items() if v is not None}
+        given = {**{k: v for k, v in gc.items() if k in _GENERATE_ARGS}, **kwargs}
+        unknown = sorted(set(given) - _GENERATE_ARGS)
         if unknown:
             raise ValueError(f"hubrt's generate does not support {', '.join(unknown)} (it takes "
                              f"{', '.join(sorted(_GENERATE_ARGS))} and the arguments in its signature)")
-        local = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature, top_k=top_k,
-                     top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, eos_token_id=eos_token_id,
-                     pad_token_id=pad_token_id, return_dict_in_generate=return_dict_in_generate,
-                     output_scores=output_scores, output_logits=output_logits)
-        for k, v in local.items():
-            if v is None and k in given:
-                local[k] = given.pop(k)
-        for k in local:
-            given.pop(k, None)
-        max_new_tokens, do_sample, temperature = local["max_new_tokens"], local["do_sample"], local["temperature"]
-        top_k, top_p, min_p = local["top_k"], local["top_p"], local["min_p"]
-        repetition_penalty, eos_token_id = local["repetition_penalty"], local["eos_token_id"]
-        pad_token_id = local["pad_token_id"]
-        want_dict = bool(local["return_dict_in_generate"])
-        want_scores, want_logits = bool(local["output_scores"]), bool(local["output_logits"])
+
+        def unset(name, value):
+            return gc.get(name) if value is None else value
+        max_new_tokens, do_sample = unset("max_new_tokens", max_new_tokens), unset("do_sample", do_sample)
+        temperature, top_k, top_p = unset("temperature", temperature), unset("top_k", top_k), unset("top_p", top_p)
+        min_p, repetition_penalty = unset("min_p", min_p), unset("repetition_penalty", repetition_penalty)
+        eos_token_id, pad_token_id = unset("eos_token_id", eos_token_id), unset("pad_token_id", pad_token_id)
+        want_dict = bool(unset("return_dict_in_generate", return_dict_in_generate))
+        want_scores = bool(unset("output_scores", output_scores))
+        want_logits = bool(unset("output_logits", output_logits))
         n_ret = int(given.pop("num_return_sequences", 1) or 1)
         if n_ret > 1 and not (do_sample if do_sample is not None else self.generation_config["do_sample"]):
             raise ValueError("num_return_sequences > 1 needs do_sample=True (hubrt has no beam search)")
