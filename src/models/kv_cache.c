@@ -254,3 +254,128 @@ hr_status hr_kv_inputs_compiled(const hr_kv_cache *c, hr_layer_kind kind, int64_
     }
     return st;
 }
+
+/* ---- moving cells (continuous batching) -------------------------------------- */
+
+/* The slot that cache index i lives in, for a kind. */
+static int64_t slot_of(const hr_kv_cache *c, int kind, int64_t i) {
+    return ring_wraps(c, (hr_layer_kind)kind) ? i % c->slots[kind] : i;
+}
+
+static hr_status index_tensor(hr_device *dev, const int64_t *v, int64_t n, hr_tensor **out) {
+    return hr_tensor_from_host(dev, HR_I64, 1, &n, v, sizeof(int64_t) * (size_t)n, out);
+}
+
+/* dst[.., didx[i], ..] = src[.., sidx[i], ..] along dim, through a copy,
+ * so source and destination may be the same tensor. */
+static hr_status move_cells(hr_tensor *dst, const hr_tensor *src, int dim, const int64_t *sidx, const int64_t *didx,
+                            int64_t n) {
+    if (!n) return HR_OK;
+    hr_device *dev = hr_tensor_device(dst);
+    hr_tensor *si = NULL, *di = NULL, *tmp = NULL;
+    hr_status s = index_tensor(dev, sidx, n, &si);
+    if (s == HR_OK) s = index_tensor(dev, didx, n, &di);
+    if (s == HR_OK) s = hr_index_select(src, dim, si, &tmp);
+    if (s == HR_OK) s = hr_index_copy_(dst, dim, di, tmp);
+    hr_tensor_free(si);
+    hr_tensor_free(di);
+    hr_tensor_free(tmp);
+    return s;
+}
+
+static hr_status same_layout(const hr_kv_cache *a, const hr_kv_cache *b) {
+    for (int k = 0; k < HR_LAYER_KINDS; k++) {
+        const hr_tensor *x = a->k_all[k], *y = b->k_all[k];
+        if (!x != !y || (x && (hr_tensor_dtype(x) != hr_tensor_dtype(y) || hr_tensor_device(x) != hr_tensor_device(y) ||
+                               hr_tensor_shape(x)[0] != hr_tensor_shape(y)[0] ||
+                               hr_tensor_shape(x)[2] != hr_tensor_shape(y)[2] ||
+                               hr_tensor_shape(x)[4] != hr_tensor_shape(y)[4])))
+            return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_copy: the caches belong to different models");
+    }
+    return HR_OK;
+}
+
+hr_status hr_kv_cache_copy(hr_kv_cache *dst, int64_t dst_row, int64_t dst_at, const hr_kv_cache *src,
+                           int64_t src_row, int64_t src_at, int64_t n) {
+    if (!dst || !src) return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_copy: NULL cache");
+    if (n < 0 || dst_row < 0 || dst_row >= dst->batch || src_row < 0 || src_row >= src->batch || dst_at < 0 ||
+        src_at < 0 || dst_at + n > dst->capacity || src_at + n > src->capacity)
+        return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_copy: rows %lld <- %lld, cells [%lld, +%lld) <- [%lld, "
+                        "+%lld) outside the caches (batch %lld x %lld <- %lld x %lld)", (long long)dst_row,
+                        (long long)src_row, (long long)dst_at, (long long)n, (long long)src_at, (long long)n,
+                        (long long)dst->batch, (long long)dst->capacity, (long long)src->batch,
+                        (long long)src->capacity);
+    HR_TRY(same_layout(dst, src));
+    if (!n) return HR_OK;
+    int64_t *sidx = malloc(sizeof(int64_t) * (size_t)n), *didx = malloc(sizeof(int64_t) * (size_t)n);
+    hr_status s = sidx && didx ? HR_OK : hr_error(HR_ERR_OOM, "hr_kv_cache_copy: out of memory");
+    for (int k = 0; k < HR_LAYER_KINDS && s == HR_OK; k++) {
+        if (!dst->k_all[k]) continue;
+        /* a ring keeps the last cells only: the ones that land there last */
+        int64_t keep = n;
+        if (ring_wraps(dst, (hr_layer_kind)k) && keep > dst->slots[k]) keep = dst->slots[k];
+        if (ring_wraps(src, (hr_layer_kind)k) && keep > src->slots[k]) keep = src->slots[k];
+        for (int64_t i = 0; i < keep; i++) {
+            sidx[i] = slot_of(src, k, src_at + n - keep + i);
+            didx[i] = slot_of(dst, k, dst_at + n - keep + i);
+        }
+        hr_tensor *sv[2] = {NULL, NULL}, *dv[2] = {NULL, NULL};
+        hr_tensor *sa[2] = {src->k_all[k], src->v_all[k]}, *da[2] = {dst->k_all[k], dst->v_all[k]};
+        for (int j = 0; j < 2 && s == HR_OK; j++) {
+            s = hr_tensor_select(sa[j], 1, src_row, &sv[j]);
+            if (s == HR_OK) s = hr_tensor_select(da[j], 1, dst_row, &dv[j]);
+            /* [layers, kv_heads, slots, head_dim]: cells along dim 2 */
+            if (s == HR_OK) s = move_cells(dv[j], sv[j], 2, sidx, didx, keep);
+        }
+        for (int j = 0; j < 2; j++) hr_tensor_free(sv[j]), hr_tensor_free(dv[j]);
+    }
+    free(sidx);
+    free(didx);
+    return s;
+}
+
+hr_status hr_kv_cache_shift(hr_kv_cache *c, int64_t delta) {
+    if (!c) return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_shift: NULL cache");
+    if (-delta > c->len || c->len + delta > c->capacity)
+        return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_shift: %lld cells by %lld leaves the capacity %lld",
+                        (long long)c->len, (long long)delta, (long long)c->capacity);
+    int64_t len = c->len + delta;
+    if (!delta || !len) {
+        c->len = len;
+        return HR_OK;
+    }
+    int64_t most = c->slots[HR_LAYER_FULL] > c->slots[HR_LAYER_SLIDING] ? c->slots[HR_LAYER_FULL]
+                                                                          : c->slots[HR_LAYER_SLIDING];
+    int64_t *sidx = malloc(sizeof(int64_t) * (size_t)most), *didx = malloc(sizeof(int64_t) * (size_t)most);
+    hr_status s = sidx && didx ? HR_OK : hr_error(HR_ERR_OOM, "hr_kv_cache_shift: out of memory");
+    for (int k = 0; k < HR_LAYER_KINDS && s == HR_OK; k++) {
+        if (!c->k_all[k]) continue;
+        /* the cells that survive: new indices [max(0, delta), len) */
+        int64_t lo = delta > 0 ? delta : 0, n = len - lo;
+        if (ring_wraps(c, (hr_layer_kind)k) && n > c->slots[k]) lo = len - c->slots[k], n = c->slots[k];
+        for (int64_t i = 0; i < n; i++) {
+            sidx[i] = slot_of(c, k, lo + i - delta);
+            didx[i] = slot_of(c, k, lo + i);
+        }
+        /* [layers, batch, kv_heads, slots, head_dim]: cells along dim 3 */
+        s = move_cells(c->k_all[k], c->k_all[k], 3, sidx, didx, n);
+        if (s == HR_OK) s = move_cells(c->v_all[k], c->v_all[k], 3, sidx, didx, n);
+    }
+    free(sidx);
+    free(didx);
+    if (s == HR_OK) c->len = len;
+    return s;
+}
+
+hr_status hr_kv_cache_set_len(hr_kv_cache *c, int64_t len) {
+    if (!c) return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_set_len: NULL cache");
+    if (len < 0 || len > c->capacity)
+        return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_set_len: %lld outside 0..%lld", (long long)len,
+                        (long long)c->capacity);
+    c->len = len;
+    return HR_OK;
+}
+
+bool hr_kv_cache_ring_wraps(const hr_kv_cache *c) {
+    return c && c->k_all[HR_LAYER_SLIDING] && ring_wraps(c, HR_LAYER_SLIDING);
+}

@@ -1,0 +1,703 @@
+/* The serving engine (engine.h): a request queue, one prefilling request
+ * at a time in a scratch cache, and the running rows decoding together. */
+#include "serve/engine.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/iter.h"
+#include "generate/sampling.h"
+
+enum { SLOT_FREE, SLOT_RUNNING, SLOT_IDLE };
+
+struct hr_request {
+    /* fixed at submit */
+    int64_t n_prompt, max_tokens;
+    char **stop;
+    int n_stop;
+    size_t stop_max;
+    /* the engine thread's */
+    hr_sampler smp;
+    hr_detokenizer *detok;
+    int64_t *tokens; /* [n_prompt + max_tokens]: prompt, then the answer */
+    int64_t n_tokens;
+    char *hold;      /* decoded text held back while it may begin a stop string */
+    size_t hold_len, hold_cap;
+    int slot;
+    hr_request *next; /* queue */
+    /* shared under the engine's lock */
+    char *out;
+    size_t out_len, out_cap;
+    int64_t n_answer, prefilled;
+    const char *finish;
+    hr_status err;
+    char errmsg[512];
+    bool cancel;
+    int refs;
+};
+
+typedef struct slot {
+    int state;
+    hr_request *req;
+    int64_t start, n; /* cells [start, start + n) of the row */
+    int64_t *ids;     /* [capacity] the tokens those cells hold */
+    uint64_t used;    /* when it last ran (for choosing an idle row to give up) */
+} slot;
+
+struct hr_engine {
+    hr_model *m;
+    const hr_tokenizer *tok;
+    int64_t B, C, chunk, max_queue, vocab;
+    bool compile, reuse;
+    const int64_t *eos;
+    int n_eos;
+    int64_t pad;
+    hr_kv_cache *kv, *scratch;
+    slot *slots;
+    int64_t *ids, *pos, *mask; /* step staging: [B], [B], [B, C]; prefill [chunk] in ids/pos of size max(B, chunk) */
+    float *row;                /* [vocab] */
+    hr_tensor *logits, *pre_logits;
+    uint64_t clock;
+    /* the request being prefilled: its row, and cells done in the scratch */
+    hr_request *pre;
+    int64_t pre_done;
+    pthread_t thread;
+    bool thread_started;
+    /* under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t work, progress;
+    hr_request *queue_head, *queue_tail;
+    int64_t queued;
+    bool stopping;
+    double abort_at; /* running requests are aborted after this time once stopping */
+    hr_engine_stats st;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- requests ------------------------------------------------------------------ */
+
+static void request_free(hr_request *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->stop);
+    hr_sampler_free(&r->smp);
+    hr_detokenizer_free(r->detok);
+    free(r->tokens);
+    free(r->hold);
+    free(r->out);
+    free(r);
+}
+
+static void release_locked(hr_request *r) {
+    if (--r->refs == 0) request_free(r);
+}
+
+void hr_request_release(hr_engine *e, hr_request *r) {
+    if (!r) return;
+    pthread_mutex_lock(&e->mu);
+    r->cancel = true;
+    release_locked(r);
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void hr_request_cancel(hr_engine *e, hr_request *r) {
+    pthread_mutex_lock(&e->mu);
+    r->cancel = true;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static bool grow(char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    char *p = realloc(*buf, c);
+    if (!p) return false;
+    *buf = p;
+    *cap = c;
+    return true;
+}
+
+/* Text for the client (under mu). */
+static void publish_locked(hr_request *r, const char *text, size_t len) {
+    if (!len) return;
+    if (!grow(&r->out, &r->out_cap, r->out_len + len + 1)) {
+        if (!r->finish) r->err = HR_ERR_OOM, snprintf(r->errmsg, sizeof r->errmsg, "serve: out of memory");
+        return;
+    }
+    memcpy(r->out + r->out_len, text, len);
+    r->out_len += len;
+}
+
+hr_status hr_request_poll(hr_engine *e, hr_request *r, int timeout_ms, char **text, size_t *len,
+                          const char **finish) {
+    *text = NULL;
+    *len = 0;
+    *finish = NULL;
+    pthread_mutex_lock(&e->mu);
+    if (!r->out_len && !r->finish && timeout_ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        while (!r->out_len && !r->finish)
+            if (pthread_cond_timedwait(&e->progress, &e->mu, &ts) == ETIMEDOUT) break;
+    }
+    hr_status s = HR_OK;
+    if (r->out_len) {
+        *text = r->out;
+        *len = r->out_len;
+        r->out = NULL;
+        r->out_len = r->out_cap = 0;
+    }
+    if (r->finish) *finish = r->finish;
+    if (r->err != HR_OK) s = hr_error(r->err, "%s", r->errmsg);
+    pthread_mutex_unlock(&e->mu);
+    return s;
+}
+
+void hr_request_counts(hr_engine *e, const hr_request *r, int64_t *prompt, int64_t *completion,
+                       int64_t *prefilled) {
+    pthread_mutex_lock(&e->mu);
+    *prompt = r->n_prompt;
+    *completion = r->n_answer;
+    *prefilled = r->prefilled;
+    pthread_mutex_unlock(&e->mu);
+}
+
+hr_status hr_engine_submit(hr_engine *e, const int64_t *ids, int64_t n, const hr_request_params *p,
+                           hr_request **out) {
+    *out = NULL;
+    if (n < 1) return hr_error(HR_ERR_INVALID_ARG, "the prompt is empty");
+    if (n >= e->C)
+        return hr_error(HR_ERR_INVALID_ARG, "the prompt has %lld tokens; this server's rows hold %lld (prompt and "
+                        "answer)", (long long)n, (long long)e->C);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= e->vocab)
+            return hr_error(HR_ERR_INVALID_ARG, "prompt token %lld is %lld, outside the vocabulary (%lld)",
+                            (long long)i, (long long)ids[i], (long long)e->vocab);
+    if (p->max_tokens < 0) return hr_error(HR_ERR_INVALID_ARG, "max_tokens must be >= 1");
+    hr_request *r = calloc(1, sizeof *r);
+    if (!r) return hr_error(HR_ERR_OOM, "serve: out of memory");
+    r->n_prompt = n;
+    /* the last answer token is never fed back: prompt + answer - 1 cells */
+    int64_t room = e->C - n + 1;
+    r->max_tokens = p->max_tokens && p->max_tokens < room ? p->max_tokens : room;
+    r->tokens = malloc(sizeof(int64_t) * (size_t)(n + r->max_tokens));
+    r->stop = p->n_stop ? calloc((size_t)p->n_stop, sizeof(char *)) : NULL;
+    hr_status s = r->tokens && (r->stop || !p->n_stop) ? HR_OK : hr_error(HR_ERR_OOM, "serve: out of memory");
+    for (int i = 0; s == HR_OK && i < p->n_stop; i++) {
+        if (!(r->stop[i] = strdup(p->stop[i]))) s = hr_error(HR_ERR_OOM, "serve: out of memory");
+        r->n_stop = i + 1;
+        size_t sl = strlen(p->stop[i]);
+        if (sl > r->stop_max) r->stop_max = sl;
+    }
+    if (s == HR_OK) {
+        hr_generate_config cfg;
+        hr_generate_config_init(&cfg);
+        cfg.do_sample = p->do_sample;
+        cfg.temperature = p->temperature;
+        cfg.top_p = p->top_p;
+        cfg.top_k = p->top_k;
+        cfg.min_p = p->min_p;
+        cfg.repetition_penalty = p->repetition_penalty;
+        cfg.seed = p->seed;
+        s = hr_sampler_init(&r->smp, &cfg, e->vocab);
+    }
+    if (s == HR_OK) s = hr_detokenizer_init(e->tok, true, &r->detok);
+    if (s != HR_OK) {
+        request_free(r);
+        return s;
+    }
+    memcpy(r->tokens, ids, sizeof(int64_t) * (size_t)n);
+    r->n_tokens = n;
+    r->slot = -1;
+    r->refs = 2;
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping || e->queued >= e->max_queue) {
+        e->st.rejected++;
+        bool stopping = e->stopping;
+        pthread_mutex_unlock(&e->mu);
+        request_free(r);
+        return hr_error(HR_ERR_UNSUPPORTED, stopping ? "the server is shutting down"
+                                                     : "the queue is full (%lld requests waiting)",
+                        (long long)e->max_queue);
+    }
+    if (e->queue_tail) e->queue_tail->next = r;
+    else e->queue_head = r;
+    e->queue_tail = r;
+    e->queued++;
+    e->st.queued = e->queued;
+    e->st.requests++;
+    e->st.prompt_tokens += n;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    *out = r;
+    return HR_OK;
+}
+
+/* ---- the engine thread: ending requests ----------------------------------------- */
+
+static bool ends_with_stop(const hr_request *r, size_t *at) {
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t sl = strlen(r->stop[i]);
+        if (!sl || sl > r->hold_len) continue;
+        for (size_t j = 0; j + sl <= r->hold_len; j++)
+            if (!memcmp(r->hold + j, r->stop[i], sl)) {
+                *at = j;
+                return true;
+            }
+    }
+    return false;
+}
+
+/* Ends r (under mu): the held text goes out, cut at a stop string. */
+static void finish_locked(hr_engine *e, hr_request *r, const char *reason) {
+    if (r->finish) return;
+    size_t at = r->hold_len;
+    if (ends_with_stop(r, &at)) reason = "stop";
+    publish_locked(r, r->hold, at);
+    r->hold_len = 0;
+    r->finish = reason;
+    pthread_cond_broadcast(&e->progress);
+    release_locked(r);
+}
+
+static void fail_locked(hr_engine *e, hr_request *r, hr_status s) {
+    r->err = s;
+    snprintf(r->errmsg, sizeof r->errmsg, "%s", hr_last_error());
+    finish_locked(e, r, "abort");
+}
+
+/* Decoded text into the hold; what cannot begin a stop string goes out.
+ * Returns true when a stop string is complete. */
+static bool emit_text_locked(hr_engine *e, hr_request *r, const char *text, size_t len) {
+    if (len && !grow(&r->hold, &r->hold_cap, r->hold_len + len + 1)) {
+        r->err = HR_ERR_OOM;
+        snprintf(r->errmsg, sizeof r->errmsg, "serve: out of memory");
+        return true;
+    }
+    memcpy(r->hold + r->hold_len, text, len);
+    r->hold_len += len;
+    size_t at;
+    if (r->n_stop && ends_with_stop(r, &at)) return true;
+    size_t keep = r->n_stop ? r->stop_max - 1 : 0;
+    if (r->hold_len > keep) {
+        size_t out = r->hold_len - keep;
+        publish_locked(r, r->hold, out);
+        memmove(r->hold, r->hold + out, keep);
+        r->hold_len = keep;
+        pthread_cond_broadcast(&e->progress);
+    }
+    return false;
+}
+
+static bool is_eos(const hr_engine *e, int64_t id) {
+    for (int i = 0; i < e->n_eos; i++)
+        if (e->eos[i] == id) return true;
+    return false;
+}
+
+/* Row `row` of logits [*, 1, vocab]: r's next token. */
+static int64_t pick(hr_engine *e, hr_request *r, const hr_tensor *logits, int64_t row) {
+    hr_dtype dt = hr_tensor_dtype(logits);
+    const char *lr = (const char *)hr_tensor_data(logits) + row * e->vocab * (int64_t)hr_dtype_size(dt);
+    if (hr_sampler_is_argmax(&r->smp)) return hr_sampler_argmax(lr, dt, e->vocab);
+    hr_load_f32(e->row, lr, dt, e->vocab, 1);
+    return hr_sampler_pick(&r->smp, e->row, r->tokens, r->n_tokens);
+}
+
+/* r's new token: into its tokens, its text out; false when r has ended. */
+static bool take_token(hr_engine *e, hr_request *r, int64_t tok) {
+    const char *text = NULL;
+    size_t len = 0;
+    hr_status s = is_eos(e, tok) ? HR_OK : hr_detokenizer_push(r->detok, (int32_t)tok, &text, &len);
+    r->tokens[r->n_tokens++] = tok;
+    pthread_mutex_lock(&e->mu);
+    r->n_answer++;
+    e->st.generated_tokens++;
+    const char *reason = NULL;
+    if (s != HR_OK) reason = "error";
+    else if (is_eos(e, tok) || emit_text_locked(e, r, text, len)) reason = "stop";
+    else if (r->cancel) reason = "abort";
+    else if (r->n_answer >= r->max_tokens) reason = "length";
+    if (reason && s == HR_OK && (s = hr_detokenizer_flush(r->detok, &text, &len)) == HR_OK)
+        emit_text_locked(e, r, text, len); /* bytes of an unfinished character */
+    if (s != HR_OK) fail_locked(e, r, s);
+    else if (reason) finish_locked(e, r, reason);
+    bool ended = reason != NULL;
+    pthread_mutex_unlock(&e->mu);
+    return !ended;
+}
+
+/* ---- the engine thread: rows ----------------------------------------------------- */
+
+static int64_t common_prefix(const int64_t *a, int64_t na, const int64_t *b, int64_t nb) {
+    int64_t i = 0;
+    while (i < na && i < nb && a[i] == b[i]) i++;
+    return i;
+}
+
+/* The row for r and how many of its prompt tokens that row already holds:
+ * the idle row sharing the longest prefix, else a free row, else the idle
+ * row used longest ago; -1 when every row runs. */
+static int choose_slot(hr_engine *e, const hr_request *r, int64_t *reuse) {
+    int best = -1, free_row = -1, oldest = -1;
+    int64_t best_k = 0;
+    for (int i = 0; i < e->B; i++) {
+        slot *s = &e->slots[i];
+        if (s->state == SLOT_FREE && free_row < 0) free_row = i;
+        if (s->state != SLOT_IDLE) continue;
+        if (oldest < 0 || s->used < e->slots[oldest].used) oldest = i;
+        int64_t k = e->reuse ? common_prefix(s->ids, s->n, r->tokens, r->n_prompt) : 0;
+        if (k > r->n_prompt - 1) k = r->n_prompt - 1; /* one token at least runs, for its logits */
+        if (k > best_k) best = i, best_k = k;
+    }
+    *reuse = best >= 0 ? best_k : 0;
+    return best >= 0 ? best : free_row >= 0 ? free_row : oldest;
+}
+
+static void slot_clear(slot *s) {
+    s->state = SLOT_FREE;
+    s->req = NULL;
+    s->start = s->n = 0;
+}
+
+/* Shifts every row's cells by delta; idle rows pushed off the start are
+ * given up. */
+static hr_status shift_rows(hr_engine *e, int64_t delta) {
+    HR_TRY(hr_kv_cache_shift(e->kv, delta));
+    for (int i = 0; i < e->B; i++) {
+        slot *s = &e->slots[i];
+        if (s->state == SLOT_FREE) continue;
+        if (s->start + delta < 0) slot_clear(s);
+        else s->start += delta;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->st.shifts++;
+    pthread_mutex_unlock(&e->mu);
+    return HR_OK;
+}
+
+/* Takes the next queued request into the scratch cache (copying the cells
+ * its row already holds). */
+static hr_status start_prefill(hr_engine *e, hr_request *r) {
+    int64_t k = 0;
+    int i = choose_slot(e, r, &k);
+    slot *s = &e->slots[i];
+    e->pre = r; /* from here on a failure ends it through fail_all_locked */
+    r->slot = i;
+    if (s->state == SLOT_IDLE && !k) slot_clear(s);
+    s->state = SLOT_RUNNING; /* reserved: not chosen again, not decoded until placed */
+    s->req = NULL;
+    hr_kv_cache_reset(e->scratch);
+    if (k) HR_TRY(hr_kv_cache_copy(e->scratch, 0, 0, e->kv, i, s->start, k));
+    HR_TRY(hr_kv_cache_set_len(e->scratch, k));
+    e->pre_done = k;
+    pthread_mutex_lock(&e->mu);
+    r->prefilled = r->n_prompt - k;
+    e->st.reused_tokens += k;
+    pthread_mutex_unlock(&e->mu);
+    return HR_OK;
+}
+
+/* The prefilled prompt moves into its row, ending at the write index. */
+static hr_status place(hr_engine *e, hr_request *r) {
+    int64_t p = r->n_prompt, L = hr_kv_cache_len(e->kv);
+    slot *s = &e->slots[r->slot];
+    s->state = SLOT_FREE; /* its old cells are not kept through a shift */
+    if (L < p) {
+        bool any = false;
+        for (int i = 0; i < e->B; i++) any |= e->slots[i].state != SLOT_FREE;
+        if (any) HR_TRY(shift_rows(e, p - L));
+        else HR_TRY(hr_kv_cache_set_len(e->kv, p));
+        L = p;
+    }
+    HR_TRY(hr_kv_cache_copy(e->kv, r->slot, L - p, e->scratch, 0, 0, p));
+    s->state = SLOT_RUNNING;
+    s->req = r;
+    s->start = L - p;
+    s->n = p;
+    s->used = ++e->clock;
+    memcpy(s->ids, r->tokens, sizeof(int64_t) * (size_t)p);
+    return HR_OK;
+}
+
+/* A row whose request ended keeps its cells (idle) for a later turn. */
+static void row_done(hr_engine *e, slot *s) {
+    s->req = NULL;
+    s->state = e->reuse ? SLOT_IDLE : SLOT_FREE;
+    s->used = ++e->clock;
+}
+
+/* One chunk of the prefilling request; when its prompt is done, the row
+ * joins the batch with its first token. */
+static hr_status prefill_step(hr_engine *e) {
+    hr_request *r = e->pre;
+    int64_t n = r->n_prompt - e->pre_done;
+    if (n > e->chunk) n = e->chunk;
+    if (e->compile) { /* power-of-two chunks: one compiled shape each */
+        int64_t q = 1;
+        while (q * 2 <= n) q *= 2;
+        n = q;
+    }
+    for (int64_t j = 0; j < n; j++) {
+        e->ids[j] = r->tokens[e->pre_done + j];
+        e->pos[j] = e->pre_done + j;
+    }
+    hr_step_args a = {.ids = e->ids, .pos = e->pos, .batch = 1, .seq = n, .cache = e->scratch,
+                      .compiled = e->compile};
+    HR_TRY(hr_model_step(e->m, &a, &e->pre_logits));
+    e->pre_done += n;
+    pthread_mutex_lock(&e->mu);
+    e->st.prefill_tokens += n;
+    pthread_mutex_unlock(&e->mu);
+    if (e->pre_done < r->n_prompt) return HR_OK;
+    HR_TRY(place(e, r));
+    e->pre = NULL;
+    slot *s = &e->slots[r->slot];
+    hr_tensor *host = NULL;
+    if (!hr_tensor_data(e->pre_logits)) HR_TRY(hr_tensor_to(e->pre_logits, hr_device_cpu(), &host));
+    int64_t tok = pick(e, r, host ? host : e->pre_logits, 0);
+    hr_tensor_free(host);
+    if (!take_token(e, r, tok)) row_done(e, s);
+    return HR_OK;
+}
+
+/* One decode step of every running row. */
+static hr_status decode_step(hr_engine *e) {
+    int64_t L = hr_kv_cache_len(e->kv);
+    if (L == e->C) { /* full: drop the cells before the oldest running row */
+        int64_t d = e->C;
+        for (int i = 0; i < e->B; i++)
+            if (e->slots[i].state == SLOT_RUNNING && e->slots[i].req && e->slots[i].start < d) d = e->slots[i].start;
+        if (d <= 0) return hr_error(HR_ERR_INTERNAL, "serve: a running row fills the cache");
+        HR_TRY(shift_rows(e, -d));
+        L -= d;
+    }
+    int64_t t = L + 1, rows = 0;
+    memset(e->mask, 0, sizeof(int64_t) * (size_t)(e->B * t));
+    for (int i = 0; i < e->B; i++) {
+        slot *s = &e->slots[i];
+        bool run = s->state == SLOT_RUNNING && s->req;
+        e->ids[i] = run ? s->req->tokens[s->req->n_tokens - 1] : e->pad;
+        e->pos[i] = run ? s->n : 0;
+        if (run) {
+            for (int64_t j = s->start; j < t; j++) e->mask[i * t + j] = 1;
+            rows++;
+        }
+    }
+    hr_step_args a = {.ids = e->ids, .pos = e->pos, .mask = e->mask, .batch = e->B, .seq = 1, .cache = e->kv,
+                      .compiled = e->compile};
+    HR_TRY(hr_model_step(e->m, &a, &e->logits));
+    hr_tensor *host = NULL;
+    if (!hr_tensor_data(e->logits)) HR_TRY(hr_tensor_to(e->logits, hr_device_cpu(), &host));
+    const hr_tensor *lg = host ? host : e->logits;
+    for (int i = 0; i < e->B; i++) {
+        slot *s = &e->slots[i];
+        if (s->state != SLOT_RUNNING || !s->req) continue;
+        hr_request *r = s->req;
+        s->ids[s->n++] = r->tokens[r->n_tokens - 1];
+        s->used = ++e->clock;
+        if (!take_token(e, r, pick(e, r, lg, i))) row_done(e, s);
+    }
+    hr_tensor_free(host);
+    pthread_mutex_lock(&e->mu);
+    e->st.decode_steps++;
+    e->st.decode_rows += rows;
+    pthread_mutex_unlock(&e->mu);
+    return HR_OK;
+}
+
+static bool any_running(const hr_engine *e) {
+    for (int i = 0; i < e->B; i++)
+        if (e->slots[i].state == SLOT_RUNNING && e->slots[i].req) return true;
+    return false;
+}
+
+static bool row_available(const hr_engine *e) {
+    for (int i = 0; i < e->B; i++)
+        if (e->slots[i].state != SLOT_RUNNING) return true;
+    return false;
+}
+
+/* Ends the requests their clients cancelled, and all of them once the
+ * shutdown's grace is over (under mu). */
+static void reap_locked(hr_engine *e) {
+    bool abort_all = e->stopping && now_s() >= e->abort_at;
+    for (int i = 0; i < e->B; i++) {
+        slot *s = &e->slots[i];
+        if (s->state == SLOT_RUNNING && s->req && (s->req->cancel || abort_all)) {
+            finish_locked(e, s->req, "abort");
+            s->req = NULL;
+            s->state = e->reuse ? SLOT_IDLE : SLOT_FREE;
+        }
+    }
+    if (e->pre && (e->pre->cancel || abort_all)) {
+        slot_clear(&e->slots[e->pre->slot]);
+        finish_locked(e, e->pre, "abort");
+        e->pre = NULL;
+    }
+    for (hr_request **pp = &e->queue_head; *pp;) {
+        hr_request *r = *pp;
+        if (r->cancel || e->stopping) {
+            *pp = r->next;
+            e->queued--;
+            e->st.queued = e->queued;
+            finish_locked(e, r, "abort");
+        } else pp = &r->next;
+    }
+    e->queue_tail = NULL;
+    for (hr_request *r = e->queue_head; r; r = r->next) e->queue_tail = r;
+}
+
+static void fail_all_locked(hr_engine *e, hr_status s) {
+    for (int i = 0; i < e->B; i++) {
+        slot *sl = &e->slots[i];
+        if (sl->state == SLOT_RUNNING && sl->req) fail_locked(e, sl->req, s);
+        slot_clear(sl);
+    }
+    if (e->pre) fail_locked(e, e->pre, s);
+    e->pre = NULL;
+    hr_kv_cache_reset(e->kv);
+}
+
+static void *engine_main(void *arg) {
+    hr_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        reap_locked(e);
+        bool running = any_running(e);
+        if (e->stopping && !running && !e->pre && !e->queue_head) break;
+        if (!running && !e->pre && (!e->queue_head || !row_available(e))) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100000000L; /* wake to honour the shutdown's deadline */
+            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            pthread_cond_timedwait(&e->work, &e->mu, &ts);
+            continue;
+        }
+        hr_request *next = NULL;
+        if (!e->pre && e->queue_head && row_available(e)) {
+            next = e->queue_head;
+            e->queue_head = next->next;
+            if (!e->queue_head) e->queue_tail = NULL;
+            e->queued--;
+            e->st.queued = e->queued;
+        }
+        pthread_mutex_unlock(&e->mu);
+        hr_status s = HR_OK;
+        if (next) s = start_prefill(e, next);
+        if (s == HR_OK && e->pre) s = prefill_step(e);
+        if (s == HR_OK && any_running(e)) s = decode_step(e);
+        pthread_mutex_lock(&e->mu);
+        if (s != HR_OK) fail_all_locked(e, s);
+        e->st.running = 0;
+        for (int i = 0; i < e->B; i++) e->st.running += e->slots[i].state == SLOT_RUNNING && e->slots[i].req;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- the engine ------------------------------------------------------------------ */
+
+hr_status hr_engine_create(hr_model *m, const hr_tokenizer *tok, const hr_engine_options *o, hr_engine **out) {
+    *out = NULL;
+    hr_engine *e = calloc(1, sizeof *e);
+    if (!e) return hr_error(HR_ERR_OOM, "serve: out of memory");
+    e->m = m;
+    e->tok = tok;
+    e->B = o && o->slots > 0 ? o->slots : 8;
+    int64_t maxpos = hr_model_max_positions(m);
+    e->C = o && o->capacity > 0 ? o->capacity : maxpos > 0 && maxpos < 4096 ? maxpos : 4096;
+    e->chunk = o && o->prefill_chunk > 0 ? o->prefill_chunk : 256;
+    e->max_queue = o && o->max_queue > 0 ? o->max_queue : 64;
+    e->compile = o && o->compile;
+    e->vocab = hr_model_vocab_size(m);
+    e->n_eos = hr_model_eos_ids(m, &e->eos);
+    e->pad = hr_model_pad_id(m) >= 0 ? hr_model_pad_id(m) : e->n_eos ? e->eos[0] : 0;
+    e->st.slots = e->B;
+    e->st.capacity = e->C;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->progress, NULL);
+    hr_status s = HR_OK;
+    if (e->B > 256 || e->C < 2)
+        s = hr_error(HR_ERR_INVALID_ARG, "serve: %lld rows of %lld tokens (rows 1..256, tokens >= 2)",
+                     (long long)e->B, (long long)e->C);
+    if (s == HR_OK) s = hr_kv_cache_create(m, e->B, e->C, &e->kv);
+    if (s == HR_OK) s = hr_kv_cache_create(m, 1, e->C, &e->scratch);
+    e->reuse = !(o && o->no_prefix_reuse) && !hr_kv_cache_ring_wraps(e->kv);
+    int64_t stage = e->B > e->chunk ? e->B : e->chunk;
+    if (s == HR_OK) {
+        e->slots = calloc((size_t)e->B, sizeof *e->slots);
+        e->ids = malloc(sizeof(int64_t) * (size_t)stage);
+        e->pos = malloc(sizeof(int64_t) * (size_t)stage);
+        e->mask = malloc(sizeof(int64_t) * (size_t)(e->B * e->C));
+        e->row = malloc(sizeof(float) * (size_t)e->vocab);
+        if (!e->slots || !e->ids || !e->pos || !e->mask || !e->row) s = hr_error(HR_ERR_OOM, "serve: out of memory");
+    }
+    for (int64_t i = 0; s == HR_OK && i < e->B; i++)
+        if (!(e->slots[i].ids = malloc(sizeof(int64_t) * (size_t)e->C))) s = hr_error(HR_ERR_OOM, "serve: out of memory");
+    if (s == HR_OK) {
+        if (pthread_create(&e->thread, NULL, engine_main, e))
+            s = hr_error(HR_ERR_INTERNAL, "serve: cannot start the engine thread");
+        else e->thread_started = true;
+    }
+    if (s != HR_OK) {
+        hr_engine_free(e);
+        return s;
+    }
+    *out = e;
+    return HR_OK;
+}
+
+void hr_engine_shutdown(hr_engine *e, double grace_s) {
+    if (!e || !e->thread_started) return;
+    pthread_mutex_lock(&e->mu);
+    e->stopping = true;
+    e->abort_at = now_s() + grace_s;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    e->thread_started = false;
+}
+
+void hr_engine_free(hr_engine *e) {
+    if (!e) return;
+    hr_engine_shutdown(e, 0);
+    for (int64_t i = 0; e->slots && i < e->B; i++) free(e->slots[i].ids);
+    free(e->slots);
+    free(e->ids);
+    free(e->pos);
+    free(e->mask);
+    free(e->row);
+    hr_tensor_free(e->logits);
+    hr_tensor_free(e->pre_logits);
+    hr_kv_cache_free(e->kv);
+    hr_kv_cache_free(e->scratch);
+    pthread_cond_destroy(&e->work);
+    pthread_cond_destroy(&e->progress);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+int64_t hr_engine_capacity(const hr_engine *e) { return e->C; }
+
+void hr_engine_get_stats(hr_engine *e, hr_engine_stats *s) {
+    pthread_mutex_lock(&e->mu);
+    *s = e->st;
+    pthread_mutex_unlock(&e->mu);
+}

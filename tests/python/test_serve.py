@@ -1,0 +1,288 @@
+"""hubrt serve against transformers and against itself: greedy answers
+equal transformers' generate on the same prompt (the chat template applied
+as apply_chat_template applies it), streams equal whole answers, requests
+that share the batch get the answers they get alone, a chat's next turn
+prefills only its new tokens, and bad requests, a full queue, a client
+that leaves and SIGTERM are each handled without losing the server or a
+stream's end."""
+import functools
+import http.client
+import json
+import socket
+import threading
+from pathlib import Path
+
+import openai
+import pytest
+import requests
+import torch
+from transformers import AutoModelForCausalLM as HFModel
+from transformers import AutoTokenizer
+
+from hubrt_cli_util import make_tiny_fixtures
+from serve_util import Server, run_parallel, sse_events, stream_text, wait_until
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_fixtures():
+    make_tiny_fixtures()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+QWEN = ROOT / "fixtures" / "tiny-qwen3-tok"
+GEMMA = ROOT / "fixtures" / "tiny-gemma3-tok"  # sliding window 8: rings smaller than a row
+
+
+@functools.lru_cache(maxsize=None)
+def hf(model):
+    return AutoTokenizer.from_pretrained(model), HFModel.from_pretrained(model, dtype=torch.float32).eval()
+
+
+def hf_greedy(model, ids, n):
+    tok, m = hf(model)
+    with torch.no_grad():
+        out = m.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                         max_new_tokens=n, do_sample=False)
+    return tok.decode(out[0, len(ids):], skip_special_tokens=True)
+
+
+def hf_prompt(model, text):
+    return hf(model)[0](text)["input_ids"]
+
+
+def hf_chat_prompt(model, messages):
+    tok = hf(model)[0]
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    with Server(QWEN, "--slots", 4, "--ctx", 256) as s:
+        yield s
+
+
+PROMPTS = ["Hello there", "The capital of France is", "1 2 3 4 5", "Once upon a time, in a land far",
+           "def fib(n):", "Les chats sont", "{\"a\": [1, 2", "zzz"]
+
+
+def test_health_models_and_page(qwen):
+    assert requests.get(qwen.url + "/health").json() == {"status": "ok"}
+    models = requests.get(qwen.url + "/v1/models").json()
+    assert models["object"] == "list" and models["data"][0]["id"] == str(QWEN)
+    page = requests.get(qwen.url + "/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert "/v1/chat/completions" in page.text
+
+
+@pytest.mark.parametrize("prompt", PROMPTS[:4])
+def test_completion_matches_transformers(qwen, prompt):
+    r = qwen.post("/v1/completions", {"model": str(QWEN), "prompt": prompt, "max_tokens": 12, "temperature": 0})
+    assert r.status_code == 200, r.text
+    j = r.json()
+    ids = hf_prompt(QWEN, prompt)
+    assert j["object"] == "text_completion"
+    assert j["choices"][0]["text"] == hf_greedy(QWEN, ids, 12)
+    assert j["usage"] == {"prompt_tokens": len(ids), "completion_tokens": 12, "total_tokens": len(ids) + 12}
+    assert j["choices"][0]["finish_reason"] == "length"
+
+
+def test_chat_matches_transformers_and_streams_equal(qwen):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
+    body = {"messages": messages, "max_tokens": 10, "temperature": 0}
+    whole = qwen.post("/v1/chat/completions", body).json()
+    ids = hf_chat_prompt(QWEN, messages)
+    want = hf_greedy(QWEN, ids, 10)
+    assert whole["object"] == "chat.completion"
+    assert whole["choices"][0]["message"] == {"role": "assistant", "content": want}
+    assert whole["usage"]["prompt_tokens"] == len(ids)
+    r = qwen.post("/v1/chat/completions", dict(body, stream=True, stream_options={"include_usage": True}),
+                  stream=True)
+    assert r.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert all(ev["object"] == "chat.completion.chunk" and ev["id"] == events[0]["id"] for ev in events[:-1])
+    assert events[-2]["usage"] == whole["usage"] and events[-2]["choices"] == []
+    assert events[-3]["choices"][0]["finish_reason"] == "length"
+    assert stream_text(events, chat=True) == (want, "length")
+
+
+def test_openai_client(qwen):
+    client = openai.OpenAI(base_url=qwen.url + "/v1", api_key="none")
+    assert [m.id for m in client.models.list()] == [str(QWEN)]
+    messages = [{"role": "user", "content": "Hi"}]
+    want = hf_greedy(QWEN, hf_chat_prompt(QWEN, messages), 8)
+    c = client.chat.completions.create(model=str(QWEN), messages=messages, max_tokens=8, temperature=0)
+    assert c.choices[0].message.content == want
+    pieces = [ch.choices[0].delta.content or "" for ch in
+              client.chat.completions.create(model=str(QWEN), messages=messages, max_tokens=8, temperature=0,
+                                             stream=True) if ch.choices]
+    assert "".join(pieces) == want
+    t = client.completions.create(model=str(QWEN), prompt="Hello there", max_tokens=6, temperature=0)
+    assert t.choices[0].text == hf_greedy(QWEN, hf_prompt(QWEN, "Hello there"), 6)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="other/model", messages=messages, max_tokens=2)
+
+
+def test_stop_strings_end_the_text(qwen):
+    full = qwen.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 12, "temperature": 0}).json()
+    text = full["choices"][0]["text"]
+    stop = text[len(text) // 2:len(text) // 2 + 3]
+    assert stop.strip(), text
+    cut = qwen.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 12, "temperature": 0,
+                                        "stop": [stop]}).json()["choices"][0]
+    assert cut["finish_reason"] == "stop" and cut["text"] == text[:text.index(stop)]
+    r = qwen.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 12, "temperature": 0, "stop": stop,
+                                      "stream": True}, stream=True)
+    assert stream_text(sse_events(r), chat=False) == (cut["text"], "stop")
+
+
+def test_sixteen_concurrent_streams_get_their_own_answers(qwen):
+    """Sampled answers (each request its own seed) alone, then all 16 at once on 4 rows: the same text."""
+    bodies = [{"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": 6 + (i * 5) % 17, "temperature": 0.9,
+               "top_p": 0.95, "seed": 1000 + i, "stream": True} for i in range(16)]
+    alone = [stream_text(sse_events(qwen.post("/v1/completions", b, stream=True)), chat=False) for b in bodies]
+    before = qwen.metrics()
+    got = [None] * 16
+
+    def client(i):
+        events = sse_events(qwen.post("/v1/completions", bodies[i], stream=True))
+        assert events[-1] == "[DONE]" and events[-2]["choices"][0]["finish_reason"]
+        got[i] = stream_text(events, chat=False)
+
+    assert not run_parallel(client, 16)
+    assert got == alone
+    after = qwen.metrics()
+    steps = after["hubrt_decode_steps_total"] - before["hubrt_decode_steps_total"]
+    rows = after["hubrt_decode_rows_total"] - before["hubrt_decode_rows_total"]
+    assert rows / steps > 2, (rows, steps)  # the requests shared decode steps
+
+
+def test_next_turn_prefills_only_new_tokens(qwen):
+    turn1 = [{"role": "user", "content": "Tell me about the sea."}]
+    a1 = qwen.post("/v1/chat/completions", {"messages": turn1, "max_tokens": 8, "temperature": 0}).json()
+    turn2 = turn1 + [a1["choices"][0]["message"], {"role": "user", "content": "And rivers?"}]
+    before = qwen.metrics()
+    a2 = qwen.post("/v1/chat/completions", {"messages": turn2, "max_tokens": 8, "temperature": 0}).json()
+    after = qwen.metrics()
+    prompt = a2["usage"]["prompt_tokens"]
+    reused = after["hubrt_prefix_reused_tokens_total"] - before["hubrt_prefix_reused_tokens_total"]
+    prefilled = after["hubrt_prefill_tokens_total"] - before["hubrt_prefill_tokens_total"]
+    assert prefilled + reused == prompt
+    ids1 = hf_chat_prompt(QWEN, turn1)
+    assert reused >= len(ids1) - 1, (reused, len(ids1))  # the first turn's prompt came from its kept row
+    assert prefilled < prompt
+    assert a2["choices"][0]["message"]["content"] == hf_greedy(QWEN, hf_chat_prompt(QWEN, turn2), 8)
+
+
+def test_bad_requests_get_4xx_and_the_server_goes_on(qwen):
+    def raw(method, path, body, headers=None):
+        host, port = qwen.url[len("http://"):].split(":")
+        c = http.client.HTTPConnection(host, int(port), timeout=60)
+        c.request(method, path, body=body, headers=headers or {"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, data
+
+    cases = [
+        ("POST", "/v1/completions", b'{"prompt": "hi", ', 400, "not valid JSON"),
+        ("POST", "/v1/completions", b'[1, 2]', 400, "JSON object"),
+        ("POST", "/v1/completions", b'{"prompt": 5}', 400, "'prompt'"),
+        ("POST", "/v1/completions", b'{"prompt": "hi", "max_tokens": -3}', 400, "'max_tokens'"),
+        ("POST", "/v1/completions", b'{"prompt": "hi", "max_tokens": "ten"}', 400, "'max_tokens'"),
+        ("POST", "/v1/completions", b'{"prompt": "hi", "temperature": 9}', 400, "'temperature'"),
+        ("POST", "/v1/completions", b'{"prompt": "hi", "n": 3}', 400, "'n'"),
+        ("POST", "/v1/completions", b'{"prompt": "hi", "stop": ["a","b","c","d","e"]}', 400, "'stop'"),
+        ("POST", "/v1/completions", b'{"prompt": [1, 99999999]}', 400, "vocabulary"),
+        ("POST", "/v1/completions", b'{"prompt": "hi", "model": "nope"}', 404, "nope"),
+        ("POST", "/v1/chat/completions", b'{"messages": []}', 400, "'messages'"),
+        ("POST", "/v1/chat/completions", b'{"messages": [{"content": "x"}]}', 400, "'messages[0]'"),
+        ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "logprobs": true}',
+         400, "logprobs"),
+        ("POST", "/v1/completions", b'{"prompt": "' + b"word " * 400 + b'"}', 400, "tokens"),
+        ("POST", "/v1/completions", b'{"prompt": "' + b"x" * (5 << 20) + b'"}', 413, "limit"),
+        ("GET", "/v1/completions", None, 405, "POST"),
+        ("GET", "/nowhere", None, 404, "/nowhere"),
+    ]
+    for method, path, body, status, needle in cases:
+        got, data = raw(method, path, body)
+        assert got == status, (path, body[:80] if body else None, got, data)
+        err = json.loads(data)["error"]
+        assert needle in err["message"], (needle, err)
+    ok = qwen.post("/v1/completions", {"prompt": "Hello there", "max_tokens": 3, "temperature": 0})
+    assert ok.status_code == 200
+
+
+def test_client_that_leaves_is_cancelled(qwen):
+    host, port = qwen.url[len("http://"):].split(":")
+    before = qwen.metrics()["hubrt_generated_tokens_total"]
+    s = socket.create_connection((host, int(port)))
+    body = json.dumps({"prompt": "Once", "max_tokens": 240, "temperature": 0, "stream": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    got = b""
+    while b"data: " not in got:  # the headers may come alone
+        chunk = s.recv(4096)
+        assert chunk, got
+        got += chunk
+    s.close()
+    assert wait_until(lambda: qwen.metrics()["hubrt_requests_running"] == 0)
+    assert qwen.metrics()["hubrt_generated_tokens_total"] - before < 240
+
+
+def test_cache_shifts_and_sliding_window_rows():
+    """Gemma 3 (window 8) in rows of 40 cells: the write index reaches the end and the cells shift,
+    and every answer still equals transformers' (with rings smaller than a row, nothing is reused)."""
+    prompts = ["Hello there, how", "The capital of France is", "1 2 3 4 5 6 7", "Once upon a time"]
+    with Server(GEMMA, "--slots", 3, "--ctx", 40) as s:
+        got = [None] * 8
+
+        def client(i):
+            r = s.post("/v1/completions", {"prompt": prompts[i % 4], "max_tokens": 10 + i, "temperature": 0})
+            got[i] = r.json()["choices"][0]["text"]
+
+        assert not run_parallel(client, 8)
+        m = s.metrics()
+    assert m["hubrt_cache_shifts_total"] > 0
+    assert m["hubrt_prefix_reused_tokens_total"] == 0
+    for i in range(8):
+        assert got[i] == hf_greedy(GEMMA, hf_prompt(GEMMA, prompts[i % 4]), 10 + i), i
+
+
+def test_full_queue_gets_503():
+    with Server(QWEN, "--slots", 1, "--queue", 1, "--ctx", 256) as s:
+        codes = []
+
+        def client(i):
+            codes.append(s.post("/v1/completions", {"prompt": "Once", "max_tokens": 200, "temperature": 0})
+                         .status_code)
+
+        assert not run_parallel(client, 6)
+        assert 503 in codes and 200 in codes, codes
+        assert s.metrics()["hubrt_requests_rejected_total"] == codes.count(503)
+
+
+def test_sigterm_ends_every_stream():
+    s = Server(QWEN, "--slots", 2, "--ctx", 256, "--grace", 0.2)
+    results, started = [None] * 3, threading.Barrier(4)
+
+    def client(i):
+        r = s.post("/v1/completions", {"prompt": PROMPTS[i], "max_tokens": 250, "temperature": 0,
+                                       "stream": True}, stream=True)
+        started.wait()
+        results[i] = sse_events(r)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    started.wait()
+    assert s.stop() == 0
+    for t in threads:
+        t.join(60)
+    for events in results:
+        assert events and events[-1] == "[DONE]"
+        assert events[-2]["choices"][0]["finish_reason"] in ("abort", "length", "stop")
+    assert any(ev[-2]["choices"][0]["finish_reason"] == "abort" for ev in results)
+    assert "shutting down" in "".join(s.err_lines)
