@@ -3,6 +3,7 @@
 #include "serve/engine.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,8 @@ struct hr_request {
     char **stop;
     int n_stop;
     size_t stop_max;
+    bool logprobs;
+    int top_logprobs;
     /* the engine thread's */
     hr_sampler smp;
     hr_detokenizer *detok;
@@ -33,6 +36,8 @@ struct hr_request {
     /* shared under the engine's lock */
     char *out;
     size_t out_len, out_cap;
+    hr_token_logprob *lp; /* since the client last took them */
+    size_t lp_len, lp_cap;
     int64_t n_answer, prefilled;
     const char *finish;
     hr_status err;
@@ -60,7 +65,7 @@ struct hr_engine {
     hr_kv_cache *kv, *scratch;
     slot *slots;
     int64_t *ids, *pos, *mask; /* step staging: [B], [B], [B, C]; prefill [chunk] in ids/pos of size max(B, chunk) */
-    float *row;                /* [vocab] */
+    float *row, *row2;         /* [vocab] each */
     hr_tensor *logits, *pre_logits;
     uint64_t clock;
     /* the request being prefilled: its row, and cells done in the scratch */
@@ -95,6 +100,7 @@ static void request_free(hr_request *r) {
     free(r->tokens);
     free(r->hold);
     free(r->out);
+    free(r->lp);
     free(r);
 }
 
@@ -168,6 +174,15 @@ hr_status hr_request_poll(hr_engine *e, hr_request *r, int timeout_ms, char **te
     return s;
 }
 
+void hr_request_take_logprobs(hr_engine *e, hr_request *r, hr_token_logprob **lp, size_t *n) {
+    pthread_mutex_lock(&e->mu);
+    *lp = r->lp;
+    *n = r->lp_len;
+    r->lp = NULL;
+    r->lp_len = r->lp_cap = 0;
+    pthread_mutex_unlock(&e->mu);
+}
+
 void hr_request_counts(hr_engine *e, const hr_request *r, int64_t *prompt, int64_t *completion,
                        int64_t *prefilled) {
     pthread_mutex_lock(&e->mu);
@@ -189,9 +204,13 @@ hr_status hr_engine_submit(hr_engine *e, const int64_t *ids, int64_t n, const hr
             return hr_error(HR_ERR_INVALID_ARG, "prompt token %lld is %lld, outside the vocabulary (%lld)",
                             (long long)i, (long long)ids[i], (long long)e->vocab);
     if (p->max_tokens < 0) return hr_error(HR_ERR_INVALID_ARG, "max_tokens must be >= 1");
+    if (p->top_logprobs < 0 || p->top_logprobs > HR_MAX_TOP_LOGPROBS)
+        return hr_error(HR_ERR_INVALID_ARG, "top_logprobs must lie in [0, %d]", HR_MAX_TOP_LOGPROBS);
     hr_request *r = calloc(1, sizeof *r);
     if (!r) return hr_error(HR_ERR_OOM, "serve: out of memory");
     r->n_prompt = n;
+    r->logprobs = p->logprobs || p->top_logprobs > 0;
+    r->top_logprobs = p->top_logprobs;
     /* the last answer token is never fed back: prompt + answer - 1 cells */
     int64_t room = e->C - n + 1;
     r->max_tokens = p->max_tokens && p->max_tokens < room ? p->max_tokens : room;
@@ -310,22 +329,64 @@ static bool is_eos(const hr_engine *e, int64_t id) {
     return false;
 }
 
-/* Row `row` of logits [*, 1, vocab]: r's next token. */
-static int64_t pick(hr_engine *e, hr_request *r, const hr_tensor *logits, int64_t row) {
+/* log-softmax of the row (f32, in double sums) at the chosen token and the
+ * k largest, ties to the lower id as torch.topk does on CPU. */
+static void logprobs_of(const float *row, int64_t vocab, int64_t tok, int k, hr_token_logprob *out) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < vocab; i++) mx = row[i] > mx ? row[i] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < vocab; i++) sum += exp((double)row[i] - mx);
+    float lse = (float)(mx + log(sum));
+    out->id = tok;
+    out->logprob = row[tok] - lse;
+    out->n_top = 0;
+    for (int64_t i = 0; k > 0 && i < vocab; i++) { /* insertion into the k best so far */
+        int n = out->n_top;
+        if (n == k && !(row[i] > row[out->top_id[k - 1]])) continue;
+        int at = n < k ? n : k - 1;
+        while (at > 0 && row[i] > row[out->top_id[at - 1]]) {
+            out->top_id[at] = out->top_id[at - 1];
+            at--;
+        }
+        out->top_id[at] = i;
+        if (n < k) out->n_top++;
+    }
+    for (int j = 0; j < out->n_top; j++) out->top_logprob[j] = row[out->top_id[j]] - lse;
+}
+
+/* Row `row` of logits [*, 1, vocab]: r's next token, its log-probabilities
+ * into *lp when r asks for them. */
+static int64_t pick(hr_engine *e, hr_request *r, const hr_tensor *logits, int64_t row, hr_token_logprob *lp) {
     hr_dtype dt = hr_tensor_dtype(logits);
     const char *lr = (const char *)hr_tensor_data(logits) + row * e->vocab * (int64_t)hr_dtype_size(dt);
-    if (hr_sampler_is_argmax(&r->smp)) return hr_sampler_argmax(lr, dt, e->vocab);
+    if (!r->logprobs && hr_sampler_is_argmax(&r->smp)) return hr_sampler_argmax(lr, dt, e->vocab);
     hr_load_f32(e->row, lr, dt, e->vocab, 1);
-    return hr_sampler_pick(&r->smp, e->row, r->tokens, r->n_tokens);
+    if (!r->logprobs) return hr_sampler_pick(&r->smp, e->row, r->tokens, r->n_tokens);
+    memcpy(e->row2, e->row, sizeof(float) * (size_t)e->vocab);
+    int64_t tok = hr_sampler_pick(&r->smp, e->row, r->tokens, r->n_tokens);
+    logprobs_of(e->row2, e->vocab, tok, r->top_logprobs, lp);
+    return tok;
+}
+
+static void publish_logprob_locked(hr_request *r, const hr_token_logprob *lp) {
+    if (r->lp_len == r->lp_cap) {
+        size_t cap = r->lp_cap ? r->lp_cap * 2 : 16;
+        hr_token_logprob *p = realloc(r->lp, cap * sizeof *p);
+        if (!p) return; /* the text still goes out; its log-probabilities are lost */
+        r->lp = p;
+        r->lp_cap = cap;
+    }
+    r->lp[r->lp_len++] = *lp;
 }
 
 /* r's new token: into its tokens, its text out; false when r has ended. */
-static bool take_token(hr_engine *e, hr_request *r, int64_t tok) {
+static bool take_token(hr_engine *e, hr_request *r, int64_t tok, const hr_token_logprob *lp) {
     const char *text = NULL;
     size_t len = 0;
     hr_status s = is_eos(e, tok) ? HR_OK : hr_detokenizer_push(r->detok, (int32_t)tok, &text, &len);
     r->tokens[r->n_tokens++] = tok;
     pthread_mutex_lock(&e->mu);
+    if (r->logprobs) publish_logprob_locked(r, lp);
     r->n_answer++;
     e->st.generated_tokens++;
     const char *reason = NULL;
@@ -470,9 +531,10 @@ static hr_status prefill_step(hr_engine *e) {
     slot *s = &e->slots[r->slot];
     hr_tensor *host = NULL;
     if (!hr_tensor_data(e->pre_logits)) HR_TRY(hr_tensor_to(e->pre_logits, hr_device_cpu(), &host));
-    int64_t tok = pick(e, r, host ? host : e->pre_logits, 0);
+    hr_token_logprob lp;
+    int64_t tok = pick(e, r, host ? host : e->pre_logits, 0, &lp);
     hr_tensor_free(host);
-    if (!take_token(e, r, tok)) row_done(e, s);
+    if (!take_token(e, r, tok, &lp)) row_done(e, s);
     return HR_OK;
 }
 
@@ -511,7 +573,9 @@ static hr_status decode_step(hr_engine *e) {
         hr_request *r = s->req;
         s->ids[s->n++] = r->tokens[r->n_tokens - 1];
         s->used = ++e->clock;
-        if (!take_token(e, r, pick(e, r, lg, i))) row_done(e, s);
+        hr_token_logprob lp;
+        int64_t tok = pick(e, r, lg, i, &lp);
+        if (!take_token(e, r, tok, &lp)) row_done(e, s);
     }
     hr_tensor_free(host);
     pthread_mutex_lock(&e->mu);
@@ -647,7 +711,8 @@ hr_status hr_engine_create(hr_model *m, const hr_tokenizer *tok, const hr_engine
         e->pos = malloc(sizeof(int64_t) * (size_t)stage);
         e->mask = malloc(sizeof(int64_t) * (size_t)(e->B * e->C));
         e->row = malloc(sizeof(float) * (size_t)e->vocab);
-        if (!e->slots || !e->ids || !e->pos || !e->mask || !e->row) s = hr_error(HR_ERR_OOM, "serve: out of memory");
+        e->row2 = malloc(sizeof(float) * (size_t)e->vocab);
+        if (!e->slots || !e->ids || !e->pos || !e->mask || !e->row || !e->row2) s = hr_error(HR_ERR_OOM, "serve: out of memory");
     }
     for (int64_t i = 0; s == HR_OK && i < e->B; i++)
         if (!(e->slots[i].ids = malloc(sizeof(int64_t) * (size_t)e->C))) s = hr_error(HR_ERR_OOM, "serve: out of memory");
@@ -684,6 +749,7 @@ void hr_engine_free(hr_engine *e) {
     free(e->pos);
     free(e->mask);
     free(e->row);
+    free(e->row2);
     hr_tensor_free(e->logits);
     hr_tensor_free(e->pre_logits);
     hr_kv_cache_free(e->kv);

@@ -44,7 +44,21 @@ typedef struct hr_request_params {
     uint64_t seed;
     const char *const *stop; /* stop strings (copied); the text ends before them */
     int n_stop;
+    /* log-probabilities of each answer token and of the top_logprobs most
+     * likely ones, from the model's logits before any sampling processor */
+    bool logprobs;
+    int top_logprobs; /* 0..HR_MAX_TOP_LOGPROBS */
 } hr_request_params;
+
+#define HR_MAX_TOP_LOGPROBS 20
+
+typedef struct hr_token_logprob {
+    int64_t id;
+    float logprob;
+    int n_top;
+    int64_t top_id[HR_MAX_TOP_LOGPROBS];
+    float top_logprob[HR_MAX_TOP_LOGPROBS];
+} hr_token_logprob;
 
 /* A snapshot of the engine's counters (for /metrics). */
 typedef struct hr_engine_stats {
@@ -76,6 +90,9 @@ hr_status hr_engine_submit(hr_engine *e, const int64_t *ids, int64_t n, const hr
  * else NULL. Returns the request's error if it failed. */
 hr_status hr_request_poll(hr_engine *e, hr_request *r, int timeout_ms, char **text, size_t *len,
                           const char **finish);
+/* The log-probabilities of the answer tokens since the last call
+ * (malloc'd array, *lp NULL when none). */
+void hr_request_take_logprobs(hr_engine *e, hr_request *r, hr_token_logprob **lp, size_t *n);
 /* Tokens of the prompt, of the answer so far, and the prompt tokens that
  * were prefilled (the rest came from a kept row). */
 void hr_request_counts(hr_engine *e, const hr_request *r, int64_t *prompt, int64_t *completion,

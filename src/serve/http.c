@@ -155,17 +155,37 @@ static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
 
 /* ---- POST: whole answers ---------------------------------------------------------- */
 
+/* Appends the request's new log-probabilities to *all. */
+static hr_status gather_logprobs(server *sv, hr_request *r, hr_token_logprob **all, size_t *n) {
+    hr_token_logprob *got = NULL;
+    size_t k = 0;
+    hr_request_take_logprobs(sv->eng, r, &got, &k);
+    if (!k) return HR_OK;
+    hr_token_logprob *p = realloc(*all, (*n + k) * sizeof *p);
+    if (!p) {
+        free(got);
+        return hr_error(HR_ERR_OOM, "serve: out of memory");
+    }
+    memcpy(p + *n, got, k * sizeof *p);
+    *all = p;
+    *n += k;
+    free(got);
+    return HR_OK;
+}
+
 static enum MHD_Result whole_answer(server *sv, struct MHD_Connection *c, hr_api_job *job, hr_request *r) {
     char id[64];
     make_id(sv, job->kind == HR_API_CHAT ? "chatcmpl" : "cmpl", id, sizeof id);
     char *all = NULL;
-    size_t len = 0;
+    size_t len = 0, n_lp = 0;
+    hr_token_logprob *lp = NULL;
     const char *finish = NULL;
     hr_status s = HR_OK;
     while (!finish && s == HR_OK) {
         char *text = NULL;
         size_t n = 0;
         s = hr_request_poll(sv->eng, r, POLL_MS, &text, &n, &finish);
+        if (job->params.logprobs && s == HR_OK) s = gather_logprobs(sv, r, &lp, &n_lp);
         if (n) {
             char *p = realloc(all, len + n + 1);
             if (!p) s = hr_error(HR_ERR_OOM, "serve: out of memory");
@@ -175,6 +195,7 @@ static enum MHD_Result whole_answer(server *sv, struct MHD_Connection *c, hr_api
         if (!finish && s == HR_OK && client_gone(c)) {
             hr_request_release(sv->eng, r); /* cancels it */
             free(all);
+            free(lp);
             return MHD_NO;
         }
     }
@@ -183,11 +204,15 @@ static enum MHD_Result whole_answer(server *sv, struct MHD_Connection *c, hr_api
     hr_request_release(sv->eng, r);
     if (s != HR_OK) {
         free(all);
+        free(lp);
         return send_error(sv, c, 500, hr_last_error());
     }
-    char *json = hr_api_answer_json(job->kind, id, (long)time(NULL), sv->o->model_name, all, len, finish, prompt,
-                                    completion);
+    size_t offset = 0;
+    cJSON *lpj = job->params.logprobs ? hr_api_logprobs(job->kind, sv->tok, lp, n_lp, &offset) : NULL;
+    char *json = hr_api_answer_json(job->kind, id, (long)time(NULL), sv->o->model_name, all, len, finish, lpj,
+                                    prompt, completion);
     free(all);
+    free(lp);
     return json ? send_json(sv, c, 200, json) : send_error(sv, c, 500, "out of memory");
 }
 
@@ -198,7 +223,8 @@ typedef struct stream {
     struct MHD_Connection *c;
     hr_request *r;
     hr_api_kind kind;
-    bool include_usage, opened, ended;
+    bool include_usage, opened, ended, logprobs;
+    size_t text_offset;
     char id[64];
     long created;
     char *buf;
@@ -245,7 +271,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         if (!st->opened) {
             st->opened = true;
             if (st->kind == HR_API_CHAT &&
-                !put(st, hr_api_chunk_event(st->kind, st->id, st->created, model, NULL, 0, NULL, true, 0, 0, false)))
+                !put(st, hr_api_chunk_event(st->kind, st->id, st->created, model, NULL, 0, NULL, NULL, true, 0, 0,
+                                            false)))
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
         }
@@ -253,8 +280,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         size_t n = 0;
         const char *finish = NULL;
         hr_status s = hr_request_poll(st->sv->eng, st->r, POLL_MS, &text, &n, &finish);
+        hr_token_logprob *lp = NULL;
+        size_t n_lp = 0;
+        if (st->logprobs) hr_request_take_logprobs(st->sv->eng, st->r, &lp, &n_lp);
         bool ok = true;
-        if (n) ok = put(st, hr_api_chunk_event(st->kind, st->id, st->created, model, text, n, NULL, false, 0, 0, false));
+        if (n || n_lp) {
+            cJSON *lpj = n_lp ? hr_api_logprobs(st->kind, st->sv->tok, lp, n_lp, &st->text_offset) : NULL;
+            ok = put(st, hr_api_chunk_event(st->kind, st->id, st->created, model, n ? text : "", n, NULL, lpj, false,
+                                            0, 0, false));
+        }
+        free(lp);
         free(text);
         if (s != HR_OK) {
             char *err = hr_api_error_json(500, hr_last_error());
@@ -270,10 +305,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         } else if (finish) {
             int64_t prompt, completion, prefilled;
             hr_request_counts(st->sv->eng, st->r, &prompt, &completion, &prefilled);
-            ok &= put(st, hr_api_chunk_event(st->kind, st->id, st->created, model, NULL, 0, finish, false, 0, 0, false));
+            ok &= put(st, hr_api_chunk_event(st->kind, st->id, st->created, model, NULL, 0, finish, NULL, false, 0, 0,
+                                             false));
             if (st->include_usage)
-                ok &= put(st, hr_api_chunk_event(st->kind, st->id, st->created, model, NULL, 0, NULL, false, prompt,
-                                                 completion, true));
+                ok &= put(st, hr_api_chunk_event(st->kind, st->id, st->created, model, NULL, 0, NULL, NULL, false,
+                                                 prompt, completion, true));
             ok &= put(st, copy_str("data: [DONE]\n\n"));
             st->ended = true;
         } else if (!n && client_gone(st->c)) {
@@ -302,6 +338,7 @@ static enum MHD_Result stream_answer(server *sv, struct MHD_Connection *c, hr_ap
     st->r = r;
     st->kind = job->kind;
     st->include_usage = job->include_usage;
+    st->logprobs = job->params.logprobs;
     st->created = (long)time(NULL);
     make_id(sv, job->kind == HR_API_CHAT ? "chatcmpl" : "cmpl", st->id, sizeof st->id);
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free);

@@ -194,11 +194,16 @@ static hr_status parse_body(hr_api_kind kind, const cJSON *body, const char *mod
     HR_TRY(number(body, "frequency_penalty", 0, 0, &zero));
     HR_TRY(number(body, "presence_penalty", 0, 0, &zero));
     HR_TRY(boolean(body, "stream", &job->stream));
-    bool logprobs = false;
-    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(body, "logprobs");
-    if (kind == HR_API_CHAT) HR_TRY(boolean(body, "logprobs", &logprobs));
-    else logprobs = lp && !cJSON_IsNull(lp);
-    if (logprobs) return bad("'%s' is not supported by this server yet", "logprobs");
+    int64_t top = 0;
+    bool top_given = false;
+    if (kind == HR_API_CHAT) {
+        HR_TRY(boolean(body, "logprobs", &p->logprobs));
+        HR_TRY(integer(body, "top_logprobs", 0, HR_MAX_TOP_LOGPROBS, &top, &top_given));
+        if (top_given && !p->logprobs) return bad("'%s' needs \"logprobs\": true", "top_logprobs");
+    } else {
+        HR_TRY(integer(body, "logprobs", 0, 5, &top, &p->logprobs)); /* the legacy API's count */
+    }
+    p->top_logprobs = (int)top;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(body, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) return bad("'%s' must be an object", "stream_options");
@@ -294,8 +299,74 @@ static char *print_free(cJSON *root) {
     return s;
 }
 
+/* The text of one token alone, as OpenAI's "token" shows it. */
+static cJSON *token_string(const hr_tokenizer *tok, int64_t id, cJSON **bytes, size_t *len) {
+    char *text = NULL;
+    size_t n = 0;
+    int32_t one = (int32_t)id;
+    if (hr_tokenizer_decode(tok, &one, 1, false, &text, &n) != HR_OK) text = NULL, n = 0;
+    cJSON *s = string_n(text, n);
+    if (bytes) {
+        *bytes = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(*bytes, cJSON_CreateNumber((unsigned char)text[i]));
+    }
+    if (len) { /* in characters, as Python's str offsets count */
+        *len = 0;
+        for (size_t i = 0; i < n; i++) *len += ((unsigned char)text[i] & 0xC0) != 0x80;
+    }
+    hr_tokenizer_free_array(text);
+    return s;
+}
+
+static cJSON *chat_entry(const hr_tokenizer *tok, int64_t id, float logprob) {
+    cJSON *e = cJSON_CreateObject(), *bytes = NULL;
+    cJSON_AddItemToObject(e, "token", token_string(tok, id, &bytes, NULL));
+    cJSON_AddNumberToObject(e, "logprob", logprob);
+    cJSON_AddItemToObject(e, "bytes", bytes);
+    return e;
+}
+
+cJSON *hr_api_logprobs(hr_api_kind kind, const hr_tokenizer *tok, const hr_token_logprob *lp, size_t n,
+                       size_t *offset) {
+    cJSON *root = cJSON_CreateObject();
+    if (kind == HR_API_CHAT) {
+        cJSON *content = cJSON_AddArrayToObject(root, "content");
+        for (size_t i = 0; i < n; i++) {
+            cJSON *e = chat_entry(tok, lp[i].id, lp[i].logprob), *top = cJSON_AddArrayToObject(e, "top_logprobs");
+            for (int j = 0; j < lp[i].n_top; j++)
+                cJSON_AddItemToArray(top, chat_entry(tok, lp[i].top_id[j], lp[i].top_logprob[j]));
+            cJSON_AddItemToArray(content, e);
+        }
+        return root;
+    }
+    cJSON *tokens = cJSON_AddArrayToObject(root, "tokens"), *lps = cJSON_AddArrayToObject(root, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(root, "top_logprobs"), *offs = cJSON_AddArrayToObject(root, "text_offset");
+    for (size_t i = 0; i < n; i++) {
+        size_t len = 0;
+        cJSON_AddItemToArray(tokens, token_string(tok, lp[i].id, NULL, &len));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp[i].logprob));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)*offset));
+        *offset += len;
+        cJSON *top = cJSON_CreateObject();
+        for (int j = 0; j < lp[i].n_top; j++) {
+            cJSON *name = token_string(tok, lp[i].top_id[j], NULL, NULL);
+            if (!cJSON_HasObjectItem(top, name->valuestring))
+                cJSON_AddNumberToObject(top, name->valuestring, lp[i].top_logprob[j]);
+            cJSON_Delete(name);
+        }
+        cJSON_AddItemToArray(tops, top);
+    }
+    return root;
+}
+
+static void add_logprobs(cJSON *choice, cJSON *logprobs) {
+    if (logprobs) cJSON_AddItemToObject(choice, "logprobs", logprobs);
+    else cJSON_AddNullToObject(choice, "logprobs");
+}
+
 char *hr_api_answer_json(hr_api_kind kind, const char *id, long created, const char *model, const char *text,
-                         size_t len, const char *finish, int64_t prompt_tokens, int64_t completion_tokens) {
+                         size_t len, const char *finish, cJSON *logprobs, int64_t prompt_tokens,
+                         int64_t completion_tokens) {
     cJSON *root = head(kind, id, created, model, false);
     cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
@@ -307,14 +378,14 @@ char *hr_api_answer_json(hr_api_kind kind, const char *id, long created, const c
     } else {
         cJSON_AddItemToObject(c, "text", string_n(text, len));
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    add_logprobs(c, logprobs);
     add_finish(c, finish);
     add_usage(root, prompt_tokens, completion_tokens);
     return print_free(root);
 }
 
 char *hr_api_chunk_event(hr_api_kind kind, const char *id, long created, const char *model, const char *text,
-                         size_t len, const char *finish, bool opening, int64_t prompt_tokens,
+                         size_t len, const char *finish, cJSON *logprobs, bool opening, int64_t prompt_tokens,
                          int64_t completion_tokens, bool usage_only) {
     cJSON *root = head(kind, id, created, model, true);
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");
@@ -331,9 +402,11 @@ char *hr_api_chunk_event(hr_api_kind kind, const char *id, long created, const c
         } else {
             cJSON_AddItemToObject(c, "text", string_n(text, len));
         }
-        cJSON_AddNullToObject(c, "logprobs");
+        add_logprobs(c, logprobs);
+        logprobs = NULL;
         add_finish(c, finish);
     }
+    cJSON_Delete(logprobs);
     char *json = print_free(root);
     if (!json) return NULL;
     size_t n = strlen(json);

@@ -48,17 +48,25 @@ hr_status hr_api_parse(hr_api_kind kind, const char *body, size_t len, const cha
                        const hr_tokenizer *tok, const hr_generation_config *gc, hr_api_job *job);
 void hr_api_job_free(hr_api_job *job);
 
+/* The "logprobs" of a choice for n answer tokens (a cJSON the answer and
+ * chunk writers take over): chat's {"content": [...]}, or the completions
+ * API's tokens / token_logprobs / top_logprobs / text_offset, the offsets
+ * counted on from *offset. */
+struct cJSON;
+struct cJSON *hr_api_logprobs(hr_api_kind kind, const hr_tokenizer *tok, const hr_token_logprob *lp, size_t n,
+                              size_t *offset);
 /* {"error": {...}} for a status code and message (malloc'd). */
 char *hr_api_error_json(int http_status, const char *message);
 /* The whole (non-streaming) answer's JSON (malloc'd). */
 char *hr_api_answer_json(hr_api_kind kind, const char *id, long created, const char *model, const char *text,
-                         size_t len, const char *finish, int64_t prompt_tokens, int64_t completion_tokens);
+                         size_t len, const char *finish, struct cJSON *logprobs, int64_t prompt_tokens,
+                         int64_t completion_tokens);
 /* One server-sent event, "data: {...}\n\n" (malloc'd): a piece of text
  * (text may be NULL for the opening chunk of a chat), or with finish set
  * the closing chunk; usage >= 0 adds usage with no choices. */
 char *hr_api_chunk_event(hr_api_kind kind, const char *id, long created, const char *model, const char *text,
-                         size_t len, const char *finish, bool opening, int64_t prompt_tokens,
-                         int64_t completion_tokens, bool usage_only);
+                         size_t len, const char *finish, struct cJSON *logprobs, bool opening,
+                         int64_t prompt_tokens, int64_t completion_tokens, bool usage_only);
 
 /* ---- page.c -------------------------------------------------------------------- */
 

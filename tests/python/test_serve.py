@@ -125,6 +125,50 @@ def test_openai_client(qwen):
         client.chat.completions.create(model="other/model", messages=messages, max_tokens=2)
 
 
+def hf_logprobs(model, ids, n, k):
+    """Greedy steps' log-softmax from transformers' logits: per step (token, logprob, top k)."""
+    tok, m = hf(model)
+    with torch.no_grad():
+        out = m.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                         max_new_tokens=n, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    steps = []
+    for i, logits in enumerate(out.logits):
+        lp = torch.log_softmax(logits[0].double(), -1)
+        chosen = int(out.sequences[0, len(ids) + i])
+        top = torch.topk(lp, k)
+        steps.append((tok.decode([chosen]), float(lp[chosen]),
+                      [(tok.decode([int(j)]), float(v)) for v, j in zip(top.values, top.indices)]))
+    return steps
+
+
+def test_logprobs_match_transformers(qwen):
+    messages = [{"role": "user", "content": "Count with me."}]
+    want = hf_logprobs(QWEN, hf_chat_prompt(QWEN, messages), 6, 5)
+    j = qwen.post("/v1/chat/completions", {"messages": messages, "max_tokens": 6, "temperature": 0,
+                                           "logprobs": True, "top_logprobs": 5}).json()
+    content = j["choices"][0]["logprobs"]["content"]
+    assert len(content) == 6
+    for got, (token, lp, top) in zip(content, want):
+        assert got["token"] == token and abs(got["logprob"] - lp) <= 1e-4
+        assert bytes(got["bytes"]) == token.encode()
+        assert [t["token"] for t in got["top_logprobs"]] == [t for t, _ in top]
+        assert all(abs(t["logprob"] - v) <= 1e-4 for t, (_, v) in zip(got["top_logprobs"], top))
+    # the completions API's form, streamed: one entry per token, offsets into the text
+    ids = hf_prompt(QWEN, PROMPTS[2])
+    want = hf_logprobs(QWEN, ids, 5, 3)
+    r = qwen.post("/v1/completions", {"prompt": PROMPTS[2], "max_tokens": 5, "temperature": 0, "logprobs": 3,
+                                      "stream": True}, stream=True)
+    entries = [ev["choices"][0]["logprobs"] for ev in sse_events(r)[:-1] if ev["choices"][0]["logprobs"]]
+    tokens = [t for e in entries for t in e["tokens"]]
+    assert tokens == [t for t, _, _ in want]
+    lps = [x for e in entries for x in e["token_logprobs"]]
+    assert all(abs(a - b) <= 1e-4 for a, (_, b, _) in zip(lps, want))
+    offsets = [x for e in entries for x in e["text_offset"]]
+    assert offsets == [sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
+    tops = [x for e in entries for x in e["top_logprobs"]]
+    assert [sorted(t) for t in tops] == [sorted(dict(top)) for _, _, top in want]
+
+
 def test_stop_strings_end_the_text(qwen):
     full = qwen.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 12, "temperature": 0}).json()
     text = full["choices"][0]["text"]
@@ -199,8 +243,12 @@ def test_bad_requests_get_4xx_and_the_server_goes_on(qwen):
         ("POST", "/v1/completions", b'{"prompt": "hi", "model": "nope"}', 404, "nope"),
         ("POST", "/v1/chat/completions", b'{"messages": []}', 400, "'messages'"),
         ("POST", "/v1/chat/completions", b'{"messages": [{"content": "x"}]}', 400, "'messages[0]'"),
-        ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "logprobs": true}',
-         400, "logprobs"),
+        ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}',
+         400, "'top_logprobs'"),
+        ("POST", "/v1/chat/completions",
+         b'{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21}', 400,
+         "'top_logprobs'"),
+        ("POST", "/v1/completions", b'{"prompt": "x", "logprobs": 6}', 400, "'logprobs'"),
         ("POST", "/v1/completions", b'{"prompt": "' + b"word " * 400 + b'"}', 400, "tokens"),
         ("POST", "/v1/completions", b'{"prompt": "' + b"x" * (5 << 20) + b'"}', 413, "limit"),
         ("GET", "/v1/completions", None, 405, "POST"),
@@ -232,11 +280,26 @@ def test_client_that_leaves_is_cancelled(qwen):
     assert qwen.metrics()["hubrt_generated_tokens_total"] - before < 240
 
 
-def test_cache_shifts_and_sliding_window_rows():
+def need_xla(extra):
+    if "xla_cpu" in extra:
+        import hubrt
+        import numpy as np
+        try:
+            hubrt.from_numpy(np.zeros(1, np.float32)).to("xla_cpu")
+        except hubrt.HubrtError as e:
+            pytest.skip(f"xla_cpu PJRT plugin unavailable: {e}")
+
+
+@pytest.mark.parametrize("extra", [(), ("--compile",), ("--device", "xla_cpu"), ("--device", "xla_cpu", "--compile")],
+                         ids=["eager", "compiled", "xla_cpu", "xla_cpu-compiled"])
+def test_cache_shifts_and_sliding_window_rows(extra, tmp_path, monkeypatch):
     """Gemma 3 (window 8) in rows of 40 cells: the write index reaches the end and the cells shift,
-    and every answer still equals transformers' (with rings smaller than a row, nothing is reused)."""
+    and every answer still equals transformers' (with rings smaller than a row, nothing is reused);
+    eager and compiled, on cpu and xla_cpu."""
+    need_xla(extra)
+    monkeypatch.setenv("HUBRT_CACHE_DIR", str(tmp_path / "plans"))
     prompts = ["Hello there, how", "The capital of France is", "1 2 3 4 5 6 7", "Once upon a time"]
-    with Server(GEMMA, "--slots", 3, "--ctx", 40) as s:
+    with Server(GEMMA, "--slots", 3, "--ctx", 40, *extra) as s:
         got = [None] * 8
 
         def client(i):
