@@ -235,7 +235,7 @@ hr_status hr_engine_submit(hr_engine *e, const int64_t *ids, int64_t n, const hr
         cfg.seed = p->seed;
         s = hr_sampler_init(&r->smp, &cfg, e->vocab);
     }
-    if (s == HR_OK) s = hr_detokenizer_init(e->tok, true, &r->detok);
+    if (s == HR_OK) s = hr_detokenizer_init(e->tok, !p->keep_special, &r->detok);
     if (s != HR_OK) {
         request_free(r);
         return s;

@@ -48,6 +48,7 @@ typedef struct hr_request_params {
      * likely ones, from the model's logits before any sampling processor */
     bool logprobs;
     int top_logprobs; /* 0..HR_MAX_TOP_LOGPROBS */
+    bool keep_special; /* the text keeps special tokens (markers an output parser reads) */
 } hr_request_params;
 
 #define HR_MAX_TOP_LOGPROBS 20

@@ -208,12 +208,24 @@ static enum MHD_Result whole_answer(server *sv, struct MHD_Connection *c, hr_api
         return send_error(sv, c, 500, hr_last_error());
     }
     size_t offset = 0;
-    cJSON *lpj = job->params.logprobs ? hr_api_logprobs(job->kind, sv->tok, lp, n_lp, &offset) : NULL;
-    char *json = hr_api_answer_json(job->kind, id, (long)time(NULL), sv->o->model_name, all, len, finish, lpj,
-                                    prompt, completion);
+    hr_api_out o = {.kind = job->kind, .id = id, .model = sv->o->model_name, .created = (long)time(NULL),
+                    .text = all, .len = len, .finish = finish, .prompt_tokens = prompt, .completion_tokens = completion};
+    o.logprobs = job->params.logprobs ? hr_api_logprobs(job->kind, sv->tok, lp, n_lp, &offset) : NULL;
+    hr_output_parser *parser = NULL;
+    hr_output_delta parts = {0};
+    if (job->kind == HR_API_CHAT) {
+        s = hr_output_parser_new(&job->style, &parser);
+        if (s == HR_OK) s = hr_output_parser_feed(parser, all ? all : "", len, true, &parts);
+        o.parts = &parts;
+        if (parts.n_calls && !strcmp(finish, "stop")) o.finish = "tool_calls";
+    }
+    char *json = s == HR_OK ? hr_api_answer_json(&o) : NULL;
+    cJSON_Delete(o.logprobs);
+    hr_output_delta_clear(&parts);
+    hr_output_parser_free(parser);
     free(all);
     free(lp);
-    return json ? send_json(sv, c, 200, json) : send_error(sv, c, 500, "out of memory");
+    return json ? send_json(sv, c, 200, json) : send_error(sv, c, 500, hr_last_error());
 }
 
 /* ---- POST: server-sent events ------------------------------------------------------ */
@@ -225,6 +237,8 @@ typedef struct stream {
     hr_api_kind kind;
     bool include_usage, opened, ended, logprobs;
     size_t text_offset;
+    hr_output_parser *parser; /* chat: reasoning and tool calls out of the text */
+    int calls;                /* tool calls sent so far */
     char id[64];
     long created;
     char *buf;
@@ -254,6 +268,25 @@ static char *copy_str(const char *s) {
     return strdup(s);
 }
 
+/* One chunk of text (and log-probabilities): through the parser for a
+ * chat; nothing when the parser holds it all back. */
+static bool put_piece(stream *st, const char *text, size_t n, cJSON *lpj, bool final) {
+    hr_api_out o = {.kind = st->kind, .id = st->id, .model = st->sv->o->model_name, .created = st->created,
+                    .text = text, .len = n, .logprobs = lpj, .call_base = st->calls};
+    hr_output_delta parts = {0};
+    bool ok = true;
+    if (st->parser) {
+        ok = hr_output_parser_feed(st->parser, text ? text : "", n, final, &parts) == HR_OK;
+        o.parts = &parts;
+        st->calls += parts.n_calls;
+    }
+    if (ok && (parts.reasoning || parts.content || parts.n_calls || (!st->parser && (n || lpj)) || (st->parser && lpj)))
+        ok = put(st, hr_api_chunk_event(&o));
+    cJSON_Delete(o.logprobs);
+    hr_output_delta_clear(&parts);
+    return ok;
+}
+
 /* The events up to the request's end: [DONE] last, always. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
@@ -267,13 +300,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         }
         st->off = st->len = 0;
         if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
-        const char *model = st->sv->o->model_name;
+        hr_api_out o = {.kind = st->kind, .id = st->id, .model = st->sv->o->model_name, .created = st->created};
         if (!st->opened) {
             st->opened = true;
-            if (st->kind == HR_API_CHAT &&
-                !put(st, hr_api_chunk_event(st->kind, st->id, st->created, model, NULL, 0, NULL, NULL, true, 0, 0,
-                                            false)))
-                return MHD_CONTENT_READER_END_WITH_ERROR;
+            o.opening = true;
+            if (st->kind == HR_API_CHAT && !put(st, hr_api_chunk_event(&o))) return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
         }
         char *text = NULL;
@@ -283,12 +314,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         hr_token_logprob *lp = NULL;
         size_t n_lp = 0;
         if (st->logprobs) hr_request_take_logprobs(st->sv->eng, st->r, &lp, &n_lp);
-        bool ok = true;
-        if (n || n_lp) {
-            cJSON *lpj = n_lp ? hr_api_logprobs(st->kind, st->sv->tok, lp, n_lp, &st->text_offset) : NULL;
-            ok = put(st, hr_api_chunk_event(st->kind, st->id, st->created, model, n ? text : "", n, NULL, lpj, false,
-                                            0, 0, false));
-        }
+        cJSON *lpj = n_lp ? hr_api_logprobs(st->kind, st->sv->tok, lp, n_lp, &st->text_offset) : NULL;
+        bool ok = n || lpj || (finish && st->parser) ? put_piece(st, text, n, lpj, finish != NULL) : true;
         free(lp);
         free(text);
         if (s != HR_OK) {
@@ -303,13 +330,15 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             ok &= put(st, copy_str("data: [DONE]\n\n"));
             st->ended = true;
         } else if (finish) {
-            int64_t prompt, completion, prefilled;
-            hr_request_counts(st->sv->eng, st->r, &prompt, &completion, &prefilled);
-            ok &= put(st, hr_api_chunk_event(st->kind, st->id, st->created, model, NULL, 0, finish, NULL, false, 0, 0,
-                                             false));
-            if (st->include_usage)
-                ok &= put(st, hr_api_chunk_event(st->kind, st->id, st->created, model, NULL, 0, NULL, NULL, false,
-                                                 prompt, completion, true));
+            int64_t prefilled;
+            hr_request_counts(st->sv->eng, st->r, &o.prompt_tokens, &o.completion_tokens, &prefilled);
+            o.finish = st->calls && !strcmp(finish, "stop") ? "tool_calls" : finish;
+            ok &= put(st, hr_api_chunk_event(&o));
+            if (st->include_usage) {
+                o.finish = NULL;
+                o.usage_only = true;
+                ok &= put(st, hr_api_chunk_event(&o));
+            }
             ok &= put(st, copy_str("data: [DONE]\n\n"));
             st->ended = true;
         } else if (!n && client_gone(st->c)) {
@@ -323,6 +352,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
 static void stream_free(void *cls) {
     stream *st = cls;
     hr_request_release(st->sv->eng, st->r); /* cancels it if it still runs */
+    hr_output_parser_free(st->parser);
     free(st->buf);
     free(st);
 }
@@ -339,6 +369,10 @@ static enum MHD_Result stream_answer(server *sv, struct MHD_Connection *c, hr_ap
     st->kind = job->kind;
     st->include_usage = job->include_usage;
     st->logprobs = job->params.logprobs;
+    if (job->kind == HR_API_CHAT && hr_output_parser_new(&job->style, &st->parser) != HR_OK) {
+        stream_free(st);
+        return send_error(sv, c, 500, "out of memory");
+    }
     st->created = (long)time(NULL);
     make_id(sv, job->kind == HR_API_CHAT ? "chatcmpl" : "cmpl", st->id, sizeof st->id);
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free);

@@ -166,6 +166,8 @@ static hr_status chat_prompt(const cJSON *body, const hr_tokenizer *tok, hr_api_
     if (s != HR_OK) return hr_error_context(s, "the chat template");
     /* the template writes the special tokens itself */
     s = encode(tok, text, len, false, job);
+    job->style = hr_output_style_detect(tmpl, text, len, cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0);
+    job->params.keep_special = job->style.keep_special;
     free(text);
     return s;
 }
@@ -364,49 +366,74 @@ static void add_logprobs(cJSON *choice, cJSON *logprobs) {
     else cJSON_AddNullToObject(choice, "logprobs");
 }
 
-char *hr_api_answer_json(hr_api_kind kind, const char *id, long created, const char *model, const char *text,
-                         size_t len, const char *finish, cJSON *logprobs, int64_t prompt_tokens,
-                         int64_t completion_tokens) {
-    cJSON *root = head(kind, id, created, model, false);
+/* An assistant message's parts: reasoning_content and tool_calls beside
+ * the content when a parser split the output. */
+static void add_parts(cJSON *msg, const hr_api_out *o, bool delta) {
+    const hr_output_delta *d = o->parts;
+    if (!d) {
+        if (!delta || o->opening || o->text) cJSON_AddItemToObject(msg, "content", string_n(o->text, o->len));
+        return;
+    }
+    if (d->reasoning) cJSON_AddItemToObject(msg, "reasoning_content", string_n(d->reasoning, d->reasoning_len));
+    if (d->content || (!delta && !d->n_calls)) cJSON_AddItemToObject(msg, "content", string_n(d->content, d->content_len));
+    else if (!delta || o->opening) cJSON_AddNullToObject(msg, "content");
+    if (!d->n_calls) return;
+    cJSON *calls = cJSON_AddArrayToObject(msg, "tool_calls");
+    for (int i = 0; i < d->n_calls; i++) {
+        cJSON *c = cJSON_CreateObject(), *f = cJSON_CreateObject();
+        char id[48];
+        snprintf(id, sizeof id, "call_%s_%d", o->id, o->call_base + i);
+        if (delta) cJSON_AddNumberToObject(c, "index", o->call_base + i);
+        cJSON_AddStringToObject(c, "id", id);
+        cJSON_AddStringToObject(c, "type", "function");
+        cJSON_AddStringToObject(f, "name", d->calls[i].name);
+        cJSON_AddStringToObject(f, "arguments", d->calls[i].arguments);
+        cJSON_AddItemToObject(c, "function", f);
+        cJSON_AddItemToArray(calls, c);
+    }
+}
+
+char *hr_api_answer_json(hr_api_out *o) {
+    cJSON *root = head(o->kind, o->id, o->created, o->model, false);
     cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
     cJSON_AddNumberToObject(c, "index", 0);
-    if (kind == HR_API_CHAT) {
+    if (o->kind == HR_API_CHAT) {
         cJSON *msg = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddItemToObject(msg, "content", string_n(text, len));
+        add_parts(msg, o, false);
     } else {
-        cJSON_AddItemToObject(c, "text", string_n(text, len));
+        cJSON_AddItemToObject(c, "text", string_n(o->text, o->len));
     }
-    add_logprobs(c, logprobs);
-    add_finish(c, finish);
-    add_usage(root, prompt_tokens, completion_tokens);
+    add_logprobs(c, o->logprobs);
+    o->logprobs = NULL;
+    add_finish(c, o->finish);
+    add_usage(root, o->prompt_tokens, o->completion_tokens);
     return print_free(root);
 }
 
-char *hr_api_chunk_event(hr_api_kind kind, const char *id, long created, const char *model, const char *text,
-                         size_t len, const char *finish, cJSON *logprobs, bool opening, int64_t prompt_tokens,
-                         int64_t completion_tokens, bool usage_only) {
-    cJSON *root = head(kind, id, created, model, true);
+char *hr_api_chunk_event(hr_api_out *o) {
+    cJSON *root = head(o->kind, o->id, o->created, o->model, true);
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");
-    if (usage_only) {
-        add_usage(root, prompt_tokens, completion_tokens);
+    if (o->usage_only) {
+        add_usage(root, o->prompt_tokens, o->completion_tokens);
     } else {
         cJSON *c = cJSON_CreateObject();
         cJSON_AddItemToArray(choices, c);
         cJSON_AddNumberToObject(c, "index", 0);
-        if (kind == HR_API_CHAT) {
+        if (o->kind == HR_API_CHAT) {
             cJSON *delta = cJSON_AddObjectToObject(c, "delta");
-            if (opening) cJSON_AddStringToObject(delta, "role", "assistant");
-            if (opening || text) cJSON_AddItemToObject(delta, "content", string_n(text, len));
+            if (o->opening) cJSON_AddStringToObject(delta, "role", "assistant");
+            add_parts(delta, o, true);
         } else {
-            cJSON_AddItemToObject(c, "text", string_n(text, len));
+            cJSON_AddItemToObject(c, "text", string_n(o->text, o->len));
         }
-        add_logprobs(c, logprobs);
-        logprobs = NULL;
-        add_finish(c, finish);
+        add_logprobs(c, o->logprobs);
+        o->logprobs = NULL;
+        add_finish(c, o->finish);
     }
-    cJSON_Delete(logprobs);
+    cJSON_Delete(o->logprobs);
+    o->logprobs = NULL;
     char *json = print_free(root);
     if (!json) return NULL;
     size_t n = strlen(json);

@@ -10,6 +10,7 @@
 #include <signal.h>
 
 #include "serve/engine.h"
+#include "serve/output_parse.h"
 
 typedef struct hr_serve_options {
     const char *host;        /* NULL: 127.0.0.1 */
@@ -38,6 +39,7 @@ typedef struct hr_api_job {
     hr_request_params params;
     char **stop;             /* owned, params.stop points here */
     bool stream, include_usage;
+    hr_output_style style;   /* chat: how the model writes reasoning and tool calls */
 } hr_api_job;
 
 /* Parses a POST body for `kind`; HR_ERR_INVALID_ARG with a message naming
@@ -57,16 +59,26 @@ struct cJSON *hr_api_logprobs(hr_api_kind kind, const hr_tokenizer *tok, const h
                               size_t *offset);
 /* {"error": {...}} for a status code and message (malloc'd). */
 char *hr_api_error_json(int http_status, const char *message);
+/* What an answer or one stream event says. */
+typedef struct hr_api_out {
+    hr_api_kind kind;
+    const char *id, *model;
+    long created;
+    const char *text;              /* the text (completions; chat without parts) */
+    size_t len;
+    const hr_output_delta *parts;  /* chat: reasoning, content and tool calls */
+    int call_base;                 /* the answer's index of parts' first tool call */
+    const char *finish;            /* NULL: not the end */
+    struct cJSON *logprobs;        /* taken over; NULL: "logprobs": null */
+    bool opening;                  /* a chat stream's first chunk (the role) */
+    bool usage_only;               /* the stream's usage chunk */
+    int64_t prompt_tokens, completion_tokens;
+} hr_api_out;
+
 /* The whole (non-streaming) answer's JSON (malloc'd). */
-char *hr_api_answer_json(hr_api_kind kind, const char *id, long created, const char *model, const char *text,
-                         size_t len, const char *finish, struct cJSON *logprobs, int64_t prompt_tokens,
-                         int64_t completion_tokens);
-/* One server-sent event, "data: {...}\n\n" (malloc'd): a piece of text
- * (text may be NULL for the opening chunk of a chat), or with finish set
- * the closing chunk; usage >= 0 adds usage with no choices. */
-char *hr_api_chunk_event(hr_api_kind kind, const char *id, long created, const char *model, const char *text,
-                         size_t len, const char *finish, struct cJSON *logprobs, bool opening,
-                         int64_t prompt_tokens, int64_t completion_tokens, bool usage_only);
+char *hr_api_answer_json(hr_api_out *o);
+/* One server-sent event, "data: {...}\n\n" (malloc'd). */
+char *hr_api_chunk_event(hr_api_out *o);
 
 /* ---- page.c -------------------------------------------------------------------- */
 

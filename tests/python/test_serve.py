@@ -8,6 +8,7 @@ stream's end."""
 import functools
 import http.client
 import json
+import shutil
 import socket
 import threading
 from pathlib import Path
@@ -349,3 +350,81 @@ def test_sigterm_ends_every_stream():
         assert events[-2]["choices"][0]["finish_reason"] in ("abort", "length", "stop")
     assert any(ev[-2]["choices"][0]["finish_reason"] == "abort" for ev in results)
     assert "shutting down" in "".join(s.err_lines)
+
+
+SCRIPT = ('<think>Let me check the weather.</think>\n\n<tool_call>{"name":"get_weather","arguments":{"days":3}}'
+          '</tool_call>')
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory):
+    """A Qwen3 whose layers add nothing, so each token alone picks the next: it answers SCRIPT (tokens
+    all distinct) to any prompt ending in the template's "assistant\\n", then <|im_end|>."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    tok = hf(QWEN)[0]
+    chain = [tok("\n")["input_ids"][-1]] + tok(SCRIPT, add_special_tokens=False)["input_ids"]
+    chain.append(tok.convert_tokens_to_ids("<|im_end|>"))
+    assert len(set(chain)) == len(chain)
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=32, tie_word_embeddings=False,
+                      eos_token_id=[151645, 151643], pad_token_id=151643, max_position_embeddings=256)
+    torch.manual_seed(0)
+    m = Qwen3ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for layer in m.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        m.model.embed_tokens.weight.normal_(0, 0.02)
+        m.lm_head.weight.zero_()
+        for i, t in enumerate(chain):
+            m.model.embed_tokens.weight[t] = 0
+            m.model.embed_tokens.weight[t, i] = 1.0
+            if i + 1 < len(chain):
+                m.lm_head.weight[chain[i + 1], i] = 10.0
+    out = tmp_path_factory.mktemp("scripted")
+    m.save_pretrained(out)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(QWEN / f, out / f)
+    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": [151645, 151643]}))
+    return out
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The forecast.",
+                                           "parameters": {"type": "object",
+                                                          "properties": {"days": {"type": "integer"}}}}}]
+
+
+def test_reasoning_and_tool_calls_are_parsed(scripted):
+    messages = [{"role": "user", "content": "Weather for the next 3 days?"}]
+    ids = hf_chat_prompt(scripted, messages)
+    tok = hf(scripted)[0]
+    raw = tok.decode(hf(scripted)[1].generate(torch.tensor([ids]), max_new_tokens=40, do_sample=False)[0, len(ids):],
+                     skip_special_tokens=True)
+    assert raw == SCRIPT  # transformers runs the script too
+    with Server(scripted, "--slots", 2) as s:
+        whole = s.post("/v1/chat/completions", {"messages": messages, "tools": TOOLS, "temperature": 0}).json()
+        choice = whole["choices"][0]
+        msg = choice["message"]
+        assert choice["finish_reason"] == "tool_calls"
+        assert msg["reasoning_content"] == "Let me check the weather."
+        assert msg["content"] is None
+        assert [(c["type"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in
+                msg["tool_calls"]] == [("function", "get_weather", {"days": 3})]
+        # without tools the same output is reasoning and content
+        plain = s.post("/v1/chat/completions", {"messages": messages, "temperature": 0}).json()["choices"][0]
+        assert plain["message"]["content"] == SCRIPT.split("</think>\n\n")[1]
+        assert plain["finish_reason"] == "stop" and "tool_calls" not in plain["message"]
+        # streamed: reasoning deltas, then one tool call delta, then the finish
+        events = sse_events(s.post("/v1/chat/completions", {"messages": messages, "tools": TOOLS, "temperature": 0,
+                                                            "stream": True}, stream=True))
+        deltas = [ev["choices"][0]["delta"] for ev in events[:-1] if ev["choices"]]
+        assert "".join(d.get("reasoning_content") or "" for d in deltas) == "Let me check the weather."
+        assert len([d for d in deltas if d.get("reasoning_content")]) > 1  # it streamed
+        calls = [c for d in deltas for c in d.get("tool_calls") or []]
+        assert [(c["index"], c["function"]["name"], c["function"]["arguments"]) for c in calls] == \
+            [(0, "get_weather", '{"days":3}')]
+        assert events[-2]["choices"][0]["finish_reason"] == "tool_calls"
+        # the openai client reads them
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="none")
+        c = client.chat.completions.create(model=str(scripted), messages=messages, tools=TOOLS, temperature=0)
+        assert c.choices[0].message.tool_calls[0].function.name == "get_weather"
