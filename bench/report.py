@@ -167,12 +167,32 @@ def bound(shape, kind, batch, plen, gen, bw_gbs, peak_gflops):
 
 # ---------------------------------------------------------------- merge
 
+def serve_lines(sv, err):
+    """The serving table: one client and N concurrent clients streaming from each server."""
+    if not sv:
+        return [f"Serving: not run or failed this run: {(err or 'no result').replace('|', '/')}", ""]
+    lines = [f"**Serving** ({sv['model']}, bf16, {sv['threads']} threads; greedy streamed completions of "
+             f"{sv['gen']} tokens; bench/bench_serve.py)", "",
+             f"| server | 1 client tok/s | {sv['clients']} clients tok/s | × of 1 client | "
+             f"time to first token, {sv['clients']} clients |", "|---|---|---|---|---|"]
+    for name, label in (("hubrt", "hubrt serve (continuous batching)"),
+                        ("llama.cpp", "llama-cpp-python server (one request at a time)")):
+        x = sv.get(name) or {}
+        if "error" in x or not x:
+            lines.append(f"| {label} | {x.get('error', 'not run')} | | | |")
+        else:
+            lines.append(f"| {label} | {x['single']['tok_s']} | {x['concurrent']['tok_s']} | {x['ratio']} | "
+                         f"{x['concurrent']['ttft_s_mean']} s |")
+    return lines + [""]
+
+
 def merge(a):
     work, res_dir = Path(a.workdir), Path(a.results)
     pieces = collapse([json.loads(p.read_text()) for p in sorted(work.glob("case-*.json"))])
     limits = best_limits([_read_json(f) for f in sorted(work.glob("limits-*.json"))])
     meta = _read_json(work / "meta.json") or {}
     tok = _read_json(work / "tokenizer.json")
+    serve = _read_json(work / "serve.json")
     bw = (limits.get("read_gbs") or {}).get("2")
     peak = (limits.get("bf16_peak_gflops") or {}).get("2")
     models = {}
@@ -226,7 +246,8 @@ def merge(a):
     out = {"date_utc": meta.get("date_utc") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "machine": meta.get("machine", {}), "settings": {k: meta.get(k) for k in ("threads", "dtype", "cases")},
            "versions": meta.get("versions", {}), "limits": limits, "models": models, "table": table,
-           "tokenizer": tok, "tokenizer_error": None if tok else _last_line(work / "tokenizer.err"), "runs": [{k: v for k, v in p.items() if k != "stderr_tail"} for p in pieces],
+           "tokenizer": tok, "tokenizer_error": None if tok else _last_line(work / "tokenizer.err"),
+           "serve": serve, "serve_error": None if serve else _last_line(work / "serve.err"), "runs": [{k: v for k, v in p.items() if k != "stderr_tail"} for p in pieces],
            "elapsed_s": meta.get("elapsed_s"), "followups": meta.get("followups")}
     res_dir.mkdir(parents=True, exist_ok=True)
     (res_dir / "latest.json").write_text(json.dumps(out, indent=1) + "\n")
@@ -470,6 +491,7 @@ def markdown(r):
     else:
         why = (r.get("tokenizer_error") or "no result").replace("|", "/")
         lines += [f"Tokenizers: the tokenizer benchmark failed this run: {why}", ""]
+    lines += serve_lines(r.get("serve"), r.get("serve_error"))
     cells = [c for rows in r["table"].values() for row in rows.values() for c in row.values() if isinstance(c, dict)]
     if any(c.get("beside") for c in cells):
         lines += ["§ Decode b1 is held against the read bandwidth probed right before and right after each of its "

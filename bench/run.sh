@@ -189,6 +189,15 @@ for spec in $CASE_SPEC; do
   done
 done
 
+# --- serving: hubrt serve and llama-cpp-python's server, 1 and 8 streaming clients (the smallest shape)
+if [[ " $MODELS " == *" smollm2-135m-shaped "* ]] && (( $(date +%s) - START <= BUDGET )); then
+  log "serving throughput (bench/bench_serve.py)"
+  timeout "$RUN_TIMEOUT" "$PY" bench/bench_serve.py --hubrt "$HUBRT" --model "$FIX/smollm2-135m-shaped" \
+    --gguf "$FIX/smollm2-135m-shaped.bf16.gguf" --clients 8 --threads "$THREADS" --logs "$WORK" \
+    > "$WORK/serve.out" 2> "$WORK/serve.err" || log "bench_serve.py failed (see $WORK/serve.err)"
+  tail -n 1 "$WORK/serve.out" > "$WORK/serve.json"
+fi
+
 # Again at the end: other load on a shared machine only lowers a measured limit, so
 # the report takes the highest of the probes (the fractions of the limit are not flattered).
 measure_limits end
