@@ -70,6 +70,11 @@ HR_API hr_status hr_kv_cache_copy(hr_kv_cache *dst, int64_t dst_row, int64_t dst
 /* Moves every row's cells by delta (< 0: toward index 0, dropping the
  * first -delta; > 0: toward the end) and the length with them. */
 HR_API hr_status hr_kv_cache_shift(hr_kv_cache *c, int64_t delta);
+/* A cache over rows [0, rows) of c, sharing its buffers (freed with
+ * hr_kv_cache_free; the buffers stay c's), so an eager step can run fewer
+ * rows than c holds. Its length starts as c's; the caller keeps the two
+ * in step (hr_kv_cache_set_len). */
+HR_API hr_status hr_kv_cache_rows(const hr_kv_cache *c, int64_t rows, hr_kv_cache **out);
 /* Sets the tokens written (cells past it are written by the next step). */
 HR_API hr_status hr_kv_cache_set_len(hr_kv_cache *c, int64_t len);
 /* Whether sliding layers keep fewer cells than the capacity: then cells a

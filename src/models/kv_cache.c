@@ -367,6 +367,49 @@ hr_status hr_kv_cache_shift(hr_kv_cache *c, int64_t delta) {
     return s;
 }
 
+hr_status hr_kv_cache_rows(const hr_kv_cache *c, int64_t rows, hr_kv_cache **out) {
+    if (!c || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_rows: NULL argument");
+    *out = NULL;
+    if (rows < 1 || rows > c->batch)
+        return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_rows: %lld rows of a batch of %lld", (long long)rows,
+                        (long long)c->batch);
+    hr_kv_cache *v = calloc(1, sizeof *v);
+    if (v) {
+        *v = *c;
+        v->k = calloc((size_t)c->n_layers, sizeof *v->k);
+        v->v = calloc((size_t)c->n_layers, sizeof *v->v);
+        v->kind = malloc((size_t)c->n_layers);
+        memset(v->k_all, 0, sizeof v->k_all);
+        memset(v->v_all, 0, sizeof v->v_all);
+    }
+    if (!v || !v->k || !v->v || !v->kind) {
+        if (v) free(v->k), free(v->v), free(v->kind);
+        free(v);
+        return hr_error(HR_ERR_OOM, "hr_kv_cache_rows: out of memory");
+    }
+    memcpy(v->kind, c->kind, (size_t)c->n_layers);
+    v->batch = rows;
+    hr_status s = HR_OK;
+    for (int k = 0; k < HR_LAYER_KINDS && s == HR_OK; k++) {
+        if (!c->k_all[k]) continue;
+        s = hr_tensor_narrow(c->k_all[k], 1, 0, rows, &v->k_all[k]);
+        if (s == HR_OK) s = hr_tensor_narrow(c->v_all[k], 1, 0, rows, &v->v_all[k]);
+    }
+    int64_t at[HR_LAYER_KINDS] = {0};
+    for (int64_t l = 0; s == HR_OK && l < c->n_layers; l++) {
+        int k = v->kind[l];
+        s = hr_tensor_select(v->k_all[k], 0, at[k], &v->k[l]);
+        if (s == HR_OK) s = hr_tensor_select(v->v_all[k], 0, at[k], &v->v[l]);
+        at[k]++;
+    }
+    if (s != HR_OK) {
+        hr_kv_cache_free(v);
+        return s;
+    }
+    *out = v;
+    return HR_OK;
+}
+
 hr_status hr_kv_cache_set_len(hr_kv_cache *c, int64_t len) {
     if (!c) return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_set_len: NULL cache");
     if (len < 0 || len > c->capacity)

@@ -63,6 +63,7 @@ struct hr_engine {
     int n_eos;
     int64_t pad;
     hr_kv_cache *kv, *scratch;
+    hr_kv_cache **rows; /* [B + 1]: rows[b] the first b rows of kv (eager steps over fewer rows), made when needed */
     slot *slots;
     int64_t *ids, *pos, *mask; /* step staging: [B], [B], [B, C]; prefill [chunk] in ids/pos of size max(B, chunk) */
     float *row, *row2;         /* [vocab] each */
@@ -549,9 +550,22 @@ static hr_status decode_step(hr_engine *e) {
         HR_TRY(shift_rows(e, -d));
         L -= d;
     }
-    int64_t t = L + 1, rows = 0;
-    memset(e->mask, 0, sizeof(int64_t) * (size_t)(e->B * t));
-    for (int i = 0; i < e->B; i++) {
+    /* an eager step runs the rows up to the last running one: a lone
+     * request decodes at batch 1, not at the server's batch */
+    int64_t t = L + 1, rows = 0, b = e->B;
+    if (!e->compile) {
+        b = 0;
+        for (int i = 0; i < e->B; i++)
+            if (e->slots[i].state == SLOT_RUNNING && e->slots[i].req) b = i + 1;
+    }
+    hr_kv_cache *kv = e->kv;
+    if (b < e->B) {
+        if (!e->rows[b]) HR_TRY(hr_kv_cache_rows(e->kv, b, &e->rows[b]));
+        kv = e->rows[b];
+        HR_TRY(hr_kv_cache_set_len(kv, L));
+    }
+    memset(e->mask, 0, sizeof(int64_t) * (size_t)(b * t));
+    for (int i = 0; i < b; i++) {
         slot *s = &e->slots[i];
         bool run = s->state == SLOT_RUNNING && s->req;
         e->ids[i] = run ? s->req->tokens[s->req->n_tokens - 1] : e->pad;
@@ -561,13 +575,14 @@ static hr_status decode_step(hr_engine *e) {
             rows++;
         }
     }
-    hr_step_args a = {.ids = e->ids, .pos = e->pos, .mask = e->mask, .batch = e->B, .seq = 1, .cache = e->kv,
+    hr_step_args a = {.ids = e->ids, .pos = e->pos, .mask = e->mask, .batch = b, .seq = 1, .cache = kv,
                       .compiled = e->compile};
     HR_TRY(hr_model_step(e->m, &a, &e->logits));
+    if (kv != e->kv) HR_TRY(hr_kv_cache_set_len(e->kv, L + 1));
     hr_tensor *host = NULL;
     if (!hr_tensor_data(e->logits)) HR_TRY(hr_tensor_to(e->logits, hr_device_cpu(), &host));
     const hr_tensor *lg = host ? host : e->logits;
-    for (int i = 0; i < e->B; i++) {
+    for (int i = 0; i < b; i++) {
         slot *s = &e->slots[i];
         if (s->state != SLOT_RUNNING || !s->req) continue;
         hr_request *r = s->req;
@@ -707,12 +722,13 @@ hr_status hr_engine_create(hr_model *m, const hr_tokenizer *tok, const hr_engine
     int64_t stage = e->B > e->chunk ? e->B : e->chunk;
     if (s == HR_OK) {
         e->slots = calloc((size_t)e->B, sizeof *e->slots);
+        e->rows = calloc((size_t)e->B + 1, sizeof *e->rows);
         e->ids = malloc(sizeof(int64_t) * (size_t)stage);
         e->pos = malloc(sizeof(int64_t) * (size_t)stage);
         e->mask = malloc(sizeof(int64_t) * (size_t)(e->B * e->C));
         e->row = malloc(sizeof(float) * (size_t)e->vocab);
         e->row2 = malloc(sizeof(float) * (size_t)e->vocab);
-        if (!e->slots || !e->ids || !e->pos || !e->mask || !e->row || !e->row2) s = hr_error(HR_ERR_OOM, "serve: out of memory");
+        if (!e->slots || !e->rows || !e->ids || !e->pos || !e->mask || !e->row || !e->row2) s = hr_error(HR_ERR_OOM, "serve: out of memory");
     }
     for (int64_t i = 0; s == HR_OK && i < e->B; i++)
         if (!(e->slots[i].ids = malloc(sizeof(int64_t) * (size_t)e->C))) s = hr_error(HR_ERR_OOM, "serve: out of memory");
@@ -745,6 +761,8 @@ void hr_engine_free(hr_engine *e) {
     hr_engine_shutdown(e, 0);
     for (int64_t i = 0; e->slots && i < e->B; i++) free(e->slots[i].ids);
     free(e->slots);
+    for (int64_t b = 0; e->rows && b <= e->B; b++) hr_kv_cache_free(e->rows[b]);
+    free(e->rows);
     free(e->ids);
     free(e->pos);
     free(e->mask);
