@@ -11,12 +11,13 @@
 static const char *usage_text =
     "usage: hubrt serve MODEL [--port P] [--host ADDR] [--model-name NAME] [--slots N] [--ctx N]\n"
     "                   [--prefill-chunk N] [--queue N] [--max-body BYTES] [--grace S] [--no-prefix-reuse]\n"
-    "                   [--compile] [--dtype D] [--device cpu] [--revision R]\n"
+    "                   [--compile | --deterministic] [--dtype D] [--device cpu] [--revision R]\n"
     "  /v1/chat/completions, /v1/completions (streaming with server-sent events), /v1/models,\n"
     "  /health, /metrics (Prometheus) and a chat page at /. Requests join the running batch of\n"
     "  --slots rows (default 8) at each step; --ctx tokens per row (prompt and answer; default the\n"
     "  model's, at most 4096). --port (default 8080; 0 picks a free port) is printed on stderr when listening.\n"
-    "  On SIGTERM: new requests get 503, running answers get --grace seconds (default 10) to end.\n";
+    "  On SIGTERM: new requests get 503, running answers get --grace seconds (default 10) to end.\n"
+    "  --deterministic: each request's logits bitwise what it gets alone, whatever else runs (slower).\n";
 
 static volatile sig_atomic_t g_stop;
 
@@ -37,7 +38,7 @@ static int parse(int argc, char **argv, serve_args *a) {
     a->so.grace_s = 10;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool flag_only = !strcmp(f, "--compile") || !strcmp(f, "--no-prefix-reuse");
+        bool flag_only = !strcmp(f, "--compile") || !strcmp(f, "--no-prefix-reuse") || !strcmp(f, "--deterministic");
         if (f[0] == '-' && !flag_only && !v) {
             fprintf(stderr, "hubrt serve: %s needs a value\n%s", f, usage_text);
             return HR_EXIT_USAGE;
@@ -64,6 +65,7 @@ static int parse(int argc, char **argv, serve_args *a) {
             else a->so.grace_s = num;
         } else if (!strcmp(f, "--compile")) a->so.engine.compile = true;
         else if (!strcmp(f, "--no-prefix-reuse")) a->so.engine.no_prefix_reuse = true;
+        else if (!strcmp(f, "--deterministic")) a->so.engine.deterministic = true;
         else if (!strcmp(f, "--host")) a->so.host = argv[++i];
         else if (!strcmp(f, "--model-name")) a->so.model_name = argv[++i];
         else if (!strcmp(f, "--revision")) a->revision = argv[++i];

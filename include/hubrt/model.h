@@ -109,6 +109,12 @@ typedef struct hr_step_args {
     /* The static-shape forward, compiled once per [batch, seq, capacity]
      * and replayed (hubrt/graph.h); false: eager, op by op. */
     bool compiled;
+    /* Eager, CPU: a one-token step's attention sums each row's keys one
+     * after another in position order (sdpa's exact path), so a row's
+     * logits do not depend on where its cells lie in the cache or on the
+     * other rows (with the batch size fixed; hubrt serve --deterministic).
+     * A compiled step refuses it. */
+    bool batch_invariant;
 } hr_step_args;
 
 /* Writes the seq tokens into the cache (advancing it) and the last

@@ -106,6 +106,13 @@ typedef struct hr_attrs_sdpa {
     double softcap;
     int64_t window;
     bool is_causal;
+    /* Batch-invariant (CPU): each query row sums over its visible keys one
+     * after another, taken in key order starting at key exact_from (and
+     * wrapping: a ring cache's oldest slot), after an exact max; its
+     * result then depends on its own keys only, not on where they lie nor
+     * on the other rows or the threads. Slower; other devices ignore it. */
+    bool exact;
+    int64_t exact_from;
 } hr_attrs_sdpa;
 
 typedef struct hr_attrs_cast { int64_t dtype; /* hr_dtype */ } hr_attrs_cast;

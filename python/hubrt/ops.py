@@ -204,9 +204,9 @@ def rope(x, cos, sin):
     return call("rope", x, cos, sin)
 
 
-def sdpa(q, k, v, mask=None, scale=0.0, is_causal=False, window=0, softcap=0.0):
+def sdpa(q, k, v, mask=None, scale=0.0, is_causal=False, window=0, softcap=0.0, exact=False, exact_from=0):
     return call("sdpa", q, k, v, mask, scale=scale or 0.0, is_causal=is_causal, window=window,
-                softcap=softcap)
+                softcap=softcap, exact=exact, exact_from=exact_from)
 
 
 def embedding(weight, ids):

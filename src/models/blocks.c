@@ -215,7 +215,8 @@ hr_status hr_build_attention(hr_fwd *f, int64_t il, const hr_attn_weights *w, co
      * so o_proj reads heads already concatenated */
     if (st == HR_OK) st = hr_tensor_transpose(attn, 1, 2, &attn_t);
     if (st == HR_OK) {
-        hr_attrs_sdpa a = {.scale = o->scale, .softcap = o->softcap, .window = p->window, .is_causal = p->causal};
+        hr_attrs_sdpa a = {.scale = o->scale, .softcap = o->softcap, .window = p->window, .is_causal = p->causal,
+                           .exact = p->exact, .exact_from = p->exact_from};
         hr_tensor *ot[1] = {attn_t};
         if (p->mask)
             st = hr_op_run(HR_OP_sdpa, &a, IN_(qr, k_all, v_all, p->mask), 4, ot, 1);

@@ -160,7 +160,7 @@ hr_status hr_model_check_forward(const hr_model *m, const int64_t *ids, int64_t 
 
 hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *mask, const int64_t *pos,
                                 int64_t b, int64_t s, hr_kv_cache *cache, bool last_only, bool f32_logits,
-                                hr_tensor **logits) {
+                                hr_tensor **logits, bool exact) {
     HR_TRY(hr_model_check_forward(m, ids, b, s, cache));
     hr_fwd f = {.m = m, .cache = cache, .sc = &m->scratch, .b = b, .s = s};
     hr_tensor *ids_t = NULL, *pos_t = NULL, *tables[2 * HR_LAYER_KINDS] = {0}, *masks[HR_LAYER_KINDS] = {0};
@@ -173,6 +173,11 @@ hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *
     for (int k = 0; k < HR_LAYER_KINDS && st == HR_OK; k++)
         if (hr_model_has_kind(m, (hr_layer_kind)k))
             st = hr_kv_plan_eager(cache, (hr_layer_kind)k, s, mask, m->dev, &f.kv[k], &masks[k]);
+    for (int k = 0; k < HR_LAYER_KINDS && exact; k++) {
+        /* keys in position order: a ring's oldest slot is the one after the write */
+        f.kv[k].exact = true;
+        f.kv[k].exact_from = f.kv[k].mode == HR_KV_RING_STEP ? (f.kv[k].at + 1) % cache->slots[k] : 0;
+    }
     if (st == HR_OK) st = hr_model_forward_core(&f, ids_t, last_only, f32_logits, logits);
     hr_tensor_free(ids_t);
     hr_tensor_free(pos_t);

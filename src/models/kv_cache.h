@@ -55,6 +55,8 @@ typedef struct hr_kv_plan {
     bool causal;          /* sdpa's is_causal (no mask) */
     const hr_tensor *mask;  /* bool [b, 1, s, keys], or NULL */
     const hr_tensor *slots; /* INDEX*: i64 slot of each new (kept) key */
+    bool exact;             /* sdpa's batch-invariant path, keys from slot exact_from */
+    int64_t exact_from;
 } hr_kv_plan;
 
 /* Eager plan for tokens [past, past + s) with the host mask [b, past + s]

@@ -73,8 +73,11 @@ hr_status hr_model_step(hr_model *m, const hr_step_args *a, hr_tensor **logits) 
     if (a->batch < 1 || a->seq < 1)
         return hr_error(HR_ERR_INVALID_ARG, "hr_model_step: batch %lld and seq %lld must be >= 1", (long long)a->batch,
                         (long long)a->seq);
+    if (a->batch_invariant && a->compiled)
+        return hr_error(HR_ERR_UNSUPPORTED, "hr_model_step: a compiled step is not batch-invariant; run it eagerly");
     if (!a->compiled)
-        return hr_model_forward_host(m, a->ids, a->mask, a->pos, a->batch, a->seq, a->cache, true, false, logits);
+        return hr_model_forward_host(m, a->ids, a->mask, a->pos, a->batch, a->seq, a->cache, true, false, logits,
+                                     a->batch_invariant && a->seq == 1);
     hr_tensor_free(*logits);
     *logits = NULL;
     return hr_model_forward_compiled(m, a->ids, a->mask, a->pos, a->batch, a->seq, a->cache, true, logits);
@@ -138,7 +141,7 @@ hr_status hr_model_forward(hr_model *m, const hr_forward_args *a, hr_tensor **lo
         if (!pos) st = hr_error(HR_ERR_OOM, "forward: positions");
         for (int64_t i = 0; pos && i < b * s; i++) pos[i] = past + i % s;
     }
-    if (st == HR_OK) st = hr_model_forward_host(m, ids, mask, pos, b, s, cache, a->last_only, true, logits);
+    if (st == HR_OK) st = hr_model_forward_host(m, ids, mask, pos, b, s, cache, a->last_only, true, logits, false);
     if (st != HR_OK) {
         hr_tensor_free(*logits);
         *logits = NULL;

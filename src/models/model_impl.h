@@ -186,10 +186,11 @@ int64_t hr_model_dim(const hr_model *m, hr_dim d);
  * *logits: reused when it has that shape and dtype, else (re)allocated.
  * The logits are f32 (bf16 or f16 values for such a model, as transformers
  * casts its head's output), or with f32_logits false the head's output in
- * the model's dtype, the same values before widening. */
+ * the model's dtype, the same values before widening. exact: attention
+ * through sdpa's batch-invariant path (hr_step_args.batch_invariant). */
 hr_status hr_model_forward_host(hr_model *m, const int64_t *ids, const int64_t *mask, const int64_t *pos,
                                 int64_t b, int64_t s, hr_kv_cache *cache, bool last_only, bool f32_logits,
-                                hr_tensor **logits);
+                                hr_tensor **logits, bool exact);
 /* The forward with static shapes, compiled once per [b, s, capacity] and
  * replayed; the contract of hr_model_forward_host with f32_logits false,
  * but *logits always receives a new tensor. */

@@ -58,7 +58,7 @@ struct hr_engine {
     hr_model *m;
     const hr_tokenizer *tok;
     int64_t B, C, chunk, max_queue, vocab;
-    bool compile, reuse;
+    bool compile, reuse, deterministic;
     const int64_t *eos;
     int n_eos;
     int64_t pad;
@@ -553,7 +553,7 @@ static hr_status decode_step(hr_engine *e) {
     /* an eager step runs the rows up to the last running one: a lone
      * request decodes at batch 1, not at the server's batch */
     int64_t t = L + 1, rows = 0, b = e->B;
-    if (!e->compile) {
+    if (!e->compile && !e->deterministic) { /* a batch-invariant step keeps the batch size */
         b = 0;
         for (int i = 0; i < e->B; i++)
             if (e->slots[i].state == SLOT_RUNNING && e->slots[i].req) b = i + 1;
@@ -576,7 +576,7 @@ static hr_status decode_step(hr_engine *e) {
         }
     }
     hr_step_args a = {.ids = e->ids, .pos = e->pos, .mask = e->mask, .batch = b, .seq = 1, .cache = kv,
-                      .compiled = e->compile};
+                      .compiled = e->compile, .batch_invariant = e->deterministic};
     HR_TRY(hr_model_step(e->m, &a, &e->logits));
     if (kv != e->kv) HR_TRY(hr_kv_cache_set_len(e->kv, L + 1));
     hr_tensor *host = NULL;
@@ -704,6 +704,7 @@ hr_status hr_engine_create(hr_model *m, const hr_tokenizer *tok, const hr_engine
     e->chunk = o && o->prefill_chunk > 0 ? o->prefill_chunk : 256;
     e->max_queue = o && o->max_queue > 0 ? o->max_queue : 64;
     e->compile = o && o->compile;
+    e->deterministic = o && o->deterministic;
     e->vocab = hr_model_vocab_size(m);
     e->n_eos = hr_model_eos_ids(m, &e->eos);
     e->pad = hr_model_pad_id(m) >= 0 ? hr_model_pad_id(m) : e->n_eos ? e->eos[0] : 0;
@@ -718,7 +719,9 @@ hr_status hr_engine_create(hr_model *m, const hr_tokenizer *tok, const hr_engine
                      (long long)e->B, (long long)e->C);
     if (s == HR_OK) s = hr_kv_cache_create(m, e->B, e->C, &e->kv);
     if (s == HR_OK) s = hr_kv_cache_create(m, 1, e->C, &e->scratch);
-    e->reuse = !(o && o->no_prefix_reuse) && !hr_kv_cache_ring_wraps(e->kv);
+    e->reuse = !(o && o->no_prefix_reuse) && !e->deterministic && !hr_kv_cache_ring_wraps(e->kv);
+    if (s == HR_OK && e->deterministic && e->compile)
+        s = hr_error(HR_ERR_INVALID_ARG, "serve: --deterministic runs eager steps; it cannot be combined with --compile");
     int64_t stage = e->B > e->chunk ? e->B : e->chunk;
     if (s == HR_OK) {
         e->slots = calloc((size_t)e->B, sizeof *e->slots);

@@ -34,6 +34,12 @@ typedef struct hr_engine_options {
     int64_t max_queue;     /* requests waiting for a row; 0: 64 */
     bool compile;          /* compiled forward (hubrt/graph.h) */
     bool no_prefix_reuse;
+    /* Batch-invariant decoding: each row's logits bitwise what the request
+     * gets alone, whatever else runs and in whichever row (eager steps over
+     * every row, attention through sdpa's exact path, no prefix reuse:
+     * reused cells were computed by other steps than a lone prefill's).
+     * Not with compile. */
+    bool deterministic;
 } hr_engine_options;
 
 typedef struct hr_request_params {

@@ -501,3 +501,50 @@ def test_decode_rows_of_a_kv_head_give_their_bits_alone(isa, dtype, hq, hkv, d, 
                        to_torch(alone).view(-1).view(torch.int16 if dtype == "bf16" else torch.int32))
     want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
     assert_close(got, want, atol=1e-4 if dtype == "f32" else None)
+
+
+# ---- exact (batch-invariant) path ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("s,causal,window,softcap", [(1, False, 0, 0.0), (5, True, 0, 0.0), (3, True, 4, 0.0),
+                                                    (2, False, 0, 30.0)])
+def test_sdpa_exact_matches_torch(dtype, s, causal, window, softcap):
+    q, k, v = qkv(2, 6, 2, s, 23, 64, dtype=dtype)
+    keep = torch.rand(2, 1, s, 23, generator=torch.Generator().manual_seed(3)) > 0.2
+    keep[..., -1] = True
+    want = reference(q, k, v, mask=keep, causal=causal, window=window, softcap=softcap)
+    got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(keep), is_causal=causal, window=window,
+                         softcap=softcap, exact=True)
+    assert_close(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_sdpa_exact_is_invariant_to_where_keys_lie(dtype):
+    """One decode query over its n keys: alone (keys at 0..n-1, batch 1) and in a batch of 3 whose cache
+    holds them at an offset among other rows' cells, masked, and rotated in a ring (exact_from):
+    bitwise the same output. The blocked kernel need not be (its key blocks start at cell 0)."""
+    n, t, d = 77, 200, 64
+    q, k, v = qkv(1, 4, 2, 1, n, d, dtype=dtype)
+    alone = to_torch(hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), exact=True))
+    for off in (0, 5, 64, 123):
+        kb, vb = rand(3, 2, t, d, dtype=dtype, seed=7), rand(3, 2, t, d, dtype=dtype, seed=8)
+        kb[1, :, off:off + n], vb[1, :, off:off + n] = k[0], v[0]
+        keep = torch.zeros(3, 1, 1, t, dtype=torch.bool)
+        keep[:, ..., :50] = True
+        keep[1, ..., :] = False
+        keep[1, ..., off:off + n] = True
+        qb = rand(3, 4, 1, d, dtype=dtype, seed=9)
+        qb[1] = q[0]
+        got = to_torch(hubrt.ops.sdpa(to_hr(qb), to_hr(kb), to_hr(vb), to_hr(keep), exact=True))
+        assert torch.equal(got[1:2], alone), off
+        # the same keys in a ring of t slots whose oldest is slot r (key i in slot (r + i) % t)
+        r = (off * 7) % t
+        kr, vr = torch.zeros(1, 2, t, d, dtype=k.dtype), torch.zeros(1, 2, t, d, dtype=v.dtype)
+        slots = [(r + i) % t for i in range(n)]
+        kr[0, :, slots], vr[0, :, slots] = k[0], v[0]
+        ring_keep = torch.zeros(1, 1, 1, t, dtype=torch.bool)
+        ring_keep[..., slots] = True
+        got = to_torch(hubrt.ops.sdpa(to_hr(q), to_hr(kr), to_hr(vr), to_hr(ring_keep), exact=True,
+                                      exact_from=r))
+        assert torch.equal(got, alone), ("ring", off)

@@ -849,7 +849,10 @@ static hr_status k_sdpa(const void *attrs, const hr_tensor *const *in, int n_in,
                         int n_out) {
     static const hr_attrs_sdpa defaults = {0};
     attn_ctx c;
-    hr_attn_plan(&c, attrs ? attrs : &defaults, in, n_in, out[0]);
+    const hr_attrs_sdpa *a = attrs ? attrs : &defaults;
+    hr_attn_plan(&c, a, in, n_in, out[0]);
+    if (a->exact)
+        return hr_attn_exact(&c, a->exact_from) ? HR_OK : hr_error(HR_ERR_OOM, "sdpa: out of memory for attention scratch");
     if (hr_attn_parts_bytes(&c)) {
         c.parts = malloc(hr_attn_parts_bytes(&c));
         if (!c.parts) return hr_error(HR_ERR_OOM, "sdpa: out of memory for %lld key splits", (long long)c.units);

@@ -144,4 +144,8 @@ void hr_attn_decode_finish(const attn_ctx *c, const attn_scratch *s, int64_t u, 
 void hr_attn_bf16_worker(void *arg, int ith, int nth);
 void hr_attn_bf16_decode_unit(const attn_ctx *c, attn_scratch *s, int64_t u);
 
+/* The batch-invariant path (k_attention_exact.c); false when out of
+ * memory. */
+bool hr_attn_exact(const attn_ctx *c, int64_t from);
+
 #endif
