@@ -114,6 +114,11 @@ def main():
     res["hubrt"] = measure([a.hubrt, "serve", a.model, "--port", str(port), "--slots", str(a.clients), "--ctx",
                             "512", "--dtype", "bf16", "--model-name", "m"], env, f"http://127.0.0.1:{port}",
                            "m", a.clients, a.gen, os.path.join(a.logs, "serve-hubrt.log"))
+    port = free_port()
+    res["hubrt-deterministic"] = measure([a.hubrt, "serve", a.model, "--port", str(port), "--slots", str(a.clients),
+                                          "--ctx", "512", "--dtype", "bf16", "--model-name", "m", "--deterministic"],
+                                         env, f"http://127.0.0.1:{port}", "m", a.clients, a.gen,
+                                         os.path.join(a.logs, "serve-hubrt-deterministic.log"))
     if a.gguf and os.path.exists(a.gguf):
         port = free_port()
         res["llama.cpp"] = measure([sys.executable, "-m", "llama_cpp.server", "--model", a.gguf, "--model_alias",

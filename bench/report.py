@@ -176,6 +176,7 @@ def serve_lines(sv, err):
              f"| server | 1 client tok/s | {sv['clients']} clients tok/s | × of 1 client | "
              f"time to first token, {sv['clients']} clients |", "|---|---|---|---|---|"]
     for name, label in (("hubrt", "hubrt serve (continuous batching)"),
+                        ("hubrt-deterministic", "hubrt serve --deterministic (batch-invariant)"),
                         ("llama.cpp", "llama-cpp-python server (one request at a time)")):
         x = sv.get(name) or {}
         if "error" in x or not x:
