@@ -291,7 +291,12 @@ def need_xla(extra):
             pytest.skip(f"xla_cpu PJRT plugin unavailable: {e}")
 
 
-@pytest.mark.parametrize("extra", [(), ("--compile",), ("--device", "xla_cpu"), ("--device", "xla_cpu", "--compile")],
+# the xla_cpu runs compile a module per op and shape: 45-110 s each under ASan, so that pass leaves them out
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("extra", [(), ("--compile",), pytest.param(("--device", "xla_cpu"), marks=SLOW),
+                                   pytest.param(("--device", "xla_cpu", "--compile"), marks=SLOW)],
                          ids=["eager", "compiled", "xla_cpu", "xla_cpu-compiled"])
 def test_cache_shifts_and_sliding_window_rows(extra, tmp_path, monkeypatch):
     """Gemma 3 (window 8) in rows of 40 cells: the write index reaches the end and the cells shift,
