@@ -260,5 +260,11 @@ hr_status jj_slice(jj_ctx *cx, const jj_node *at, jv obj, const jv *lo, const jv
 hr_status jj_contains(jj_ctx *cx, const jj_node *at, jv item, jv container, bool *out);
 /* Binary operators with Python's semantics. */
 hr_status jj_binop(jj_ctx *cx, const jj_node *at, int op, jv a, jv b, jv *out);
+/* jinja_format.c: Python's `fmt % args` (a tuple: its items; a dict: %(name)s;
+ * else one value), str.format, and the escape and batch filters. */
+hr_status jj_percent_format(jj_ctx *cx, const jj_node *at, jv fmt, jv args, jv *out);
+hr_status jj_str_format(jj_ctx *cx, const jj_node *at, jv fmt, const jj_args *a, jv *out);
+hr_status jj_escape(jj_ctx *cx, const jj_node *at, jv in, jv *out);
+hr_status jj_batch(jj_ctx *cx, const jj_node *at, jv in, int64_t size, const jv *fill, jv *out);
 
 #endif

@@ -244,6 +244,8 @@ static hr_status key_less(jj_ctx *cx, const jj_node *at, jv x, jv y, bool *less)
     return HR_OK;
 }
 
+static hr_status sort_by_keys(jj_ctx *cx, const jj_node *at, jj_list *res, jj_list *keys, bool descending);
+
 static hr_status f_sort(jj_ctx *cx, const jj_node *at, jv in, const jj_args *a, jv *out) {
     const jv *rev = arg(a, 0, "reverse"), *cs = arg(a, 1, "case_sensitive"), *attr = arg(a, 2, "attribute");
     jj_list *items;
@@ -257,8 +259,15 @@ static hr_status f_sort(jj_ctx *cx, const jj_node *at, jv in, const jj_args *a, 
         HR_TRY(fold_key(cx, at, k, cs && jv_truthy(*cs), &keys->v[i]));
         res->v[i] = items->v[i];
     }
-    bool descending = rev && jv_truthy(*rev);
-    /* Insertion sort: stable like Python's, and bounded by the iteration limit. */
+    HR_TRY(sort_by_keys(cx, at, res, keys, rev && jv_truthy(*rev)));
+    *out = list_value(res, 0);
+    return HR_OK;
+}
+
+/* Sorts res by keys (both reordered): an insertion sort, stable like
+ * Python's, and bounded by the iteration limit. */
+static hr_status sort_by_keys(jj_ctx *cx, const jj_node *at, jj_list *res, jj_list *keys, bool descending) {
+    size_t n = res->n;
     for (size_t i = 1; i < n; i++) {
         jv k = keys->v[i], v = res->v[i];
         size_t j = i;
@@ -274,6 +283,26 @@ static hr_status f_sort(jj_ctx *cx, const jj_node *at, jv in, const jj_args *a, 
         keys->v[j] = k;
         res->v[j] = v;
     }
+    return HR_OK;
+}
+
+/* dictsort(case_sensitive=False, by='key', reverse=False): the items,
+ * sorted by key or value. */
+static hr_status f_dictsort(jj_ctx *cx, const jj_node *at, jv in, const jj_args *a, jv *out) {
+    const jv *cs = arg(a, 0, "case_sensitive"), *by = arg(a, 1, "by"), *rev = arg(a, 2, "reverse");
+    if (in.kind != JV_DICT) return jj_fail(cx, at, "dictsort needs a mapping, not %s", jv_type_name(in));
+    HR_TRY(want_str(cx, at, by, "dictsort by"));
+    int pos = 0;
+    if (by && by->u.s.n == 5 && !memcmp(by->u.s.p, "value", 5)) pos = 1;
+    else if (by && !(by->u.s.n == 3 && !memcmp(by->u.s.p, "key", 3)))
+        return jj_fail(cx, at, "You can only sort by either \"key\" or \"value\"");
+    static const jj_args none = {0};
+    jv items;
+    HR_TRY(jj_call_method(cx, at, in, "items", &none, &items));
+    jj_list *res = items.u.l, *keys = jj_list_new(cx->arena, res->n);
+    if (!keys) return jj_oom(cx, at);
+    for (size_t i = 0; i < res->n; i++) HR_TRY(fold_key(cx, at, res->v[i].u.l->v[pos], cs && jv_truthy(*cs), &keys->v[i]));
+    HR_TRY(sort_by_keys(cx, at, res, keys, rev && jv_truthy(*rev)));
     *out = list_value(res, 0);
     return HR_OK;
 }
@@ -456,6 +485,33 @@ hr_status jj_filter(jj_ctx *cx, const jj_node *at, const char *name, jv in, cons
     if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr"))
         return f_select(cx, at, in, a, true, name[0] == 's', out);
     if (!strcmp(name, "map")) return f_map(cx, at, in, a, out);
+    if (!strcmp(name, "dictsort")) return f_dictsort(cx, at, in, a, out);
+    if (!strcmp(name, "escape") || !strcmp(name, "e") || !strcmp(name, "forceescape")) return jj_escape(cx, at, in, out);
+    if (!strcmp(name, "format")) {
+        if (a->n_pos && a->n_kw) return jj_fail(cx, at, "can't handle positional and keyword arguments at the same time");
+        HR_TRY(jj_to_str(cx, at, in, &s));
+        if (a->n_kw) {
+            jj_dict *d = jj_dict_new(cx->arena, a->n_kw);
+            if (!d) return jj_oom(cx, at);
+            for (size_t k = 0; k < a->n_kw; k++) {
+                bool oom = false;
+                jv key = jv_str_copy(cx->arena, a->kw_names[k], strlen(a->kw_names[k]), &oom);
+                if (oom || !jj_dict_set(cx->arena, d, key, a->kw[k])) return jj_oom(cx, at);
+            }
+            return jj_percent_format(cx, at, s, (jv){.kind = JV_DICT, .u.d = d}, out);
+        }
+        jj_list *l = jj_list_new(cx->arena, a->n_pos);
+        if (!l) return jj_oom(cx, at);
+        for (size_t i = 0; i < a->n_pos; i++) l->v[i] = a->pos[i];
+        return jj_percent_format(cx, at, s, list_value(l, JV_TUPLE), out);
+    }
+    if (!strcmp(name, "batch")) {
+        const jv *cnt = arg(a, 0, "linecount"), *fill = arg(a, 1, "fill_with");
+        int64_t size = 0;
+        if (!cnt) return jj_fail(cx, at, "batch needs a size");
+        HR_TRY(want_int(cx, at, cnt, "batch size", &size));
+        return jj_batch(cx, at, in, size, fill && fill->kind != JV_NONE ? fill : NULL, out);
+    }
     if (!strcmp(name, "join")) return f_join(cx, at, in, a, out);
     if (!strcmp(name, "unique")) return f_unique(cx, at, in, a, out);
     if (!strcmp(name, "sort")) return f_sort(cx, at, in, a, out);
@@ -576,7 +632,7 @@ hr_status jj_test(jj_ctx *cx, const jj_node *at, const char *name, jv in, const 
 static const char *const STR_METHODS[] = {
     "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "replace", "upper", "lower",
     "title", "capitalize", "find", "rfind", "count", "join", "isdigit", "isalpha", "isalnum", "isspace",
-    "isupper", "islower", "splitlines", NULL};
+    "isupper", "islower", "splitlines", "format", NULL};
 static const char *const DICT_METHODS[] = {"items", "keys", "values", "get", NULL};
 
 static bool in_names(const char *const *names, const char *name) {
@@ -674,6 +730,7 @@ static hr_status str_method(jj_ctx *cx, const jj_node *at, jv s, const char *nam
         *out = jv_int(n);
         return HR_OK;
     }
+    if (!strcmp(name, "format")) return jj_str_format(cx, at, s, a, out);
     if (!strcmp(name, "join")) {
         const jv *it = arg(a, 0, NULL);
         if (!it) return jj_fail(cx, at, "join needs an iterable");

@@ -453,6 +453,7 @@ hr_status jj_binop(jj_ctx *cx, const jj_node *at, int op, jv a, jv b, jv *out) {
     }
     if (a.kind == JV_UNDEF) return undefined_error(cx, at, a);
     if (b.kind == JV_UNDEF) return undefined_error(cx, at, b);
+    if (op == JOP_MOD && a.kind == JV_STR) return jj_percent_format(cx, at, a, b, out);
     if (jv_is_number(a) && jv_is_number(b)) {
         if (a.kind != JV_FLOAT && b.kind != JV_FLOAT && op != JOP_DIV) return int_arith(cx, at, op, as_int(a), as_int(b), out);
         return float_arith(cx, at, op, jv_as_double(a), jv_as_double(b), out);

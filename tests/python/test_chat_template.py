@@ -197,6 +197,16 @@ def test_loop_limit():
     "  {%- if true %}\n  yes\n  {% endif -%}\n  {# comment #}\n  {{- ' tail' }}  \n{% raw %}{{ raw }}{% endraw %}\n",
     "{{ 'a' if false }}|{{ (1, 2)[0] }}|{{ messages[0]['content'] }}|{{ messages[0].content|length }}",
     "{{ 'x'.startswith(('y', 'x')) }} {{ 'abc'.endswith('bc') }} {{ '%s'|length }} {{ 'A-b c'.replace('-', '+') }}",
+    # printf-style %, the format filter, str.format, dictsort, batch, escape
+    "{{ '%s and %d' % ('a', 3) }}|{{ '%5.2f|%-4s|%04d|%x|%r' % (3.14159, 'ab', 7, 255, 'q') }}|{{ '100%%' % () }}",
+    "{{ '%(a)s-%(b)d' % {'a': 'x', 'b': 2} }}|{{ '%s' % [1, 'a'] }}|{{ '%s' % none }}|{{ '%s %s' | format(1, true) }}",
+    "{{ '{} and {}'.format('a', 2) }}|{{ '{1}{0}'.format('x', 'y') }}|{{ '{n}!'.format(n=5) }}|{{ '{{x}}'.format() }}",
+    "{{ '{:>6}|{:<4}|{:^7}|{:.3f}|{:05d}|{:+d}|{:.1%}|{:x}'.format('ab', 'c', 'mid', 2.5, 42, 3, 0.256, 255) }}",
+    "{{ {'b': 1, 'A': 2, 'a': 0} | dictsort }}|{{ {'b': 1, 'a': 2} | dictsort(by='value', reverse=true) }}"
+    "{% for k, v in {'z': 1, 'y': 2} | dictsort %}{{ k }}={{ v }};{% endfor %}",
+    "{{ [1, 2, 3, 4, 5] | batch(2) | list }}|{{ [1, 2, 3] | batch(2, 'x') | list }}|{{ [1, 2] | batch(0) | list }}"
+    "|{{ [1, 2] | batch(-1, 0) | list }}|{{ [] | batch(3) | list }}",
+    "{{ '<a href=\"x\">&\\'' | e }}|{{ 'plain' | escape }}",
 ])
 def test_expressions(expr):
     msgs = [{"role": "user", "content": "héllo"}]
@@ -251,3 +261,16 @@ def test_continue_final_message(conv, field):
             assert str(e)[:60] in str(got.value), (name, str(e), str(got.value))
             continue
         assert render_chat_template(template, convs[conv], **kw) == want, name
+
+
+@pytest.mark.parametrize("expr", ["{{ '%d' % 'a' }}", "{{ '%s %s' % ('a',) }}", "{{ '%s' % ('a', 'b') }}",
+                                  "{{ '{}'.format() }}", "{{ '{0.x}'.format(1) }}", "{{ {'a': 1} | dictsort(by='x') }}",
+                                  "{{ '%q' % 1 }}"])
+def test_formatting_errors_raise_as_in_jinja(expr):
+    """What Python's formatting refuses, both refuse (hubrt also refuses attribute fields in str.format)."""
+    msgs = [{"role": "user", "content": "x"}]
+    with pytest.raises(HubrtError):
+        render_chat_template(expr, msgs)
+    if "{0.x}" not in expr:
+        with pytest.raises(Exception):
+            reference(expr, msgs)
