@@ -58,7 +58,8 @@ hr_status hr_sampler_init(hr_sampler *s, const hr_generate_config *cfg, int64_t 
     hr_rng_seed(&s->rng, cfg->seed);
     s->idx = malloc(sizeof(int64_t) * (size_t)vocab);
     s->prob = malloc(sizeof(float) * (size_t)vocab);
-    if (!s->idx || !s->prob) {
+    s->seen = calloc((size_t)vocab, 1);
+    if (!s->idx || !s->prob || !s->seen) {
         hr_sampler_free(s);
         return hr_error(HR_ERR_OOM, "generate: sampler for %lld tokens", (long long)vocab);
     }
@@ -68,6 +69,7 @@ hr_status hr_sampler_init(hr_sampler *s, const hr_generate_config *cfg, int64_t 
 void hr_sampler_free(hr_sampler *s) {
     free(s->idx);
     free(s->prob);
+    free(s->seen);
     s->idx = NULL;
     s->prob = NULL;
 }
@@ -135,15 +137,18 @@ int64_t hr_sampler_argmax(const void *logits, hr_dtype dt, int64_t n) {
 
 /* transformers' RepetitionPenaltyLogitsProcessor: each token seen before is
  * made less likely once, whatever its count. */
-static void repetition_penalty(float *logits, int64_t vocab, const int64_t *hist, int64_t n, double p) {
+static void repetition_penalty(float *logits, int64_t vocab, const int64_t *hist, int64_t n, double p, uint8_t *seen) {
+    /* seen (all zero between calls) marks the ids done: one pass over the
+     * history, not one per id (a 4k-token history was 8M compares a token) */
     for (int64_t i = 0; i < n; i++) {
         int64_t id = hist[i];
-        if (id < 0 || id >= vocab) continue;
+        if (id < 0 || id >= vocab || seen[id]) continue;
+        seen[id] = 1;
         float x = logits[id];
-        bool done = false;
-        for (int64_t j = 0; j < i && !done; j++) done = hist[j] == id;
-        if (!done) logits[id] = (float)(x < 0 ? x * p : x / p);
+        logits[id] = (float)(x < 0 ? x * p : x / p);
     }
+    for (int64_t i = 0; i < n; i++)
+        if (hist[i] >= 0 && hist[i] < vocab) seen[hist[i]] = 0;
 }
 
 static int cmp_desc(const void *a, const void *b, void *ctx) {
@@ -212,7 +217,7 @@ static void kept_scores(float *scores, const float *logits, const int64_t *idx, 
 static int64_t pick_impl(hr_sampler *s, float *logits, const int64_t *history, int64_t n_hist, float *scores,
                          bool draw) {
     int64_t V = s->vocab;
-    if (s->repetition_penalty != 1.0) repetition_penalty(logits, V, history, n_hist, s->repetition_penalty);
+    if (s->repetition_penalty != 1.0) repetition_penalty(logits, V, history, n_hist, s->repetition_penalty, s->seen);
     if (!s->do_sample) {
         if (scores) memcpy(scores, logits, sizeof(float) * (size_t)V);
         return argmax(logits, V);

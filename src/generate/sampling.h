@@ -25,6 +25,7 @@ typedef struct hr_sampler {
     int64_t vocab;
     int64_t *idx; /* [vocab] candidate ids */
     float *prob;  /* [vocab] candidate probabilities */
+    uint8_t *seen; /* [vocab] zeros: the repetition penalty's marks */
 } hr_sampler;
 
 /* Scratch for `vocab` ids; the parameters come from cfg. */

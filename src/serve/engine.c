@@ -270,17 +270,19 @@ hr_status hr_engine_submit(hr_engine *e, const int64_t *ids, int64_t n, const hr
 
 /* ---- the engine thread: ending requests ----------------------------------------- */
 
+/* The earliest place in the held text where a stop string begins. */
 static bool ends_with_stop(const hr_request *r, size_t *at) {
+    bool found = false;
     for (int i = 0; i < r->n_stop; i++) {
         size_t sl = strlen(r->stop[i]);
-        if (!sl || sl > r->hold_len) continue;
-        for (size_t j = 0; j + sl <= r->hold_len; j++)
+        for (size_t j = 0; sl && j + sl <= r->hold_len && (!found || j < *at); j++)
             if (!memcmp(r->hold + j, r->stop[i], sl)) {
                 *at = j;
-                return true;
+                found = true;
+                break;
             }
     }
-    return false;
+    return found;
 }
 
 /* Ends r (under mu): the held text goes out, cut at a stop string. */
@@ -311,11 +313,13 @@ static bool emit_text_locked(hr_engine *e, hr_request *r, const char *text, size
     }
     memcpy(r->hold + r->hold_len, text, len);
     r->hold_len += len;
-    size_t at;
+    size_t at = 0;
     if (r->n_stop && ends_with_stop(r, &at)) return true;
     size_t keep = r->n_stop ? r->stop_max - 1 : 0;
     if (r->hold_len > keep) {
         size_t out = r->hold_len - keep;
+        /* whole characters only: each piece goes out as its own JSON string */
+        while (out && out < r->hold_len && ((unsigned char)r->hold[out] & 0xC0) == 0x80) out--;
         publish_locked(r, r->hold, out);
         memmove(r->hold, r->hold + out, keep);
         r->hold_len = keep;
@@ -385,6 +389,11 @@ static bool take_token(hr_engine *e, hr_request *r, int64_t tok, const hr_token_
     const char *text = NULL;
     size_t len = 0;
     hr_status s = is_eos(e, tok) ? HR_OK : hr_detokenizer_push(r->detok, (int32_t)tok, &text, &len);
+    if (s == HR_ERR_NOT_FOUND) { /* an id of the model's padded vocabulary the tokenizer lacks: no text */
+        s = HR_OK;
+        text = NULL;
+        len = 0;
+    }
     r->tokens[r->n_tokens++] = tok;
     pthread_mutex_lock(&e->mu);
     if (r->logprobs) publish_logprob_locked(r, lp);
@@ -659,6 +668,8 @@ static void *engine_main(void *arg) {
     for (;;) {
         reap_locked(e);
         bool running = any_running(e);
+        e->st.running = 0; /* (the gauge: rows reaped here too) */
+        for (int i = 0; i < e->B; i++) e->st.running += e->slots[i].state == SLOT_RUNNING && e->slots[i].req;
         if (e->stopping && !running && !e->pre && !e->queue_head) break;
         if (!running && !e->pre && (!e->queue_head || !row_available(e))) {
             struct timespec ts;
@@ -683,8 +694,6 @@ static void *engine_main(void *arg) {
         if (s == HR_OK && any_running(e)) s = decode_step(e);
         pthread_mutex_lock(&e->mu);
         if (s != HR_OK) fail_all_locked(e, s);
-        e->st.running = 0;
-        for (int i = 0; i < e->B; i++) e->st.running += e->slots[i].state == SLOT_RUNNING && e->slots[i].req;
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;

@@ -31,6 +31,7 @@ typedef struct server {
     uint64_t next_id;
     int64_t responses[6]; /* by status class: [2] 2xx .. [5] 5xx */
     int64_t streams;
+    int answering;        /* answers being written (whole or streamed): shutdown waits for them */
 } server;
 
 typedef struct body {
@@ -44,6 +45,13 @@ typedef struct body {
 static void count(server *sv, int status) {
     pthread_mutex_lock(&sv->mu);
     sv->responses[status / 100 < 6 ? status / 100 : 5]++;
+    pthread_mutex_unlock(&sv->mu);
+}
+
+/* An answer (whole or streamed) starts or ends. */
+static void answering(server *sv, int delta) {
+    pthread_mutex_lock(&sv->mu);
+    sv->answering += delta;
     pthread_mutex_unlock(&sv->mu);
 }
 
@@ -115,10 +123,11 @@ static enum MHD_Result models(server *sv, struct MHD_Connection *c) {
 static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
     hr_engine_stats st;
     hr_engine_get_stats(sv->eng, &st);
-    int64_t resp[6], streams;
+    int64_t resp[6], streams, conns;
     pthread_mutex_lock(&sv->mu);
     memcpy(resp, sv->responses, sizeof resp);
     streams = sv->streams;
+    conns = sv->connections;
     pthread_mutex_unlock(&sv->mu);
     size_t cap = 8192;
     char *t = malloc(cap);
@@ -133,6 +142,7 @@ static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
     METRIC("requests_running", "gauge", "Requests decoding in the running batch.", st.running);
     METRIC("requests_queued", "gauge", "Requests waiting for a row.", st.queued);
     METRIC("streams_total", "counter", "Streaming answers started.", streams);
+    METRIC("http_connections", "gauge", "Open HTTP connections.", conns);
     METRIC("prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", st.prompt_tokens);
     METRIC("prefill_tokens_total", "counter", "Prompt tokens run through the model.", st.prefill_tokens);
     METRIC("prefix_reused_tokens_total", "counter", "Prompt tokens whose keys a kept row already held.",
@@ -353,6 +363,7 @@ static void stream_free(void *cls) {
     stream *st = cls;
     hr_request_release(st->sv->eng, st->r); /* cancels it if it still runs */
     hr_output_parser_free(st->parser);
+    answering(st->sv, -1);
     free(st->buf);
     free(st);
 }
@@ -363,6 +374,7 @@ static enum MHD_Result stream_answer(server *sv, struct MHD_Connection *c, hr_ap
         hr_request_release(sv->eng, r);
         return send_error(sv, c, 500, "out of memory");
     }
+    answering(sv, 1); /* until stream_free */
     st->sv = sv;
     st->c = c;
     st->r = r;
@@ -400,8 +412,12 @@ static enum MHD_Result generate(server *sv, struct MHD_Connection *c, hr_api_kin
     s = hr_engine_submit(sv->eng, job.ids, job.n_ids, &job.params, &r);
     enum MHD_Result ok;
     if (s != HR_OK) ok = send_error(sv, c, status_of(s), hr_last_error());
-    else if (job.stream) ok = stream_answer(sv, c, &job, r);
-    else ok = whole_answer(sv, c, &job, r);
+    else if (job.stream) ok = stream_answer(sv, c, &job, r); /* stream_free ends the answer */
+    else {
+        answering(sv, 1);
+        ok = whole_answer(sv, c, &job, r);
+        answering(sv, -1);
+    }
     hr_api_job_free(&job);
     return ok;
 }
@@ -504,17 +520,21 @@ hr_status hr_serve_run(hr_model *m, const hr_tokenizer *tok, const hr_serve_opti
     fflush(stderr);
     while (!*stop) sleep_ms(50);
     fprintf(stderr, "hubrt serve: shutting down\n");
-    MHD_quiesce_daemon(d);
+    /* no new connections are accepted (those that arrive wait in the
+     * listen queue until the socket closes, below) */
+    MHD_socket listen_fd = MHD_quiesce_daemon(d);
     hr_engine_shutdown(sv.eng, o->grace_s);
-    /* every answer has ended: let the connections write their last events */
-    for (int i = 0; i < 100; i++) {
+    /* every request has ended: let each answer write its last events (a
+     * slow reader's too), but not wait on idle keep-alive connections */
+    for (int i = 0; i < 200; i++) {
         pthread_mutex_lock(&sv.mu);
-        int open = sv.connections;
+        int busy = sv.answering;
         pthread_mutex_unlock(&sv.mu);
-        if (!open) break;
+        if (!busy) break;
         sleep_ms(50);
     }
     MHD_stop_daemon(d);
+    if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd); /* ours once quiesced, after the threads are gone */
     hr_engine_free(sv.eng);
     pthread_mutex_destroy(&sv.mu);
     return HR_OK;

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -172,6 +174,16 @@ static hr_status chat_prompt(const cJSON *body, const hr_tokenizer *tok, hr_api_
     return s;
 }
 
+static uint64_t fresh_seed(void) {
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
+    }
+    return x;
+}
+
 static hr_status parse_body(hr_api_kind kind, const cJSON *body, const char *model_name, const hr_tokenizer *tok,
                             const hr_generation_config *gc, hr_api_job *job) {
     if (!cJSON_IsObject(body)) return hr_error(HR_ERR_INVALID_ARG, "the body must be a JSON object");
@@ -189,7 +201,8 @@ static hr_status parse_body(hr_api_kind kind, const cJSON *body, const char *mod
     HR_TRY(number(body, "min_p", 0, 1, &min_p));
     HR_TRY(number(body, "repetition_penalty", 0.01, 100, &rep));
     HR_TRY(integer(body, "top_k", -1, 1e9, &top_k, NULL));
-    HR_TRY(integer(body, "seed", -9.2e18, 9.2e18, &seed, NULL));
+    bool seeded = false;
+    HR_TRY(integer(body, "seed", -9.2e18, 9.2e18, &seed, &seeded));
     HR_TRY(integer(body, "max_tokens", 1, 1e9, &max_tokens, NULL));
     if (kind == HR_API_CHAT) HR_TRY(integer(body, "max_completion_tokens", 1, 1e9, &max_tokens, NULL));
     HR_TRY(number(body, "n", 1, 1, &n));
@@ -218,7 +231,7 @@ static hr_status parse_body(hr_api_kind kind, const cJSON *body, const char *mod
     p->top_k = top_k > 0 ? top_k : 0;
     p->min_p = min_p;
     p->repetition_penalty = rep;
-    p->seed = (uint64_t)seed;
+    p->seed = seeded ? (uint64_t)seed : fresh_seed(); /* unseeded draws differ, as OpenAI's and vLLM's do */
     p->max_tokens = max_tokens;
     return kind == HR_API_CHAT ? chat_prompt(body, tok, job) : completion_prompt(body, tok, job);
 }

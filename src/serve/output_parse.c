@@ -238,7 +238,7 @@ static hr_status step_text(hr_output_parser *p, bool final, hr_output_delta *d, 
         if (think && !blank(b, (size_t)(think - b))) think = NULL; /* only before any answer */
         const char *m = think && (!tool || think < tool) ? think : tool;
         if (m) {
-            HR_TRY(emit(p, d, false, b, (size_t)(m - b)));
+            if (m != think) HR_TRY(emit(p, d, false, b, (size_t)(m - b))); /* whitespace before <think> goes */
             consume(p, (size_t)(m - b) + strlen(m == think ? THINK_OPEN : tool_open(p)));
             p->s = m == think ? S_REASONING : S_TOOL;
             *more = true;
@@ -246,6 +246,7 @@ static hr_status step_text(hr_output_parser *p, bool final, hr_output_delta *d, 
         }
         const char *markers[2] = {p->st.think && !p->started ? THINK_OPEN : NULL, tool_open(p)};
         size_t keep = final ? 0 : held(b, n, markers, 2);
+        if (p->st.think && !p->started && !final && blank(b, n - keep)) return HR_OK; /* a <think> may follow */
         HR_TRY(emit(p, d, false, b, n - keep));
         consume(p, n - keep);
         return HR_OK;

@@ -183,6 +183,34 @@ def test_stop_strings_end_the_text(qwen):
     assert stream_text(sse_events(r), chat=False) == (cut["text"], "stop")
 
 
+def test_streams_cut_only_whole_characters_and_the_earliest_stop_wins(qwen):
+    """Text held back for a stop string goes out in whole UTF-8 characters (each event is its own JSON
+    string); of several stop strings, the one that begins first ends the text."""
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 12, "temperature": 0}
+    whole = qwen.post("/v1/chat/completions", body).json()["choices"][0]["message"]["content"]
+    assert any(ord(ch) > 127 for ch in whole), whole  # this model answers with multibyte characters here
+    r = qwen.post("/v1/chat/completions", dict(body, stop=["zzzzz"], stream=True), stream=True)
+    events = sse_events(r)  # json.loads of each event: raises on a split character
+    assert stream_text(events, chat=True)[0] == whole
+    assert not any("\ufffd" in (ev["choices"][0]["delta"].get("content") or "")
+                   for ev in events[:-1] if ev["choices"])
+    text = qwen.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 12, "temperature": 0}).json()
+    text = text["choices"][0]["text"]
+    late, early = text[-4:], text[1:4]
+    assert text.index(early) < text.index(late)
+    cut = qwen.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 12, "temperature": 0,
+                                        "stop": [late, early]}).json()["choices"][0]
+    assert cut["text"] == text[:text.index(early)] and cut["finish_reason"] == "stop"
+
+
+def test_unseeded_samples_differ_and_seeded_ones_repeat(qwen):
+    body = {"prompt": PROMPTS[3], "max_tokens": 24, "temperature": 1.0}
+    texts = [qwen.post("/v1/completions", body).json()["choices"][0]["text"] for _ in range(2)]
+    assert texts[0] != texts[1]
+    seeded = [qwen.post("/v1/completions", dict(body, seed=7)).json()["choices"][0]["text"] for _ in range(2)]
+    assert seeded[0] == seeded[1]
+
+
 def test_sixteen_concurrent_streams_get_their_own_answers(qwen):
     """Sampled answers (each request its own seed) alone, then all 16 at once on 4 rows: the same text."""
     bodies = [{"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": 6 + (i * 5) % 17, "temperature": 0.9,

@@ -79,6 +79,7 @@ CASES = [
      ("\nThe user wants a city.\n", "Paris is nice.", [])),
     ("thinking off", Style(think=True), "<think>\n\n</think>\n\nHello <b>there</b>.",
      ("\n\n", "Hello <b>there</b>.", [])),
+    ("whitespace before <think>", Style(think=True), " \n<think>x</think>\n\ny", ("x", "y", [])),
     ("no think tags", Style(think=True), "Just an answer with </thin and <think> inside.",
      ("", "Just an answer with </thin and <think> inside.", [])),
     ("r1 opened in the prompt", Style(think=True, think_open=True), "Hmm, 2+2.\n</think>\n\n4",
