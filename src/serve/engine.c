@@ -321,8 +321,8 @@ static bool emit_text_locked(hr_engine *e, hr_request *r, const char *text, size
         /* whole characters only: each piece goes out as its own JSON string */
         while (out && out < r->hold_len && ((unsigned char)r->hold[out] & 0xC0) == 0x80) out--;
         publish_locked(r, r->hold, out);
-        memmove(r->hold, r->hold + out, keep);
-        r->hold_len = keep;
+        memmove(r->hold, r->hold + out, r->hold_len - out); /* keep bytes, or more when a character was cut */
+        r->hold_len -= out;
         pthread_cond_broadcast(&e->progress);
     }
     return false;

@@ -189,11 +189,12 @@ def test_streams_cut_only_whole_characters_and_the_earliest_stop_wins(qwen):
     body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 12, "temperature": 0}
     whole = qwen.post("/v1/chat/completions", body).json()["choices"][0]["message"]["content"]
     assert any(ord(ch) > 127 for ch in whole), whole  # this model answers with multibyte characters here
-    r = qwen.post("/v1/chat/completions", dict(body, stop=["zzzzz"], stream=True), stream=True)
-    events = sse_events(r)  # json.loads of each event: raises on a split character
-    assert stream_text(events, chat=True)[0] == whole
-    assert not any("\ufffd" in (ev["choices"][0]["delta"].get("content") or "")
-                   for ev in events[:-1] if ev["choices"])
+    for n in range(2, 8):  # stop strings of n bytes hold n - 1 back: cuts at every offset into a character
+        r = qwen.post("/v1/chat/completions", dict(body, stop=["z" * n], stream=True), stream=True)
+        events = sse_events(r)  # json.loads of each event: raises on a split character
+        assert stream_text(events, chat=True)[0] == whole, n
+        assert not any("\ufffd" in (ev["choices"][0]["delta"].get("content") or "")
+                       for ev in events[:-1] if ev["choices"])
     text = qwen.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 12, "temperature": 0}).json()
     text = text["choices"][0]["text"]
     late, early = text[-4:], text[1:4]
