@@ -9,6 +9,35 @@
 
 #include "core/error.h"
 
+/* An empty cache of n_layers layers: the per-layer arrays, no buffers. */
+static hr_kv_cache *cache_shell(int64_t n_layers) {
+    hr_kv_cache *c = calloc(1, sizeof *c);
+    if (c) {
+        c->n_layers = n_layers;
+        c->k = calloc((size_t)n_layers, sizeof *c->k);
+        c->v = calloc((size_t)n_layers, sizeof *c->v);
+        c->kind = malloc((size_t)n_layers);
+    }
+    if (c && (!c->k || !c->v || !c->kind)) {
+        hr_kv_cache_free(c);
+        c = NULL;
+    }
+    return c;
+}
+
+/* Each layer's [batch, kv_heads, slots, head_dim] views of its kind's buffers. */
+static hr_status layer_views(hr_kv_cache *c) {
+    int64_t at[HR_LAYER_KINDS] = {0};
+    hr_status s = HR_OK;
+    for (int64_t l = 0; s == HR_OK && l < c->n_layers; l++) {
+        int k = c->kind[l];
+        s = hr_tensor_select(c->k_all[k], 0, at[k], &c->k[l]);
+        if (s == HR_OK) s = hr_tensor_select(c->v_all[k], 0, at[k], &c->v[l]);
+        at[k]++;
+    }
+    return s;
+}
+
 hr_status hr_kv_cache_create(const hr_model *m, int64_t batch, int64_t max_len, hr_kv_cache **out) {
     if (!m || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_create: NULL argument");
     *out = NULL;
@@ -16,19 +45,10 @@ hr_status hr_kv_cache_create(const hr_model *m, int64_t batch, int64_t max_len, 
         return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_create: batch %lld and max_len %lld must be >= 1",
                         (long long)batch, (long long)max_len);
     int64_t L = m->cfg.n_layers;
-    hr_kv_cache *c = calloc(1, sizeof *c);
-    if (c) {
-        c->k = calloc((size_t)L, sizeof *c->k);
-        c->v = calloc((size_t)L, sizeof *c->v);
-        c->kind = malloc((size_t)L);
-    }
-    if (!c || !c->k || !c->v || !c->kind) {
-        hr_kv_cache_free(c);
-        return hr_error(HR_ERR_OOM, "hr_kv_cache_create: out of memory");
-    }
+    hr_kv_cache *c = cache_shell(L);
+    if (!c) return hr_error(HR_ERR_OOM, "hr_kv_cache_create: out of memory");
     c->batch = batch;
     c->capacity = max_len;
-    c->n_layers = L;
     c->window = m->cfg.sliding_window;
     memcpy(c->kind, m->cfg.layer_kind, (size_t)L);
     c->slots[HR_LAYER_FULL] = max_len;
@@ -45,13 +65,7 @@ hr_status hr_kv_cache_create(const hr_model *m, int64_t batch, int64_t max_len, 
         s = hr_tensor_zeros(m->dev, m->dtype, 5, shape, &c->k_all[k]);
         if (s == HR_OK) s = hr_tensor_zeros(m->dev, m->dtype, 5, shape, &c->v_all[k]);
     }
-    int64_t at[HR_LAYER_KINDS] = {0};
-    for (int64_t l = 0; s == HR_OK && l < L; l++) {
-        int k = c->kind[l];
-        s = hr_tensor_select(c->k_all[k], 0, at[k], &c->k[l]);
-        if (s == HR_OK) s = hr_tensor_select(c->v_all[k], 0, at[k], &c->v[l]);
-        at[k]++;
-    }
+    if (s == HR_OK) s = layer_views(c);
     if (s != HR_OK) {
         hr_kv_cache_free(c);
         return hr_error_context(s, "KV cache for batch %lld x %lld tokens", (long long)batch, (long long)max_len);
@@ -373,35 +387,21 @@ hr_status hr_kv_cache_rows(const hr_kv_cache *c, int64_t rows, hr_kv_cache **out
     if (rows < 1 || rows > c->batch)
         return hr_error(HR_ERR_INVALID_ARG, "hr_kv_cache_rows: %lld rows of a batch of %lld", (long long)rows,
                         (long long)c->batch);
-    hr_kv_cache *v = calloc(1, sizeof *v);
-    if (v) {
-        *v = *c;
-        v->k = calloc((size_t)c->n_layers, sizeof *v->k);
-        v->v = calloc((size_t)c->n_layers, sizeof *v->v);
-        v->kind = malloc((size_t)c->n_layers);
-        memset(v->k_all, 0, sizeof v->k_all);
-        memset(v->v_all, 0, sizeof v->v_all);
-    }
-    if (!v || !v->k || !v->v || !v->kind) {
-        if (v) free(v->k), free(v->v), free(v->kind);
-        free(v);
-        return hr_error(HR_ERR_OOM, "hr_kv_cache_rows: out of memory");
-    }
+    hr_kv_cache *v = cache_shell(c->n_layers);
+    if (!v) return hr_error(HR_ERR_OOM, "hr_kv_cache_rows: out of memory");
     memcpy(v->kind, c->kind, (size_t)c->n_layers);
     v->batch = rows;
+    v->capacity = c->capacity;
+    v->len = c->len;
+    v->window = c->window;
+    memcpy(v->slots, c->slots, sizeof v->slots);
     hr_status s = HR_OK;
     for (int k = 0; k < HR_LAYER_KINDS && s == HR_OK; k++) {
         if (!c->k_all[k]) continue;
         s = hr_tensor_narrow(c->k_all[k], 1, 0, rows, &v->k_all[k]);
         if (s == HR_OK) s = hr_tensor_narrow(c->v_all[k], 1, 0, rows, &v->v_all[k]);
     }
-    int64_t at[HR_LAYER_KINDS] = {0};
-    for (int64_t l = 0; s == HR_OK && l < c->n_layers; l++) {
-        int k = v->kind[l];
-        s = hr_tensor_select(v->k_all[k], 0, at[k], &v->k[l]);
-        if (s == HR_OK) s = hr_tensor_select(v->v_all[k], 0, at[k], &v->v[l]);
-        at[k]++;
-    }
+    if (s == HR_OK) s = layer_views(v);
     if (s != HR_OK) {
         hr_kv_cache_free(v);
         return s;

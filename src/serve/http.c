@@ -274,10 +274,6 @@ static bool put(stream *st, char *ev) {
     return true;
 }
 
-static char *copy_str(const char *s) {
-    return strdup(s);
-}
-
 /* One chunk of text (and log-probabilities): through the parser for a
  * chat; nothing when the parser holds it all back. */
 static bool put_piece(stream *st, const char *text, size_t n, cJSON *lpj, bool final) {
@@ -337,7 +333,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                 ok &= put(st, ev);
                 free(err);
             }
-            ok &= put(st, copy_str("data: [DONE]\n\n"));
+            ok &= put(st, strdup("data: [DONE]\n\n"));
             st->ended = true;
         } else if (finish) {
             int64_t prefilled;
@@ -349,7 +345,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                 o.usage_only = true;
                 ok &= put(st, hr_api_chunk_event(&o));
             }
-            ok &= put(st, copy_str("data: [DONE]\n\n"));
+            ok &= put(st, strdup("data: [DONE]\n\n"));
             st->ended = true;
         } else if (!n && client_gone(st->c)) {
             hr_request_cancel(st->sv->eng, st->r);
@@ -465,10 +461,10 @@ static enum MHD_Result route(void *cls, struct MHD_Connection *c, const char *ur
     }
     if (!get) return send_error(sv, c, !strcmp(url, "/") || !strcmp(url, "/health") || !strcmp(url, "/metrics") ||
                                                  !strcmp(url, "/v1/models") ? 405 : 404, "no such endpoint");
-    if (!strcmp(url, "/health")) return send_json(sv, c, 200, copy_str("{\"status\":\"ok\"}"));
+    if (!strcmp(url, "/health")) return send_json(sv, c, 200, strdup("{\"status\":\"ok\"}"));
     if (!strcmp(url, "/v1/models")) return models(sv, c);
     if (!strcmp(url, "/metrics")) return metrics(sv, c);
-    if (!strcmp(url, "/")) return send_text(sv, c, 200, "text/html; charset=utf-8", copy_str(hr_serve_page_html));
+    if (!strcmp(url, "/")) return send_text(sv, c, 200, "text/html; charset=utf-8", strdup(hr_serve_page_html));
     char msg[300];
     snprintf(msg, sizeof msg, "no such endpoint: %.200s", url);
     return send_error(sv, c, 404, msg);
