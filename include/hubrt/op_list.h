@@ -53,6 +53,7 @@
     X(matmul,       2, 2, 1, hr_attrs_none)                        \
     X(linear,       2, 3, 1, hr_attrs_none)                        \
     X(linear_group, 2, 8, 3, hr_attrs_linear_group)                \
+    X(experts,      5, 7, 1, hr_attrs_experts)                     \
     /* normalization and positions */                              \
     X(rms_norm,     1, 2, 1, hr_attrs_norm)                        \
     X(add_rms_norm, 2, 3, 2, hr_attrs_norm)                        \

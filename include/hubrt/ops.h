@@ -80,6 +80,27 @@ typedef struct hr_attrs_linear_group {
     bool bias;
 } hr_attrs_linear_group;
 
+/* experts(x [..., h], weights [..., k], indices [..., k] (i64 or i32),
+ *   gate_up [e, 2i, h], down [e, h, i], [gate_up_bias [e, 2i],
+ *   down_bias [e, h]] (both or neither)) -> [..., h]: the experts of a mixture-of-experts
+ *   layer, given the router's choice. Row t's output is the sum over its k
+ *   slots j of weights[t, j] * down_e(act(gate_up_e(x_t))), e =
+ *   indices[t, j]; a slot whose index lies outside [0, e) adds nothing
+ *   (the sentinel some routers give a dropped slot). gate_up holds the
+ *   gate's i rows, then the up's; each product (+ bias) is rounded to x's
+ *   dtype as linear stores it, act(gate) * up computed in f32 and rounded
+ *   as silu_mul / gelu_mul give it. The weights may be any float dtype.
+ *   per_expert false (grouped): a row's slots are weighted and summed in
+ *   f32 in ascending expert order and rounded once. per_expert true
+ *   (transformers' eager loop): each weight rounded to x's dtype, each
+ *   weighted product rounded, and added into the row in ascending expert
+ *   order, rounded after every add (the same bits in f32). */
+typedef enum hr_experts_act { HR_EXPERTS_SILU = 0, HR_EXPERTS_GELU_TANH = 1 } hr_experts_act;
+typedef struct hr_attrs_experts {
+    int64_t act; /* hr_experts_act */
+    bool per_expert;
+} hr_attrs_experts;
+
 /* rms_norm: y = x / sqrt(mean(x^2) + eps) * (weight + weight_offset)
  * (weight_offset 1 for Gemma-style norms). layer_norm: inputs x, [weight],
  * [bias]; weight_offset likewise. Normalizes over the last dim. */
@@ -229,6 +250,10 @@ HR_API hr_status hr_linear(const hr_tensor *x, const hr_tensor *weight,
  * and a write through a raw pointer (DLPack) needs hr_linear_pack again.
  * Models loaded on the CPU pack their linear weights themselves. */
 HR_API hr_status hr_linear_pack(hr_tensor *weight, bool *packed);
+/* The experts op (attrs above); the biases both NULL or both given. */
+HR_API hr_status hr_experts(const hr_tensor *x, const hr_tensor *weights, const hr_tensor *indices,
+                            const hr_tensor *gate_up, const hr_tensor *down, const hr_tensor *gate_up_bias,
+                            const hr_tensor *down_bias, const hr_attrs_experts *attrs, hr_tensor **out);
 HR_API hr_status hr_rms_norm(const hr_tensor *x, const hr_tensor *weight, double eps,
                              double weight_offset, hr_tensor **out);
 /* The pre-norm residual step in one pass: *sum = x + residual (rounded to

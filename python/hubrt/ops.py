@@ -121,6 +121,21 @@ def linear_group(x, weights, biases=None, epilogue="store", residual=None, out=N
                 bias=bool(biases))
 
 
+EXPERTS_ACTS = {"silu": 0, "gelu_tanh": 1}
+
+
+def experts(x, weights, indices, gate_up, down, gate_up_bias=None, down_bias=None, act="silu",
+            per_expert=False, out=None):
+    """A mixture-of-experts layer's experts given the router's choice:
+    row t's sum over its slots j of weights[t, j] * down_e(act(gate) * up),
+    e = indices[t, j], gate_up [E, 2I, H] (gate rows, then up), down
+    [E, H, I]. per_expert follows transformers' eager loop's rounding."""
+    if (gate_up_bias is None) != (down_bias is None):
+        raise ValueError("experts: give both biases or neither")
+    ins = [x, weights, indices, gate_up, down] + ([gate_up_bias, down_bias] if gate_up_bias is not None else [])
+    return call("experts", *ins, out=out, act=EXPERTS_ACTS[act], per_expert=per_expert)
+
+
 def gelu(x, approximate="none"):
     return call("gelu", x, approximate=1 if approximate == "tanh" else 0)
 

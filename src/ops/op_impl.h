@@ -18,7 +18,7 @@ typedef hr_status (*hr_infer_fn)(const void *attrs, const hr_tensor *const *in, 
 typedef hr_status (*hr_cpu_kernel_fn)(const void *attrs, const hr_tensor *const *in, int n_in,
                                       hr_tensor *const *out, int n_out);
 
-#define HR_OP_GROUPS(X) X(eltwise) X(reduce) X(linalg) X(nn) X(index) X(attention)
+#define HR_OP_GROUPS(X) X(eltwise) X(reduce) X(linalg) X(nn) X(index) X(attention) X(moe)
 
 #define HR_X_(g) void hr_infer_register_##g(hr_infer_fn *table);
 HR_OP_GROUPS(HR_X_)

@@ -99,6 +99,16 @@ hr_status hr_linear(const hr_tensor *x, const hr_tensor *weight, const hr_tensor
     return run1(HR_OP_linear, NULL, IN_(x, weight, bias), bias ? 3 : 2, out);
 }
 
+hr_status hr_experts(const hr_tensor *x, const hr_tensor *weights, const hr_tensor *indices,
+                     const hr_tensor *gate_up, const hr_tensor *down, const hr_tensor *gate_up_bias,
+                     const hr_tensor *down_bias, const hr_attrs_experts *attrs, hr_tensor **out) {
+    if ((gate_up_bias == NULL) != (down_bias == NULL))
+        return hr_error(HR_ERR_INVALID_ARG, "op 'experts': give both biases or neither");
+    hr_attrs_experts none = {0};
+    return run1(HR_OP_experts, attrs ? attrs : &none, IN_(x, weights, indices, gate_up, down, gate_up_bias, down_bias),
+                gate_up_bias ? 7 : 5, out);
+}
+
 hr_status hr_rms_norm(const hr_tensor *x, const hr_tensor *weight, double eps, double weight_offset,
                       hr_tensor **out) {
     hr_attrs_norm a = {.eps = eps, .weight_offset = weight_offset};

@@ -64,6 +64,7 @@ static int node_threads(const hr_plan *p, const hr_plan_node *n) {
         return hr_parallel_threads_for((d ? numel(in0) / d : 0) * (t + 1) * (d + dv + 1), HR_GRAIN_MATMUL);
     }
     case HR_OP_fill: case HR_OP_arange:
+    case HR_OP_experts: /* its GEMMs decide per expert, by that expert's rows */
         return 0;
     default: /* elementwise, casts, copies, gathers: by output elements */
         return hr_parallel_threads_for(numel(out0), HR_GRAIN_ELTWISE);

@@ -106,6 +106,11 @@ int hr_shlo_new_id(hr_shlo_builder *b);
 /* The value %v<id> with the given type, after hand-written text defined it. */
 hr_shlo_value hr_shlo_named(int id, hr_dtype dt, int ndim, const int64_t *shape);
 
+/* dot_general with `nb` leading batch dims: contracts lhs dim lc with rhs
+ * dim rc; result [batch..., lhs free..., rhs free...] in the compute dtype
+ * (f32 for bf16/f16 operands). */
+hr_shlo_value hr_shlo_dot(hr_shlo_builder *b, hr_shlo_value x, hr_shlo_value y, int nb, int lc, int rc);
+
 /* bf16/f16 compute in f32; other dtypes in themselves. */
 hr_dtype hr_shlo_compute_dtype(hr_dtype dt);
 static inline hr_shlo_value hr_shlo_up(hr_shlo_builder *b, hr_shlo_value v) {
@@ -133,6 +138,7 @@ void hr_shlo_register_reduce(hr_shlo_lowering *table);
 void hr_shlo_register_linalg(hr_shlo_lowering *table);
 void hr_shlo_register_index(hr_shlo_lowering *table);
 void hr_shlo_register_nn(hr_shlo_lowering *table);
+void hr_shlo_register_moe(hr_shlo_lowering *table);
 
 /* ---- views over flat byte buffers ---- */
 

@@ -10,10 +10,9 @@
 
 static hr_shlo_value up(hr_shlo_builder *b, hr_shlo_value v) { return hr_shlo_up(b, v); }
 
-/* dot_general with `nb` leading batch dims: contracts lhs dim lc with rhs
- * dim rc; result [batch..., lhs free..., rhs free...] in the compute dtype
- * (f32 for bf16/f16 operands). */
-static hr_shlo_value dot(hr_shlo_builder *b, hr_shlo_value x, hr_shlo_value y, int nb, int lc, int rc) {
+#define dot hr_shlo_dot
+
+hr_shlo_value hr_shlo_dot(hr_shlo_builder *b, hr_shlo_value x, hr_shlo_value y, int nb, int lc, int rc) {
     int64_t shape[HR_MAX_DIMS];
     int n = 0;
     for (int i = 0; i < nb; i++) shape[n++] = x.shape[i];

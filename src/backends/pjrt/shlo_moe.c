@@ -1,0 +1,67 @@
+/* StableHLO lowering of experts (ops.h) in a dense formulation: every
+ * expert over every row, [E, 2I, H] x [H, T] as one batched dot_general,
+ * then a routing matrix R [E, T] (the row's weight where the router chose
+ * the expert, 0 elsewhere) weights and sums the experts' outputs. It is
+ * E / k times the arithmetic of the chosen experts alone and reads every
+ * expert; XLA's CPU plugin takes it as plain dots, so it is the
+ * formulation every PJRT device compiles. Products are rounded to x's
+ * dtype where the CPU kernel rounds them; a row's weighted sum is in f32
+ * (per_expert's rounding after each add is not reproduced: the same bits
+ * in f32). An expert a row did not choose contributes nothing, not even
+ * a NaN of its own (selected away, not multiplied by 0). */
+#include "backends/pjrt/shlo.h"
+#include "core/error.h"
+
+static hr_status lower_experts(hr_shlo_builder *b, const void *attrs, const hr_shlo_value *in, int n_in,
+                               const hr_tensor_meta *m, hr_shlo_value *out, int n_out) {
+    static const hr_attrs_experts none = {0};
+    const hr_attrs_experts *a = attrs ? attrs : &none;
+    hr_dtype dt = m->dtype, cdt = hr_shlo_compute_dtype(dt);
+    hr_shlo_value x = in[0], gu = in[3], dn = in[4];
+    int64_t h = x.shape[x.ndim - 1], k = in[1].shape[in[1].ndim - 1], e = gu.shape[0], i = gu.shape[1] / 2;
+    int64_t t = h ? hr_shape_numel(x.ndim, x.shape) / h : 0;
+    bool bf16 = dt == HR_BF16;
+    x = hr_shlo_reshape(b, bf16 ? x : hr_shlo_up(b, x), 2, (int64_t[]){t, h});
+    if (!bf16) gu = hr_shlo_up(b, gu), dn = hr_shlo_up(b, dn);
+    /* gate_up [E, 2I, T], weight on the left as linear lowers it */
+    int64_t sg[3] = {e, 2 * i, t};
+    hr_shlo_value g = hr_shlo_dot(b, gu, x, 0, 2, 1);
+    if (n_in > 5) g = hr_shlo_binary(b, "add", g, hr_shlo_bcast_dims(b, hr_shlo_up(b, in[5]), (int[]){0, 1}, 3, sg));
+    g = hr_shlo_convert(b, g, dt);
+    hr_shlo_value gate_up[2] = {
+        hr_shlo_slice(b, g, (int64_t[]){0, 0, 0}, (int64_t[]){e, i, t}, (int64_t[]){1, 1, 1}),
+        hr_shlo_slice(b, g, (int64_t[]){0, i, 0}, (int64_t[]){e, 2 * i, t}, (int64_t[]){1, 1, 1})};
+    hr_tensor_meta am = {.dtype = dt, .ndim = 3, .shape = {e, i, t}};
+    hr_attrs_gelu ga = {.approximate = HR_GELU_TANH};
+    hr_op act = a->act == HR_EXPERTS_GELU_TANH ? HR_OP_gelu_mul : HR_OP_silu_mul;
+    hr_shlo_value av;
+    HR_TRY(hr_shlo_lowering_get(act)->lower(b, &ga, gate_up, 2, &am, &av, 1));
+    if (!bf16) av = hr_shlo_up(b, av);
+    /* down [E, H, T] */
+    int64_t sd[3] = {e, h, t};
+    hr_shlo_value d = hr_shlo_dot(b, dn, av, 1, 2, 1);
+    if (n_in > 5) d = hr_shlo_binary(b, "add", d, hr_shlo_bcast_dims(b, hr_shlo_up(b, in[6]), (int[]){0, 1}, 3, sd));
+    d = hr_shlo_up(b, hr_shlo_convert(b, d, dt));
+    /* routing: chose[e, t, j] = indices[t, j] == e; R[e, t] = sum_j chose * w */
+    int64_t se[3] = {e, t, k};
+    hr_shlo_value idx = hr_shlo_reshape(b, hr_shlo_convert(b, in[2], HR_I64), 2, (int64_t[]){t, k});
+    hr_shlo_value w = in[1];
+    if (a->per_expert) w = hr_shlo_convert(b, w, dt);
+    w = hr_shlo_reshape(b, hr_shlo_convert(b, w, cdt), 2, (int64_t[]){t, k});
+    hr_shlo_value chose = hr_shlo_compare(b, "EQ", hr_shlo_bcast_dims(b, idx, (int[]){1, 2}, 3, se),
+                                          hr_shlo_iota(b, HR_I64, 0, 3, se));
+    hr_shlo_value zero = hr_shlo_splat(b, cdt, 0, 3, se);
+    hr_shlo_value rw = hr_shlo_select(b, chose, hr_shlo_bcast_dims(b, w, (int[]){1, 2}, 3, se), zero);
+    hr_shlo_value hits = hr_shlo_select(b, chose, hr_shlo_splat(b, cdt, 1, 3, se), zero);
+    hr_shlo_value r = hr_shlo_reduce(b, rw, hr_shlo_const(b, cdt, 0), "add", (bool[]){false, false, true});
+    hits = hr_shlo_reduce(b, hits, hr_shlo_const(b, cdt, 0), "add", (bool[]){false, false, true});
+    hr_shlo_value used = hr_shlo_compare(b, "GT", hits, hr_shlo_splat(b, cdt, 0, 2, (int64_t[]){e, t}));
+    hr_shlo_value wd = hr_shlo_binary(b, "multiply", d, hr_shlo_bcast_dims(b, r, (int[]){0, 2}, 3, sd));
+    wd = hr_shlo_select(b, hr_shlo_bcast_dims(b, used, (int[]){0, 2}, 3, sd), wd, hr_shlo_splat(b, cdt, 0, 3, sd));
+    hr_shlo_value y = hr_shlo_reduce(b, wd, hr_shlo_const(b, cdt, 0), "add", (bool[]){true, false, false});
+    y = hr_shlo_transpose(b, y, (int[]){1, 0}); /* [T, H] */
+    out[0] = hr_shlo_convert(b, hr_shlo_reshape(b, y, m->ndim, m->shape), dt);
+    return b->status;
+}
+
+void hr_shlo_register_moe(hr_shlo_lowering *t) { t[HR_OP_experts].lower = lower_experts; }
