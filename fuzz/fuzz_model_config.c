@@ -1,6 +1,6 @@
 /* libFuzzer target: config.json as a model reads it, through every
  * architecture's own configure (Gemma 3's layer types and per-type rope,
- * Mistral's window, the rope scalings). A config that loads must hold
+ * Mistral's window, the rope scalings, Qwen3-MoE's experts). A config that loads must hold
  * sizes inside their bounds and a layer kind for every layer (reading each
  * lets ASan prove the array); every refusal carries a message. */
 #include <stdint.h>
@@ -20,6 +20,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (!arch || cfg.n_layers < 1 || cfg.n_layers > 1 << 16 || cfg.hidden_size < 1 || cfg.vocab_size < 1 ||
         cfg.n_heads < 1 || cfg.n_kv_heads < 1 || cfg.n_heads % cfg.n_kv_heads || cfg.head_dim < 2)
+        abort();
+    if (cfg.n_experts < 0 || (cfg.n_experts > 0 && (cfg.n_experts_per_tok < 1 || cfg.n_experts_per_tok > cfg.n_experts ||
+                                                    cfg.moe_intermediate_size < 1)))
         abort();
     unsigned kinds = 0;
     for (int64_t i = 0; i < cfg.n_layers; i++) kinds |= 1u << (cfg.layer_kind[i] & 7);

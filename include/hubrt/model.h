@@ -26,12 +26,26 @@ typedef struct hr_model_options {
      * "auto": config.json's torch_dtype / dtype, float32 when absent. */
     const char *dtype;
     const char *device; /* NULL: "cpu" */
+    /* A mixture-of-experts model's experts implementation
+     * (hr_model_set_experts_implementation); NULL: "grouped". */
+    const char *experts_implementation;
 } hr_model_options;
 
 /* Architecture names this build can load, comma separated. */
 HR_API const char *hr_model_supported_archs(void);
 HR_API hr_status hr_model_load(const char *dir, const hr_model_options *opts, hr_model **out);
 HR_API void hr_model_free(hr_model *m);
+
+/* The implementation a mixture-of-experts model's experts run, by name:
+ * "grouped" (the default: tokens grouped by expert, each touched expert's
+ * weights read once; transformers' "grouped_mm" and "batched_mm" name it
+ * too) or "eager" (transformers' per-expert loop: each weighted product
+ * rounded to the model dtype and added in expert order; the same bits in
+ * float32). Other names are refused, listing these. Compiled plans of the
+ * other implementation are dropped. A model without experts takes any of
+ * these names and runs as before. */
+HR_API hr_status hr_model_set_experts_implementation(hr_model *m, const char *name);
+HR_API const char *hr_model_experts_implementation(const hr_model *m);
 
 HR_API const char *hr_model_arch(const hr_model *m);
 HR_API hr_dtype hr_model_dtype(const hr_model *m);

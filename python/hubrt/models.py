@@ -20,7 +20,8 @@ _I64P = ctypes.POINTER(ctypes.c_int64)
 
 
 class _ModelOptions(ctypes.Structure):
-    _fields_ = [("dtype", ctypes.c_char_p), ("device", ctypes.c_char_p)]
+    _fields_ = [("dtype", ctypes.c_char_p), ("device", ctypes.c_char_p),
+                ("experts_implementation", ctypes.c_char_p)]
 
 
 class _ForwardArgs(ctypes.Structure):
@@ -84,6 +85,8 @@ _forward = fn("hr_model_forward", [_P, ctypes.POINTER(_ForwardArgs), ctypes.POIN
 _arch = fn("hr_model_arch", [_P], ctypes.c_char_p)
 _mdtype = fn("hr_model_dtype", [_P])
 _vocab = fn("hr_model_vocab_size", [_P], ctypes.c_int64)
+_set_experts = fn("hr_model_set_experts_implementation", [_P, ctypes.c_char_p])
+_get_experts = fn("hr_model_experts_implementation", [_P], ctypes.c_char_p)
 _genconf = fn("hr_model_generation_config", [_P], ctypes.POINTER(_GenerationConfig))
 _gen_init = fn("hr_generate_config_init", [ctypes.POINTER(_GenerateConfig)], None)
 _generate = fn("hr_generate", [_P, _I64P, _I64P, ctypes.c_int64, ctypes.c_int64,
@@ -153,6 +156,15 @@ class HubrtModelForCausalLM:
     @property
     def vocab_size(self):
         return _vocab(self._h)
+
+    def set_experts_implementation(self, name):
+        """As transformers' model.set_experts_implementation: "grouped" (also
+        "grouped_mm", "batched_mm") or "eager"."""
+        check(_set_experts(self._h, name.encode()))
+
+    @property
+    def experts_implementation(self):
+        return _get_experts(self._h).decode()
 
     @property
     def generation_config(self):
@@ -374,14 +386,18 @@ class AutoModelForCausalLM:
     """Picks the architecture from config.json, as transformers does."""
 
     @classmethod
-    def from_pretrained(cls, path, dtype="auto", device_map="cpu", **kwargs):
+    def from_pretrained(cls, path, dtype="auto", device_map="cpu", experts_implementation=None, **kwargs):
+        """experts_implementation: a mixture-of-experts model's experts, "grouped"
+        (the default; transformers' "grouped_mm" and "batched_mm" name it too)
+        or "eager" (transformers' per-expert loop)."""
         hub_args = {k: kwargs.pop(k) for k in HUB_ARGS if k in kwargs}
         if kwargs:
             raise TypeError(f"unsupported arguments: {', '.join(sorted(kwargs))}")
         path = resolve(path, **hub_args)
         dt = str(dtype).replace("torch.", "") if dtype is not None else "auto"
         dev = device_map if isinstance(device_map, str) and device_map != "auto" else "cpu"
-        opts = _ModelOptions(dtype=dt.encode(), device=dev.encode())
+        opts = _ModelOptions(dtype=dt.encode(), device=dev.encode(),
+                             experts_implementation=experts_implementation.encode() if experts_implementation else None)
         h = _P()
         check(_load(os.fspath(path).encode(), ctypes.byref(opts), ctypes.byref(h)))
         return HubrtModelForCausalLM(h, path)

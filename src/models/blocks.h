@@ -57,6 +57,31 @@ typedef struct hr_mlp_weights {
 hr_status hr_build_gated_mlp(hr_fwd *f, const hr_mlp_weights *w, hr_linear_epilogue act, const hr_tensor *h,
                              hr_tensor *out);
 
+/* A mixture-of-experts layer's router and experts (moe.c). */
+typedef enum hr_router_kind {
+    /* softmax over every expert in f32, then the top k (Qwen3-MoE),
+     * renormalised to sum 1 when norm_topk */
+    HR_ROUTER_SOFTMAX_TOPK = 0,
+} hr_router_kind;
+
+typedef struct hr_moe_weights {
+    const hr_tensor *router;                 /* [experts, hidden] */
+    const hr_tensor *gate_up, *down;         /* [experts, 2 inter, hidden], [experts, hidden, inter] */
+    const hr_tensor *gate_up_bias, *down_bias; /* [experts, 2 inter], [experts, hidden], or NULL */
+} hr_moe_weights;
+
+typedef struct hr_moe_opts {
+    hr_router_kind router;
+    bool norm_topk;
+    hr_experts_act act;
+} hr_moe_opts;
+
+/* The router's choice of n_experts_per_tok experts per row of h [b, s,
+ * hidden], its weights cast to the model dtype (as transformers casts
+ * them), then the experts op in the model's experts implementation; into
+ * out. */
+hr_status hr_build_moe(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o, const hr_tensor *h, hr_tensor *out);
+
 /* f->x = embed[ids] * scale (scale 1: the lookup alone; otherwise rounded
  * to the model dtype first, as a tensor of that dtype multiplies it). */
 hr_status hr_build_embedding(hr_fwd *f, const hr_tensor *ids, double scale);

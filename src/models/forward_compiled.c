@@ -48,14 +48,15 @@ static const hr_tensor *resolve_weight(void *ctx, const char *name) { return hr_
 
 /* What fixes the graph besides the input shapes: the architecture, its
  * sizes and own config, the layer kinds, the dtype and the norm epsilon
- * baked into attrs; and the graph's version (3: architectures write their
+ * baked into attrs, the experts and their implementation; and the graph's version (3: architectures write their
  * forward), so that plans an older graph left on disk are not taken for
  * this one. */
 static uint64_t fingerprint(const hr_model *m) {
     const hr_model_config *c = &m->cfg;
     int64_t dims[] = {c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads,
                       c->n_kv_heads, c->head_dim, c->rope[0].rotary_dim, c->rope[1].rotary_dim, m->dtype,
-                      c->tie_word_embeddings, c->sliding_window, c->from_gguf, 3};
+                      c->tie_word_embeddings, c->sliding_window, c->from_gguf, c->n_experts,
+                      c->n_experts_per_tok, c->moe_intermediate_size, m->experts_per_expert, 3};
     uint64_t h = hr_fnv1a(HR_FNV_OFFSET, c->arch, strlen(c->arch));
     h = hr_fnv1a(h, dims, sizeof dims);
     h = hr_fnv1a(h, m->arch_cfg, m->arch->cfg_size);

@@ -30,7 +30,10 @@ enum {
     DOWN, N_WEIGHTS
 };
 
-static bool attn_bias(const hr_model *m) { return ((const gemma3_cfg *)m->arch_cfg)->attention_bias; }
+static bool attn_bias(const hr_model *m, int64_t il) {
+    (void)il;
+    return ((const gemma3_cfg *)m->arch_cfg)->attention_bias;
+}
 
 static const hr_weight_spec weights[N_WEIGHTS] = {
     [ATTN_NORM] = {"input_layernorm.weight", "attn_norm.weight", {HR_DIM_HIDDEN}},

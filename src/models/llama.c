@@ -11,8 +11,14 @@ typedef struct llama_cfg {
 
 enum { ATTN_NORM, WQ, WK, WV, WO, BQ, BK, BV, BO, MLP_NORM, GATE, UP, DOWN, B_GATE, B_UP, B_DOWN, N_WEIGHTS };
 
-static bool attn_bias(const hr_model *m) { return ((const llama_cfg *)m->arch_cfg)->attention_bias; }
-static bool mlp_bias(const hr_model *m) { return ((const llama_cfg *)m->arch_cfg)->mlp_bias; }
+static bool attn_bias(const hr_model *m, int64_t il) {
+    (void)il;
+    return ((const llama_cfg *)m->arch_cfg)->attention_bias;
+}
+static bool mlp_bias(const hr_model *m, int64_t il) {
+    (void)il;
+    return ((const llama_cfg *)m->arch_cfg)->mlp_bias;
+}
 
 static const hr_weight_spec weights[N_WEIGHTS] = {
     [ATTN_NORM] = {"input_layernorm.weight", "attn_norm.weight", {HR_DIM_HIDDEN}},

@@ -18,7 +18,36 @@ static hr_status resolve_dtype(const hr_model_options *opts, const hr_model_conf
     return HR_OK;
 }
 
+/* Named experts implementations: each name, and whether it runs
+ * transformers' per-expert rounding. */
+static const struct {
+    const char *name;
+    bool per_expert;
+} experts_impls[] = {{"grouped", false}, {"grouped_mm", false}, {"batched_mm", false}, {"eager", true}};
+
+hr_status hr_model_set_experts_implementation(hr_model *m, const char *name) {
+    if (!m || !name) return hr_error(HR_ERR_INVALID_ARG, "hr_model_set_experts_implementation: NULL argument");
+    for (size_t i = 0; i < sizeof experts_impls / sizeof experts_impls[0]; i++) {
+        if (strcmp(name, experts_impls[i].name)) continue;
+        if (m->experts_per_expert != experts_impls[i].per_expert) {
+            /* the captured plans hold the other implementation's attrs */
+            for (int j = 0; j < 2; j++) {
+                hr_jit_free(m->jit[j]);
+                m->jit[j] = NULL;
+            }
+        }
+        m->experts_per_expert = experts_impls[i].per_expert;
+        return HR_OK;
+    }
+    return hr_error(HR_ERR_INVALID_ARG, "experts implementation '%s' is not known (grouped, eager; transformers' "
+                    "grouped_mm and batched_mm are grouped)", name);
+}
+
+const char *hr_model_experts_implementation(const hr_model *m) { return m->experts_per_expert ? "eager" : "grouped"; }
+
 static hr_status model_init(hr_model *m, const char *dir, const hr_model_options *opts) {
+    if (opts && opts->experts_implementation)
+        HR_TRY(hr_model_set_experts_implementation(m, opts->experts_implementation));
     HR_TRY(hr_model_config_load(dir, &m->cfg, &m->arch, &m->arch_cfg));
     HR_TRY(resolve_dtype(opts, &m->cfg, &m->dtype));
     HR_TRY(hr_device_get(opts && opts->device ? opts->device : "cpu", &m->dev));

@@ -28,6 +28,8 @@ typedef struct hr_model_config {
     hr_rope_config rope[HR_LAYER_KINDS];
     double *rope_short, *rope_long;   /* owned; longrope factors [rotary_dim/2] (full layers) */
     int64_t sliding_window;           /* keys a sliding layer sees; 0: no sliding layers */
+    /* mixture of experts (0 where the architecture has none) */
+    int64_t n_experts, n_experts_per_tok, moe_intermediate_size;
     uint8_t *layer_kind;              /* [n_layers] hr_layer_kind; owned */
     hr_dtype dtype;                   /* dtype / torch_dtype, f32 when absent */
     bool from_gguf;                   /* built from a GGUF file's metadata */
@@ -46,6 +48,9 @@ typedef enum hr_dim {
     HR_DIM_HEAD,     /* head_dim */
     HR_DIM_INTER,    /* intermediate_size */
     HR_DIM_VOCAB,    /* vocab_size */
+    HR_DIM_EXPERTS,  /* the experts of a MoE layer */
+    HR_DIM_MOE_INTER,  /* moe_intermediate_size */
+    HR_DIM_MOE_INTER2, /* 2 x moe_intermediate_size: gate and up stacked */
 } hr_dim;
 
 typedef enum hr_weight_role {
@@ -67,12 +72,18 @@ typedef struct hr_model hr_model;
 typedef struct hr_weight_spec {
     const char *hf;
     const char *gguf;                 /* NULL: no GGUF name */
-    hr_dim shape[2];                  /* [rows, cols] or [n, NONE] */
+    hr_dim shape[3];                  /* [rows, cols], [n, NONE] or [experts, rows, cols] */
     hr_weight_role role;
     hr_gguf_rows gguf_rows;
-    /* Whether the weight is there for this config (NULL: always). A weight
-     * that is there is required: its absence is an error naming it. */
-    bool (*when)(const hr_model *m);
+    /* Whether the weight is there for layer il of this config (NULL:
+     * always). A weight that is there is required: its absence is an
+     * error naming it. */
+    bool (*when)(const hr_model *m, int64_t il);
+    /* A stacked experts weight [experts, rows, cols] that the checkpoint
+     * may hold per expert instead (transformers' save): these names after
+     * the layer prefix, "%lld" the expert, each [rows / n, cols], stacked
+     * along the rows in this order (gate, then up). NULL: never split. */
+    const char *per_expert[2];
 } hr_weight_spec;
 
 /* ---- the architecture interface --------------------------------------- */
@@ -126,6 +137,9 @@ struct hr_model {
     hr_tensor *final_norm;      /* [hidden] */
     hr_tensor *lm_head;         /* [vocab, hidden], the embedding's alias when tied */
     hr_tensor **layer_w;        /* [n_layers * arch->n_layer_weights]; NULL where absent */
+    /* The experts implementation MoE layers run (hr_model_set_experts_implementation):
+     * "grouped" (the default) or "eager", transformers' per-expert loop's rounding. */
+    bool experts_per_expert;
     float *inv_freq[HR_LAYER_KINDS]; /* [rot/2] for rope types that do not depend on the length */
     double attn_scaling[HR_LAYER_KINDS];
     hr_scratch scratch;         /* the eager forward's activations */

@@ -1,45 +1,52 @@
 /* Qwen3: the Llama decoder with a per-head rms norm of q and k before rope
  * (q_norm, k_norm), optional attention biases, SiLU-gated MLP. GGUF
- * "qwen3" files. */
+ * "qwen3" files. The attention half is qwen3_layer.h's, shared with
+ * Qwen3-MoE. */
 #include "core/error.h"
-#include "models/blocks.h"
+#include "models/qwen3_layer.h"
 
 typedef struct qwen3_cfg {
-    bool attention_bias;
+    hr_qwen3_attn_cfg attn;
 } qwen3_cfg;
 
-enum { ATTN_NORM, WQ, WK, WV, WO, BQ, BK, BV, BO, Q_NORM, K_NORM, MLP_NORM, GATE, UP, DOWN, N_WEIGHTS };
+enum { GATE = HR_Q3_N_ATTN, UP, DOWN, N_WEIGHTS };
 
-static bool attn_bias(const hr_model *m) { return ((const qwen3_cfg *)m->arch_cfg)->attention_bias; }
+bool hr_qwen3_attn_bias(const hr_model *m, int64_t il) {
+    (void)il;
+    return ((const hr_qwen3_attn_cfg *)m->arch_cfg)->attention_bias;
+}
 
 static const hr_weight_spec weights[N_WEIGHTS] = {
-    [ATTN_NORM] = {"input_layernorm.weight", "attn_norm.weight", {HR_DIM_HIDDEN}},
-    [WQ] = {"self_attn.q_proj.weight", "attn_q.weight", {HR_DIM_Q, HR_DIM_HIDDEN}, HR_WEIGHT_LINEAR},
-    [WK] = {"self_attn.k_proj.weight", "attn_k.weight", {HR_DIM_KV, HR_DIM_HIDDEN}, HR_WEIGHT_LINEAR},
-    [WV] = {"self_attn.v_proj.weight", "attn_v.weight", {HR_DIM_KV, HR_DIM_HIDDEN}, HR_WEIGHT_LINEAR},
-    [WO] = {"self_attn.o_proj.weight", "attn_output.weight", {HR_DIM_HIDDEN, HR_DIM_Q}, HR_WEIGHT_LINEAR},
-    [BQ] = {"self_attn.q_proj.bias", "attn_q.bias", {HR_DIM_Q}, .when = attn_bias},
-    [BK] = {"self_attn.k_proj.bias", "attn_k.bias", {HR_DIM_KV}, .when = attn_bias},
-    [BV] = {"self_attn.v_proj.bias", "attn_v.bias", {HR_DIM_KV}, .when = attn_bias},
-    [BO] = {"self_attn.o_proj.bias", "attn_output.bias", {HR_DIM_HIDDEN}, .when = attn_bias},
-    [Q_NORM] = {"self_attn.q_norm.weight", "attn_q_norm.weight", {HR_DIM_HEAD}},
-    [K_NORM] = {"self_attn.k_norm.weight", "attn_k_norm.weight", {HR_DIM_HEAD}},
-    [MLP_NORM] = {"post_attention_layernorm.weight", "ffn_norm.weight", {HR_DIM_HIDDEN}},
+    HR_QWEN3_ATTN_WEIGHTS,
     [GATE] = {"mlp.gate_proj.weight", "ffn_gate.weight", {HR_DIM_INTER, HR_DIM_HIDDEN}, HR_WEIGHT_LINEAR},
     [UP] = {"mlp.up_proj.weight", "ffn_up.weight", {HR_DIM_INTER, HR_DIM_HIDDEN}, HR_WEIGHT_LINEAR},
     [DOWN] = {"mlp.down_proj.weight", "ffn_down.weight", {HR_DIM_HIDDEN, HR_DIM_INTER}, HR_WEIGHT_LINEAR},
 };
 
-static hr_status qwen3_configure(hr_json_obj root, hr_model_config *cfg, void *arch_cfg) {
+hr_status hr_qwen3_configure_attn(hr_json_obj root, const hr_model_config *cfg, const char *arch,
+                                  hr_qwen3_attn_cfg *out) {
     HR_TRY(hr_config_require_act(cfg, "silu"));
     bool use_window = false;
     HR_TRY(hr_json_get_bool(root, "use_sliding_window", false, &use_window));
-    if (use_window)
-        return hr_error(HR_ERR_UNSUPPORTED, "config.json: Qwen3ForCausalLM with use_sliding_window is not supported");
-    return hr_json_get_bool(root, "attention_bias", false, &((qwen3_cfg *)arch_cfg)->attention_bias);
+    if (use_window) return hr_error(HR_ERR_UNSUPPORTED, "config.json: %s with use_sliding_window is not supported", arch);
+    return hr_json_get_bool(root, "attention_bias", false, &out->attention_bias);
+}
+
+static hr_status qwen3_configure(hr_json_obj root, hr_model_config *cfg, void *arch_cfg) {
+    return hr_qwen3_configure_attn(root, cfg, "Qwen3ForCausalLM", &((qwen3_cfg *)arch_cfg)->attn);
 }
 
 #define W(il, i) hr_layer_w(m, (il), (i))
+
+hr_status hr_qwen3_attention(hr_fwd *f, int64_t il, hr_tensor *o) {
+    const hr_model *m = f->m;
+    hr_attn_weights aw = {.wq = W(il, HR_Q3_WQ), .wk = W(il, HR_Q3_WK), .wv = W(il, HR_Q3_WV),
+                          .wo = W(il, HR_Q3_WO), .bq = W(il, HR_Q3_BQ), .bk = W(il, HR_Q3_BK),
+                          .bv = W(il, HR_Q3_BV), .bo = W(il, HR_Q3_BO), .q_norm = W(il, HR_Q3_Q_NORM),
+                          .k_norm = W(il, HR_Q3_K_NORM)};
+    HR_TRY(hr_build_attention(f, il, &aw, &(hr_attn_opts){0}, f->h, o));
+    return hr_build_add_norm(f, f->x, o, W(il, HR_Q3_MLP_NORM), 0, f->h);
+}
 
 /* x -> x + attn(norm(x)) with q and k normed per head before rope ->
  * x + mlp(norm(x)); each residual add fused with the next norm. */
@@ -48,16 +55,12 @@ static hr_status qwen3_forward(hr_fwd *f) {
     int64_t n = m->cfg.n_layers;
     hr_tensor *o = NULL;
     HR_TRY(hr_fwd_act(f, "o", 3, (int64_t[]){f->b, f->s, m->cfg.hidden_size}, &o));
-    HR_TRY(hr_build_norm(f, f->x, W(0, ATTN_NORM), 0, f->h));
+    HR_TRY(hr_build_norm(f, f->x, W(0, HR_Q3_ATTN_NORM), 0, f->h));
     for (int64_t il = 0; il < n; il++) {
-        hr_attn_weights aw = {.wq = W(il, WQ), .wk = W(il, WK), .wv = W(il, WV), .wo = W(il, WO),
-                              .bq = W(il, BQ), .bk = W(il, BK), .bv = W(il, BV), .bo = W(il, BO),
-                              .q_norm = W(il, Q_NORM), .k_norm = W(il, K_NORM)};
-        HR_TRY(hr_build_attention(f, il, &aw, &(hr_attn_opts){0}, f->h, o));
-        HR_TRY(hr_build_add_norm(f, f->x, o, W(il, MLP_NORM), 0, f->h));
+        HR_TRY(hr_qwen3_attention(f, il, o));
         hr_mlp_weights mw = {.gate = W(il, GATE), .up = W(il, UP), .down = W(il, DOWN)};
         HR_TRY(hr_build_gated_mlp(f, &mw, HR_LINEAR_SILU_MUL, f->h, o));
-        HR_TRY(hr_build_add_norm(f, f->x, o, il + 1 < n ? W(il + 1, ATTN_NORM) : m->final_norm, 0, f->h));
+        HR_TRY(hr_build_add_norm(f, f->x, o, il + 1 < n ? W(il + 1, HR_Q3_ATTN_NORM) : m->final_norm, 0, f->h));
     }
     return HR_OK;
 }

@@ -19,17 +19,101 @@ int64_t hr_model_dim(const hr_model *m, hr_dim d) {
     case HR_DIM_HEAD: return c->head_dim;
     case HR_DIM_INTER: return c->intermediate_size;
     case HR_DIM_VOCAB: return c->vocab_size;
+    case HR_DIM_EXPERTS: return c->n_experts;
+    case HR_DIM_MOE_INTER: return c->moe_intermediate_size;
+    case HR_DIM_MOE_INTER2: return 2 * c->moe_intermediate_size;
     default: return 0;
     }
 }
 
+/* A weight's number of dims: 3 for stacked experts, 1 for [n, NONE]. */
+static int dims_rank(const hr_dim dims[3]) { return dims[2] ? 3 : dims[1] ? 2 : 1; }
+
+/* Where a weight comes from: its name, its expected dims, and for a
+ * stacked experts weight held per expert, the layer prefix and the names
+ * of its parts (spec NULL otherwise). */
+typedef struct weight_ref {
+    const char *name;
+    const hr_dim *dims;
+    const hr_weight_spec *spec;
+    const char *layer_prefix;
+} weight_ref;
+
+/* Whether r is a stacked experts weight that the checkpoint holds per
+ * expert (the stacked name absent). */
+static bool held_per_expert(const hr_model *m, const weight_ref *r) {
+    return r->spec && r->spec->per_expert[0] && !hr_checkpoint_has(m->ckpt, r->name);
+}
+
+static int n_parts(const hr_weight_spec *w) { return w->per_expert[1] ? 2 : 1; }
+
+static void part_name(const weight_ref *r, int p, int64_t e, char *buf, size_t n) {
+    int used = snprintf(buf, n, "%s", r->layer_prefix);
+    if (used >= 0 && (size_t)used < n) snprintf(buf + used, n - (size_t)used, r->spec->per_expert[p], (long long)e);
+}
+
+/* A stacked experts weight from its per-expert parts: [experts, rows,
+ * cols] in the model dtype on the host, each part cast and copied into
+ * its rows and its file pages dropped, so memory holds the stacked copy
+ * and one part at a time, never a second full copy. */
+static hr_status load_stacked(hr_model *m, const weight_ref *r, hr_tensor **out) {
+    int np = n_parts(r->spec);
+    int64_t shape[3] = {hr_model_dim(m, r->dims[0]), hr_model_dim(m, r->dims[1]), hr_model_dim(m, r->dims[2])};
+    int64_t rows = shape[1] / np;
+    hr_device *host = NULL;
+    HR_TRY(hr_device_get("cpu", &host));
+    hr_tensor *t = NULL;
+    HR_TRY(hr_tensor_empty(host, m->dtype, 3, shape, &t));
+    hr_status s = HR_OK;
+    char name[256];
+    for (int64_t e = 0; s == HR_OK && e < shape[0]; e++)
+        for (int p = 0; s == HR_OK && p < np; p++) {
+            part_name(r, p, e, name, sizeof name);
+            hr_tensor *src = NULL, *expert = NULL, *dst = NULL;
+            s = hr_checkpoint_tensor_as(m->ckpt, name, m->dtype, &src);
+            if (s == HR_OK) s = hr_tensor_select(t, 0, e, &expert);
+            if (s == HR_OK) s = hr_tensor_narrow(expert, 0, p * rows, rows, &dst);
+            if (s == HR_OK) {
+                hr_tensor *o[1] = {dst};
+                s = hr_op_run(HR_OP_copy, NULL, (const hr_tensor *const[]){src}, 1, o, 1);
+            }
+            hr_tensor_free(dst);
+            hr_tensor_free(expert);
+            hr_tensor_free(src);
+            hr_checkpoint_drop_tensor(m->ckpt, name);
+            if (s != HR_OK) s = hr_error_context(s, "stacking '%s' into '%s'", name, r->name);
+        }
+    if (s != HR_OK) {
+        hr_tensor_free(t);
+        return s;
+    }
+    hr_tensor_set_name(t, r->name);
+    *out = t;
+    return HR_OK;
+}
+
 /* Loads weight `name` (checked by hr_model_check_weights) in the model
  * dtype onto the model's device into *out: a zero-copy view of the mapping
- * when the file's dtype matches, cast once otherwise. */
-static hr_status load_weight(hr_model *m, const char *name, const hr_dim dims[2], hr_tensor **out) {
-    (void)dims;
-    /* cast (GGUF: dequantized) once at load to the model dtype */
+ * when the file's dtype matches, cast once otherwise; a stacked experts
+ * weight held per expert is stacked. */
+static hr_status load_weight(hr_model *m, const weight_ref *r, hr_tensor **out) {
+    const char *name = r->name;
     hr_tensor *t = NULL;
+    if (held_per_expert(m, r)) {
+        HR_TRY(load_stacked(m, r, &t));
+        if (hr_tensor_device(t) == m->dev) {
+            *out = t;
+            return HR_OK;
+        }
+        hr_tensor *n = NULL;
+        hr_status s = hr_tensor_to(t, m->dev, &n);
+        hr_tensor_free(t);
+        if (s != HR_OK) return hr_error_context(s, "moving '%s' to %s", name, hr_device_name(m->dev));
+        hr_tensor_set_name(n, name);
+        *out = n;
+        return HR_OK;
+    }
+    /* cast (GGUF: dequantized) once at load to the model dtype */
     HR_TRY(hr_checkpoint_tensor_as(m->ckpt, name, m->dtype, &t));
     /* A copy made: nothing reads the stored bytes again (a reader that did
      * would fault them back in), so their pages go now; kept, an f32
@@ -78,7 +162,7 @@ static const char *head_name(const hr_model *m) {
     return name;
 }
 
-typedef hr_status (*weight_visit)(hr_model *m, const char *name, const hr_dim dims[2], hr_tensor **slot);
+typedef hr_status (*weight_visit)(hr_model *m, const weight_ref *r, hr_tensor **slot);
 
 /* Every weight the config asks for, in loading order, with its expected
  * dims and its slot (the layers' slots once m->layer_w is allocated): the
@@ -87,18 +171,21 @@ typedef hr_status (*weight_visit)(hr_model *m, const char *name, const hr_dim di
 static hr_status walk_weights(hr_model *m, weight_visit visit) {
     const hr_model_config *c = &m->cfg;
     const hr_arch *a = m->arch;
-    char name[256];
+    char name[256], layer[192];
+    static const hr_dim embed[3] = {HR_DIM_VOCAB, HR_DIM_HIDDEN}, norm[3] = {HR_DIM_HIDDEN};
     snprintf(name, sizeof name, "%sembed_tokens.weight", m->prefix);
-    HR_TRY(visit(m, name, (hr_dim[2]){HR_DIM_VOCAB, HR_DIM_HIDDEN}, &m->embed));
+    HR_TRY(visit(m, &(weight_ref){.name = name, .dims = embed}, &m->embed));
     snprintf(name, sizeof name, "%snorm.weight", m->prefix);
-    HR_TRY(visit(m, name, (hr_dim[2]){HR_DIM_HIDDEN, HR_DIM_NONE}, &m->final_norm));
-    if (!c->tie_word_embeddings) HR_TRY(visit(m, head_name(m), (hr_dim[2]){HR_DIM_VOCAB, HR_DIM_HIDDEN}, &m->lm_head));
+    HR_TRY(visit(m, &(weight_ref){.name = name, .dims = norm}, &m->final_norm));
+    if (!c->tie_word_embeddings) HR_TRY(visit(m, &(weight_ref){.name = head_name(m), .dims = embed}, &m->lm_head));
     for (int64_t il = 0; il < c->n_layers; il++)
         for (int j = 0; j < a->n_layer_weights; j++) {
             const hr_weight_spec *w = &a->layer_weights[j];
-            if (w->when && !w->when(m)) continue;
-            snprintf(name, sizeof name, "%slayers.%lld.%s", m->prefix, (long long)il, w->hf);
-            HR_TRY(visit(m, name, w->shape, m->layer_w ? &m->layer_w[il * a->n_layer_weights + j] : NULL));
+            if (w->when && !w->when(m, il)) continue;
+            snprintf(layer, sizeof layer, "%slayers.%lld.", m->prefix, (long long)il);
+            snprintf(name, sizeof name, "%s%s", layer, w->hf);
+            HR_TRY(visit(m, &(weight_ref){name, w->shape, w, layer},
+                         m->layer_w ? &m->layer_w[il * a->n_layer_weights + j] : NULL));
         }
     return HR_OK;
 }
@@ -152,39 +239,65 @@ static void dim_fields(const hr_model *m, hr_dim d, char *buf, size_t n) {
     case HR_DIM_HEAD: snprintf(buf, n, "head_dim (%lld)", (long long)c->head_dim); break;
     case HR_DIM_INTER: snprintf(buf, n, "intermediate_size (%lld)", (long long)c->intermediate_size); break;
     case HR_DIM_VOCAB: snprintf(buf, n, "vocab_size (%lld)", (long long)c->vocab_size); break;
+    case HR_DIM_EXPERTS: snprintf(buf, n, "num_experts (%lld)", (long long)c->n_experts); break;
+    case HR_DIM_MOE_INTER:
+        snprintf(buf, n, "moe_intermediate_size (%lld)", (long long)c->moe_intermediate_size);
+        break;
+    case HR_DIM_MOE_INTER2:
+        snprintf(buf, n, "2 x moe_intermediate_size (%lld)", (long long)(2 * c->moe_intermediate_size));
+        break;
     default: snprintf(buf, n, "?"); break;
     }
 }
 
 static const char *config_source(const hr_model *m) { return m->cfg.from_gguf ? "the GGUF metadata" : "config.json"; }
 
-/* A weight's presence, shape and dtype as the config states them, from
- * the checkpoint's index alone: a refusal names the tensor and the config
- * fields, and nothing sized by the config has been allocated. */
-static hr_status check_weight(hr_model *m, const char *name, const hr_dim dims[2], hr_tensor **slot) {
-    (void)slot;
+/* A tensor's presence, shape and dtype as the config states them ([ndim]
+ * dims), from the checkpoint's index alone: a refusal names the tensor and
+ * the config fields, and nothing sized by the config has been allocated. */
+static hr_status check_tensor(hr_model *m, const char *name, int ndim, const hr_dim *dims, int64_t rows_div) {
     hr_tensor_info info;
     hr_status s = hr_checkpoint_info(m->ckpt, name, &info);
     if (s == HR_ERR_NOT_FOUND) return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s'", name);
     HR_TRY(s);
-    int ndim = dims[1] ? 2 : 1;
-    int64_t want[2] = {hr_model_dim(m, dims[0]), hr_model_dim(m, dims[1])};
+    int64_t want[3];
+    for (int i = 0; i < ndim; i++) want[i] = hr_model_dim(m, dims[i]);
+    want[0] /= rows_div;
     bool same = info.ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = info.shape[i] == want[i];
     if (same && !hr_dtype_is_float(info.dtype))
         return hr_error(HR_ERR_DTYPE, "checkpoint: tensor '%s' is %s, not a floating dtype", name,
                         hr_dtype_name(info.dtype));
     if (same) return HR_OK;
-    char fields[256] = "", f[128], a[160], b[160];
+    char fields[384] = "", f[128], a[160], b[160];
     for (int i = 0; i < ndim; i++) {
         if (info.ndim == ndim && info.shape[i] == want[i]) continue;
         dim_fields(m, dims[i], f, sizeof f);
         size_t used = strlen(fields);
-        snprintf(fields + used, sizeof fields - used, "%s%s", used ? " and " : "", f);
+        snprintf(fields + used, sizeof fields - used, "%s%s%s", used ? " and " : "", f,
+                 i == 0 && rows_div > 1 ? " / 2" : "");
     }
     return hr_error(HR_ERR_SHAPE, "%s: the checkpoint's tensor '%s' is %s, not the %s computed from %s",
                     config_source(m), name, hr_shape_str(info.ndim, info.shape, a, sizeof a),
                     hr_shape_str(ndim, want, b, sizeof b), fields);
+}
+
+/* A weight, or each per-expert part of a stacked experts weight the
+ * checkpoint holds per expert. */
+static hr_status check_weight(hr_model *m, const weight_ref *r, hr_tensor **slot) {
+    (void)slot;
+    if (!held_per_expert(m, r)) return check_tensor(m, r->name, dims_rank(r->dims), r->dims, 1);
+    char name[256];
+    int np = n_parts(r->spec);
+    for (int64_t e = 0; e < hr_model_dim(m, r->dims[0]); e++)
+        for (int p = 0; p < np; p++) {
+            part_name(r, p, e, name, sizeof name);
+            if (!hr_checkpoint_has(m->ckpt, name))
+                return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s' (nor the stacked '%s')", name,
+                                r->name);
+            HR_TRY(check_tensor(m, name, 2, r->dims + 1, np));
+        }
+    return HR_OK;
 }
 
 /* How many layers the checkpoint holds, by the first always-present

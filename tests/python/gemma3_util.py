@@ -91,6 +91,15 @@ def hf_greedy(model_or_path, ids, n, mask=None, **kw):
     return out.numpy()
 
 
+def need_xla():
+    """Skips the test where the xla_cpu PJRT plugin is not installed."""
+    try:
+        hubrt.from_numpy(np.zeros(1, np.float32)).to("xla_cpu")
+    except hubrt.HubrtError as e:
+        import pytest
+        pytest.skip(f"xla_cpu PJRT plugin unavailable: {e}")
+
+
 def hr_model(path, dtype="float32", device_map="cpu"):
     return hubrt.AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map)
 

@@ -26,7 +26,7 @@ from transformers import AutoConfig
 import hubrt
 from fs_util import link_or_copy
 from gemma3_util import (BASE, edit_config, edit_tensors, hf_greedy, hf_logits, hf_model, hr_model, model_step,
-                         random_ids, read_config, redraw, rel_err, save_causal, write_config)
+                         need_xla, random_ids, read_config, redraw, rel_err, save_causal, write_config)
 
 ROOT = Path(__file__).resolve().parents[2]
 S, F = "sliding_attention", "full_attention"
@@ -381,13 +381,6 @@ def test_compiled_step_logits_match_eager(ckpts, private_plan_cache, name):
 
 
 # ---- 5. xla_cpu --------------------------------------------------------------------------------
-
-def need_xla():
-    try:
-        hubrt.from_numpy(np.zeros(1, np.float32)).to("xla_cpu")
-    except hubrt.HubrtError as e:
-        pytest.skip(f"xla_cpu PJRT plugin unavailable: {e}")
-
 
 @pytest.mark.parametrize("name", ["window8", "layer-types"])
 def test_xla_cpu_logits_match_cpu(ckpts, name):

@@ -1,0 +1,293 @@
+"""Qwen3-MoE against transformers (torch 2.13 CPU) on tiny random
+checkpoints saved by transformers itself (per-expert tensors, as
+transformers 5 saves them; and the stacked [E, 2I, H] form): float32 logits
+<= 1e-4 of the logit range and greedy generations token-identical over 64
+tokens, for 8 experts with top-2, top-1, top-k = E renormalised,
+decoder_sparse_step 2 with mlp_only_layers, and a router that sends every
+token to one expert; batch 4 with left padding; eager and compiled; cpu
+and xla_cpu; the "grouped" and "eager" experts implementations; bf16; and
+the errors for bad configs and checkpoints. Every parameter of rank <= 1 is
+perturbed (gemma3_util.redraw), so a norm or bias read wrongly shows."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+import hubrt
+from gemma3_util import hf_greedy, hf_logits, model_step, need_xla, random_ids, redraw, rel_err
+
+TOL = 1e-4
+BASE = dict(vocab_size=256, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=8, num_experts_per_tok=2,
+            decoder_sparse_step=1, norm_topk_prob=False, tie_word_embeddings=False, max_position_embeddings=512,
+            rms_norm_eps=1e-6, bos_token_id=2, eos_token_id=1, pad_token_id=0)
+VARIANTS = {
+    "top2": {},
+    "top1": dict(num_experts_per_tok=1),
+    "topE-norm": dict(num_experts_per_tok=8, norm_topk_prob=True),
+    "sparse2-mlponly": dict(decoder_sparse_step=2, mlp_only_layers=[3], norm_topk_prob=True),
+    "tied-bias": dict(tie_word_embeddings=True, attention_bias=True, num_experts=12, num_experts_per_tok=3),
+}
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    """Checkpoints by name, made once per module."""
+    root = tmp_path_factory.mktemp("qwen3moe")
+    made = {}
+
+    def get(name, **overrides):
+        if name not in made:
+            cfg = Qwen3MoeConfig(**{**BASE, **overrides})
+            torch.manual_seed(0)
+            model = redraw(Qwen3MoeForCausalLM(cfg).eval(), seed=len(made) + 1)
+            model.save_pretrained(root / name)
+            made[name] = root / name
+        return made[name]
+
+    return get
+
+
+def hr_model(path, dtype="float32", device_map="cpu", **kw):
+    return hubrt.AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map, **kw)
+
+
+def padded(pads, n, seed):
+    """Left-padded rows: row r has pads[r] pad tokens, then n - pads[r] tokens."""
+    ids = random_ids((len(pads), n), seed=seed)
+    mask = np.ones_like(ids)
+    for r, p in enumerate(pads):
+        ids[r, :p] = 0
+        mask[r, :p] = 0
+    return ids, mask
+
+
+def copy_with(src, dst, config=None, tensors=None):
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    if config:
+        cfg = json.loads((dst / "config.json").read_text())
+        cfg.update(config)
+        (dst / "config.json").write_text(json.dumps(cfg))
+    if tensors:
+        t = load_file(dst / "model.safetensors")
+        tensors(t)
+        save_file(t, dst / "model.safetensors", metadata={"format": "pt"})
+    return dst
+
+
+@pytest.fixture
+def private_plan_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HUBRT_CACHE_DIR", str(tmp_path / "plans"))
+    hubrt.reset_compile_stats()
+
+
+# ---- 1. logits and generation against transformers ---------------------------------------------
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_logits_f32_match_transformers(ckpts, name):
+    path = ckpts(name, **VARIANTS[name])
+    ids = random_ids((2, 33), seed=1)
+    got = hr_model(path)(ids).logits
+    want = hf_logits(path, ids)
+    assert got.shape == want.shape == (2, 33, 256)
+    assert rel_err(got, want) <= TOL
+
+
+def test_saved_per_expert_and_layers_as_configured(ckpts):
+    """transformers 5 saves each expert's gate/up/down; dense layers keep
+    mlp.gate_proj where decoder_sparse_step and mlp_only_layers say so."""
+    names = load_file(ckpts("sparse2-mlponly", **VARIANTS["sparse2-mlponly"]) / "model.safetensors").keys()
+    assert "model.layers.1.mlp.experts.7.up_proj.weight" in names
+    assert "model.layers.1.mlp.gate.weight" in names
+    assert "model.layers.3.mlp.gate_proj.weight" in names and "model.layers.3.mlp.gate.weight" not in names
+    assert "model.layers.0.mlp.gate_proj.weight" in names
+
+
+def test_stacked_experts_read_as_they_are(ckpts, tmp_path):
+    """A checkpoint holding transformers' in-memory stacked experts
+    (mlp.experts.gate_up_proj [E, 2I, H], down_proj [E, H, I]) gives the
+    same logits as the per-expert one."""
+    src = ckpts("top2")
+
+    def stack(t):
+        for il in range(BASE["num_hidden_layers"]):
+            p = f"model.layers.{il}.mlp.experts."
+            gu = [torch.cat([t.pop(f"{p}{e}.gate_proj.weight"), t.pop(f"{p}{e}.up_proj.weight")]) for e in range(8)]
+            t[p + "gate_up_proj"] = torch.stack(gu)
+            t[p + "down_proj"] = torch.stack([t.pop(f"{p}{e}.down_proj.weight") for e in range(8)])
+
+    dst = copy_with(src, tmp_path / "stacked", tensors=stack)
+    ids = random_ids((1, 19), seed=2)
+    np.testing.assert_array_equal(hr_model(dst)(ids).logits, hr_model(src)(ids).logits)
+
+
+def test_one_expert_takes_every_token(ckpts, tmp_path):
+    """A zero router gives every expert the same score: top-1 then sends
+    every token to the same expert (the tie order torch's topk keeps) and
+    leaves the others empty."""
+    def zero_router(t):
+        for k in t:
+            if k.endswith("mlp.gate.weight"):
+                t[k] = torch.zeros_like(t[k])
+
+    dst = copy_with(ckpts("top1", **VARIANTS["top1"]), tmp_path / "one-expert", tensors=zero_router)
+    ids = random_ids((2, 21), seed=3)
+    assert rel_err(hr_model(dst)(ids).logits, hf_logits(dst, ids)) <= TOL
+
+
+@pytest.mark.parametrize("name", ["top2", "sparse2-mlponly"])
+def test_batch_of_4_with_left_padding(ckpts, name):
+    path = ckpts(name, **VARIANTS[name])
+    ids, mask = padded([0, 3, 9, 17], 24, seed=4)
+    got = hr_model(path)(ids, attention_mask=mask).logits
+    real = mask.astype(bool)
+    assert np.isfinite(got).all()
+    assert rel_err(got[real], hf_logits(path, ids, mask)[real]) <= TOL
+
+
+@pytest.mark.parametrize("name", ["top2", "topE-norm", "tied-bias"])
+def test_greedy_generation_matches_transformers(ckpts, name):
+    path = ckpts(name, **VARIANTS[name])
+    ids = random_ids((1, 11), seed=5)
+    got = hr_model(path).generate(ids, max_new_tokens=64, do_sample=False, eos_token_id=[])
+    np.testing.assert_array_equal(got, hf_greedy(path, ids, 64))
+
+
+def test_greedy_batch_with_left_padding(ckpts):
+    path = ckpts("top2")
+    ids, mask = padded([0, 2, 5, 8], 12, seed=6)
+    got = hr_model(path).generate(ids, attention_mask=mask, max_new_tokens=64, do_sample=False, eos_token_id=[])
+    np.testing.assert_array_equal(got, hf_greedy(path, ids, 64, mask=mask))
+
+
+# ---- 2. experts implementations ----------------------------------------------------------------
+
+def test_grouped_and_eager_implementations(ckpts):
+    """"eager" (transformers' per-expert rounding) and "grouped" (the
+    default) give the same bits in f32; transformers' names are read;
+    switching drops the compiled plans of the other one."""
+    path = ckpts("topE-norm", **VARIANTS["topE-norm"])
+    ids = random_ids((2, 17), seed=7)
+    model = hr_model(path)
+    assert model.experts_implementation == "grouped"
+    grouped = model(ids).logits
+    model.set_experts_implementation("eager")
+    assert model.experts_implementation == "eager"
+    np.testing.assert_array_equal(model(ids).logits, grouped)
+    for alias in ("grouped_mm", "batched_mm"):
+        assert hr_model(path, experts_implementation=alias).experts_implementation == "grouped"
+    eager = hr_model(path, experts_implementation="eager")
+    assert eager.experts_implementation == "eager"
+    with pytest.raises(hubrt.HubrtError, match="experts implementation 'ragged' is not known"):
+        model.set_experts_implementation("ragged")
+    with pytest.raises(hubrt.HubrtError, match="experts implementation 'nope' is not known"):
+        hr_model(path, experts_implementation="nope")
+
+
+def test_bf16_eager_is_nearer_transformers_bf16_than_grouped(ckpts):
+    """In bf16 the implementations differ as transformers' loop rounds;
+    both agree with transformers' bf16 top-1 on nearly every position."""
+    path = ckpts("topE-norm", **VARIANTS["topE-norm"])
+    ids = random_ids((4, 32), seed=8)
+    want = hf_logits(Qwen3MoeForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval(), ids)
+    for impl in ("grouped", "eager"):
+        got = hr_model(path, dtype="bfloat16", experts_implementation=impl)(ids).logits
+        assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.95
+        assert rel_err(got, want) < 0.05
+
+
+# ---- 3. compiled forward ------------------------------------------------------------------------
+
+def test_compiled_generation_and_steps_match_eager(ckpts, private_plan_cache):
+    path = ckpts("sparse2-mlponly", **VARIANTS["sparse2-mlponly"])
+    model = hr_model(path)
+    ids, mask = padded([0, 2, 5, 8], 12, seed=9)
+    eager = model.generate(ids, attention_mask=mask, max_new_tokens=64, do_sample=False, eos_token_id=[])
+    static = model.generate(ids, attention_mask=mask, max_new_tokens=64, do_sample=False, eos_token_id=[],
+                            cache_implementation="static")
+    assert hubrt.compile_stats()["compiles"] > 0
+    np.testing.assert_array_equal(static, eager)
+    np.testing.assert_array_equal(static, hf_greedy(path, ids, 64, mask=mask))
+    ids = random_ids((2, 45), seed=10)
+    want = hf_logits(path, ids)
+    caches = {c: hubrt.KVCache(model, batch=2, max_len=64) for c in (False, True)}
+    got = {False: [], True: []}
+    ends, at = [], 0
+    for n in [32, 4, 1] + [1] * 8:
+        for compiled in (False, True):
+            got[compiled].append(model_step(model, caches[compiled], ids[:, at:at + n], at, compiled))
+        at += n
+        ends.append(at - 1)
+    eager, compiled = np.stack(got[False], 1), np.stack(got[True], 1)
+    assert rel_err(eager, want[:, ends]) <= TOL
+    assert rel_err(compiled, want[:, ends]) <= TOL
+    assert rel_err(compiled, eager) <= 1e-5
+
+
+def test_compiled_plans_follow_the_implementation(ckpts, private_plan_cache):
+    path = ckpts("top2")
+    model = hr_model(path)
+    ids = random_ids((1, 9), seed=11)
+    a = model.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=[], cache_implementation="static")
+    before = hubrt.compile_stats()["compiles"]
+    model.set_experts_implementation("eager")
+    b = model.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=[], cache_implementation="static")
+    assert hubrt.compile_stats()["compiles"] > before  # new plans, not the grouped ones
+    np.testing.assert_array_equal(a, b)
+
+
+# ---- 4. xla_cpu ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["top2", "sparse2-mlponly"])
+def test_xla_cpu_logits_match_cpu_and_transformers(ckpts, name):
+    need_xla()
+    path = ckpts(name, **VARIANTS[name])
+    ids, mask = padded([0, 3, 9, 17], 24, seed=12)
+    want = hr_model(path)(ids, attention_mask=mask).logits
+    got = hr_model(path, device_map="xla_cpu")(ids, attention_mask=mask).logits
+    real = mask.astype(bool)
+    assert rel_err(got[real], want[real]) <= TOL
+    assert rel_err(got[real], hf_logits(path, ids, mask)[real]) <= TOL
+
+
+@pytest.mark.slow  # eager xla_cpu compiles each op per new shape
+def test_xla_cpu_generation_matches_cpu(ckpts, private_plan_cache):
+    need_xla()
+    path = ckpts("top2")
+    prompt = random_ids((1, 10), seed=13)
+    cpu = hr_model(path).generate(prompt, max_new_tokens=64, do_sample=False, eos_token_id=[])
+    model = hr_model(path, device_map="xla_cpu")
+    for impl in (None, "static"):
+        out = model.generate(prompt, max_new_tokens=64, do_sample=False, eos_token_id=[], cache_implementation=impl)
+        np.testing.assert_array_equal(np.asarray(out), cpu)
+
+
+# ---- 5. bad configs and checkpoints -------------------------------------------------------------
+
+@pytest.mark.parametrize("config,message", [
+    ({"num_experts_per_tok": 9}, r"num_experts_per_tok is 9, not 1 to num_local_experts \(8\)"),
+    ({"num_experts_per_tok": 0}, r"num_experts_per_tok is 0"),
+    ({"decoder_sparse_step": 0}, r"decoder_sparse_step is 0, not a positive count"),
+    ({"num_local_experts": 6}, r"'model.layers.0.mlp.gate.weight' is \[8, 64\], not the \[6, 64\] computed from "
+                               r"num_experts \(6\)"),
+    ({"moe_intermediate_size": 16}, r"'model.layers.0.mlp.experts.0.gate_proj.weight' is \[32, 64\], not the "
+                                    r"\[16, 64\] computed from 2 x moe_intermediate_size \(32\) / 2"),
+    ({"use_sliding_window": True}, r"use_sliding_window is not supported"),
+])
+def test_bad_config_is_refused_naming_the_field(ckpts, tmp_path, config, message):
+    path = copy_with(ckpts("top2"), tmp_path / "bad", config=config)
+    with pytest.raises(hubrt.HubrtError, match=message):
+        hr_model(path)
+
+
+def test_missing_expert_is_named(ckpts, tmp_path):
+    path = copy_with(ckpts("top2"), tmp_path / "bad",
+                     tensors=lambda t: t.pop("model.layers.2.mlp.experts.5.down_proj.weight"))
+    with pytest.raises(hubrt.HubrtError, match=r"missing tensor 'model.layers.2.mlp.experts.5.down_proj.weight' "
+                                               r"\(nor the stacked 'model.layers.2.mlp.experts.down_proj'\)"):
+        hr_model(path)
