@@ -10,7 +10,7 @@
 
 static const char *usage_text =
     "usage: hubrt bench MODEL_DIR [--prompt-len P] [--gen G] [--batch B] [--dtype D] [--device D]\n"
-    "                   [--compile] [--stats]\n"
+    "                   [--compile] [--stats] [--experts grouped|eager]\n"
     "  defaults: --prompt-len 128 --gen 64 --batch 1, dtype from config.json, device cpu, eager\n"
     "  --compile: compiled forward (static shapes, plans cached in memory and on disk)\n"
     "  --stats: print the compile-cache statistics to stderr\n";
@@ -99,6 +99,8 @@ int hr_cmd_bench(int argc, char **argv) {
             opts.dtype = v;
         } else if (!strcmp(f, "--device")) {
             opts.device = v;
+        } else if (!strcmp(f, "--experts")) {
+            opts.experts_implementation = v;
         } else if (!strcmp(f, "--prompt-len") || !strcmp(f, "--gen") || !strcmp(f, "--batch")) {
             if (!hr_cli_number("bench", f, v, &num)) return HR_EXIT_USAGE;
             if (num < 1 || num > 1e7) {

@@ -19,7 +19,7 @@
 
 static const char *usage_text =
     "usage: hubrt chat MODEL [--system TEXT] [-n N] [--greedy | --temp T --top-p P --top-k K --seed S]\n"
-    "                  [--no-think] [--dtype D] [--device cpu] [--revision R]\n"
+    "                  [--no-think] [--dtype D] [--device cpu] [--revision R] [--experts grouped|eager]\n"
     "  One message per line on stdin; the answer streams to stdout. /reset forgets the conversation,\n"
     "  /system TEXT sets the system prompt, /quit leaves; Ctrl-C stops the current answer.\n"
     "  --no-think passes enable_thinking=false to the template (Qwen3 and others). -n: new tokens\n"
@@ -57,6 +57,7 @@ static int parse(int argc, char **argv, chat_args *a) {
         else if (!strcmp(f, "--revision")) a->revision = argv[++i];
         else if (!strcmp(f, "--dtype")) a->opts.dtype = argv[++i];
         else if (!strcmp(f, "--device")) a->opts.device = argv[++i];
+        else if (!strcmp(f, "--experts")) a->opts.experts_implementation = argv[++i];
         else if (!strcmp(f, "-n") || !strcmp(f, "--temp") || !strcmp(f, "--top-p") || !strcmp(f, "--top-k") ||
                  !strcmp(f, "--seed")) {
             if (!hr_cli_number("chat", f, argv[++i], &num)) return HR_EXIT_USAGE;

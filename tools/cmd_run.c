@@ -11,10 +11,13 @@
 static const char *usage_text =
     "usage: hubrt run MODEL -p PROMPT [-n N] [--greedy | --temp T --top-p P --top-k K --min-p P --seed S]\n"
     "                 [--repetition-penalty R] [--stop TEXT]... [--dtype D] [--device cpu] [--compile] [--stats]\n"
+    "                 [--experts grouped|eager]\n"
     "  Sampling defaults come from the model's generation_config.json; --temp/--top-p/--top-k/--min-p\n"
     "  turn sampling on, --greedy turns it off. -n defaults to 128 new tokens.\n"
     "  --compile runs the compiled forward (plans cached in memory and on disk); --stats prints the\n"
     "  compile-cache statistics to stderr before the final line.\n"
+    "  --experts: a mixture-of-experts model's experts implementation (default grouped; eager is\n"
+    "  transformers' per-expert loop).\n"
     "  MODEL is a folder, a GGUF file or a Hub repository id (org/name, --revision R), read from\n"
     "  the Hugging Face cache and fetched into it when missing (HF_HUB_OFFLINE=1: the cache only).\n";
 
@@ -119,6 +122,8 @@ static int parse(int argc, char **argv, run_args *a) {
             a->opts.dtype = argv[++i];
         } else if (!strcmp(f, "--device")) {
             a->opts.device = argv[++i];
+        } else if (!strcmp(f, "--experts")) {
+            a->opts.experts_implementation = argv[++i];
         } else if (!strcmp(f, "--revision")) {
             a->revision = argv[++i];
         } else if (f[0] != '-' && !a->dir) {

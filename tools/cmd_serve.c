@@ -12,6 +12,7 @@ static const char *usage_text =
     "usage: hubrt serve MODEL [--port P] [--host ADDR] [--model-name NAME] [--slots N] [--ctx N]\n"
     "                   [--prefill-chunk N] [--queue N] [--max-body BYTES] [--grace S] [--no-prefix-reuse]\n"
     "                   [--compile | --deterministic] [--dtype D] [--device cpu] [--revision R]\n"
+    "                   [--experts grouped|eager]\n"
     "  /v1/chat/completions, /v1/completions (streaming with server-sent events), /v1/models,\n"
     "  /health, /metrics (Prometheus) and a chat page at /. Requests join the running batch of\n"
     "  --slots rows (default 8) at each step; --ctx tokens per row (prompt and answer; default the\n"
@@ -71,6 +72,7 @@ static int parse(int argc, char **argv, serve_args *a) {
         else if (!strcmp(f, "--revision")) a->revision = argv[++i];
         else if (!strcmp(f, "--dtype")) a->opts.dtype = argv[++i];
         else if (!strcmp(f, "--device")) a->opts.device = argv[++i];
+        else if (!strcmp(f, "--experts")) a->opts.experts_implementation = argv[++i];
         else if (f[0] != '-' && !a->model) a->model = f;
         else {
             fprintf(stderr, "hubrt serve: unknown argument '%s'\n%s", f, usage_text);

@@ -291,3 +291,38 @@ def test_missing_expert_is_named(ckpts, tmp_path):
     with pytest.raises(hubrt.HubrtError, match=r"missing tensor 'model.layers.2.mlp.experts.5.down_proj.weight' "
                                                r"\(nor the stacked 'model.layers.2.mlp.experts.down_proj'\)"):
         hr_model(path)
+
+
+# ---- 6. the CLI -----------------------------------------------------------------------------------
+
+def test_cli_run_with_each_experts_implementation(tmp_path):
+    """hubrt run on a Qwen3-MoE with the real Qwen3 tokenizer: the greedy
+    text transformers gives, under --experts grouped and eager; an unknown
+    name is refused with exit 2, naming it."""
+    import shutil
+    import subprocess
+
+    from hubrt_cli_util import CLI, ROOT
+    from tokenizers import Tokenizer
+
+    path = tmp_path / "moe-tok"
+    cfg = Qwen3MoeConfig(**{**BASE, "vocab_size": 151936, "hidden_size": 32, "intermediate_size": 48,
+                            "moe_intermediate_size": 16, "head_dim": 8, "num_hidden_layers": 2})
+    torch.manual_seed(0)
+    redraw(Qwen3MoeForCausalLM(cfg).eval(), seed=9).save_pretrained(path)
+    for f in (ROOT.parent / "shared" / "data" / "tokenizers" / "qwen3").iterdir():
+        shutil.copy(f, path / f.name)
+    tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+    prompt = "Mixture of experts, routed"
+    ids = tok.encode(prompt).ids
+    out = hf_greedy(path, [ids], 12)
+    want = tok.decode(out[0, len(ids):].tolist(), skip_special_tokens=True)
+    for impl in ("grouped", "eager"):
+        r = subprocess.run([CLI, "run", str(path), "-p", prompt, "-n", "12", "--greedy", "--experts", impl],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == want + "\n"
+    r = subprocess.run([CLI, "run", str(path), "-p", prompt, "-n", "2", "--experts", "ragged"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2
+    assert "experts implementation 'ragged' is not known" in r.stderr
