@@ -37,45 +37,6 @@ static const bench_linear_shape SMOLLM2[] = {
     {"smollm2 down", 576, 1536},    {"smollm2 lm_head", 49152, 576},
 };
 
-/* ---- plain read: each thread sums its contiguous share with 64-byte loads ---- */
-
-typedef struct read_arg {
-    const char *p;
-    size_t n;
-    uint64_t sink;
-} read_arg;
-
-static void *read_share(void *arg) {
-    read_arg *a = arg;
-    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-    for (size_t i = 0; i + 128 <= a->n; i += 128) {
-        s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(a->p + i)));
-        s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i *)(a->p + i + 32)));
-        s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i *)(a->p + i + 64)));
-        s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i *)(a->p + i + 96)));
-    }
-    __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
-    a->sink = (uint64_t)_mm256_extract_epi64(s, 0) + (uint64_t)_mm256_extract_epi64(s, 3);
-    return NULL;
-}
-
-static double read_pass(const char *p, size_t n, int nth) {
-    pthread_t th[64];
-    read_arg args[64];
-    size_t share = (n / (size_t)nth) & ~(size_t)127;
-    double t0 = bench_now_s();
-    for (int i = 0; i < nth; i++) {
-        args[i] = (read_arg){p + (size_t)i * share, share, 0};
-        if (i > 0) pthread_create(&th[i], NULL, read_share, &args[i]);
-    }
-    read_share(&args[0]);
-    for (int i = 1; i < nth; i++) pthread_join(th[i], NULL);
-    double dt = bench_now_s() - t0;
-    volatile uint64_t sink = 0;
-    for (int i = 0; i < nth; i++) sink += args[i].sink;
-    return (double)(share * (size_t)nth) / dt / 1e9;
-}
-
 /* ---- one shape ---- */
 
 static void bench_shape(const bench_linear_shape *s, int rows, int nth, size_t total, int samples, bool huge,
@@ -108,7 +69,7 @@ static void bench_shape(const bench_linear_shape *s, int rows, int nth, size_t t
             bench_check("bench_gemv", hr_op_run(lin, NULL, in, 2, &y, 1), "linear");
         }
         double gbs = (double)bytes / (bench_now_s() - t0) / 1e9;
-        double rbs = read_pass(buf, bytes, nth);
+        double rbs = bench_read_pass(buf, bytes, nth);
         if (it >= 0) g[it] = gbs, r[it] = rbs;
     }
     qsort(g, (size_t)samples, sizeof *g, bench_cmp_double);

@@ -1,10 +1,12 @@
 /* Helpers shared by the C micro-benchmarks (bench/bench_*.c): a monotonic
  * clock, a comparator for sorting samples, exit-on-error for hubrt
- * calls, cold weights and the Qwen3 linear shapes. Each benchmark is its
+ * calls, cold weights, a plain read of memory and the Qwen3 linear shapes. Each benchmark is its
  * own executable, so these are static. */
 #ifndef HUBRT_BENCH_UTIL_H
 #define HUBRT_BENCH_UTIL_H
 
+#include <immintrin.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +74,46 @@ static inline hr_tensor **bench_weights(const char *prog, int64_t n, int64_t k, 
         bench_check(prog, hr_tensor_wrap_host(HR_BF16, 2, shape, NULL, *buf + i * wbytes, wbytes, NULL, NULL, &w[i]),
                     "wrap weight");
     return w;
+}
+
+/* ---- plain read: each thread sums its contiguous share with 64-byte loads;
+ * GB/s of n bytes read by nth threads (the bound a streaming kernel meets) ---- */
+
+typedef struct bench_read_arg {
+    const char *p;
+    size_t n;
+    uint64_t sink;
+} bench_read_arg;
+
+static inline void *bench_read_share(void *arg) {
+    bench_read_arg *a = arg;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i + 128 <= a->n; i += 128) {
+        s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(a->p + i)));
+        s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i *)(a->p + i + 32)));
+        s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i *)(a->p + i + 64)));
+        s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i *)(a->p + i + 96)));
+    }
+    __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
+    a->sink = (uint64_t)_mm256_extract_epi64(s, 0) + (uint64_t)_mm256_extract_epi64(s, 3);
+    return NULL;
+}
+
+static inline double bench_read_pass(const char *p, size_t n, int nth) {
+    pthread_t th[64];
+    bench_read_arg args[64];
+    size_t share = (n / (size_t)nth) & ~(size_t)127;
+    double t0 = bench_now_s();
+    for (int i = 0; i < nth; i++) {
+        args[i] = (bench_read_arg){p + (size_t)i * share, share, 0};
+        if (i > 0) pthread_create(&th[i], NULL, bench_read_share, &args[i]);
+    }
+    bench_read_share(&args[0]);
+    for (int i = 1; i < nth; i++) pthread_join(th[i], NULL);
+    double dt = bench_now_s() - t0;
+    volatile uint64_t sink = 0;
+    for (int i = 0; i < nth; i++) sink += args[i].sink;
+    return (double)(share * (size_t)nth) / dt / 1e9;
 }
 
 #endif

@@ -8,11 +8,13 @@
  * and no others. Each weighted row is added into its token's f32 sum as
  * the expert finishes, so a row's result depends on its own slots only:
  * never on the other rows of the call, nor on the threads. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
 #include "core/error.h"
+#include "core/threadpool.h"
 #include "ops/op_impl.h"
 
 /* Element offset of row r of t over its leading dims (the last dim is the
@@ -61,77 +63,174 @@ typedef struct moe_call {
     int64_t t, k, e, h, i;
     bool simd;
     /* the slots by expert: expert e's are order[start[e] .. start[e + 1]),
-     * each t * k + j */
-    int64_t *start, *order;
-    float *acc;             /* [t, h] the rows' sums */
-    char *xs, *gus, *as, *ds; /* one expert's rows: x [n, h], gate_up [n, 2i], act [n, i], down [n, h] */
-    float *f0, *f1;         /* [max(2i, h)] f32 rows */
+     * each t * k + j; row[t * k + j] is the slot's row of d (-1: none) */
+    int64_t *start, *order, *row;
+    int64_t most;            /* the most rows of one expert */
+    char *d;                 /* [slots, h] each slot's expert output, rows in order's order */
+    int64_t *touched;        /* the experts with rows, ascending */
+    int64_t n_touched;
+    atomic_llong next;       /* the next entry of touched to claim */
+    atomic_int status;       /* the first failure */
 } moe_call;
 
 /* Counting sort of the slots by expert, tokens ascending within each;
- * slots outside [0, e) are left out. Returns the most rows of one expert. */
-static int64_t group_slots(moe_call *c) {
+ * slots outside [0, e) are left out. */
+static void group_slots(moe_call *c) {
     memset(c->start, 0, (size_t)(c->e + 1) * sizeof *c->start);
     for (int64_t t = 0; t < c->t; t++)
         for (int64_t j = 0; j < c->k; j++) {
             int64_t e = slot_index(c->idx, t, j);
+            c->row[t * c->k + j] = -1;
             if (e >= 0 && e < c->e) c->start[e + 1]++;
         }
-    int64_t most = 0;
+    c->most = c->n_touched = 0;
     for (int64_t e = 0; e < c->e; e++) {
-        if (c->start[e + 1] > most) most = c->start[e + 1];
+        if (c->start[e + 1] > c->most) c->most = c->start[e + 1];
+        if (c->start[e + 1]) c->touched[c->n_touched++] = e;
         c->start[e + 1] += c->start[e];
     }
-    int64_t *fill = c->order + c->start[c->e]; /* scratch cursor per expert, after the order */
+    int64_t *fill = c->order + c->start[c->e]; /* a cursor per expert, after the order */
     memcpy(fill, c->start, (size_t)c->e * sizeof *fill);
     for (int64_t t = 0; t < c->t; t++)
         for (int64_t j = 0; j < c->k; j++) {
             int64_t e = slot_index(c->idx, t, j);
-            if (e >= 0 && e < c->e) c->order[fill[e]++] = t * c->k + j;
+            if (e < 0 || e >= c->e) continue;
+            c->row[t * c->k + j] = fill[e];
+            c->order[fill[e]++] = t * c->k + j;
         }
-    return most;
 }
 
-/* Expert e over its n slots: rows gathered, gate_up, act, down, each
- * weighted row added into its token's sum. */
-static hr_status run_expert(moe_call *c, int64_t e) {
+/* One expert's rows: x [most, h], gate_up [most, 2i], act [most, i]. */
+typedef struct expert_scratch {
+    char *xs, *gus, *as;
+    float *f0, *f1; /* [i] */
+} expert_scratch;
+
+static hr_status scratch_new(const moe_call *c, expert_scratch *s) {
+    size_t esz = hr_dtype_size(c->x->dtype), n = (size_t)c->most;
+    s->xs = malloc(n * (size_t)(c->h + 3 * c->i) * esz + 64);
+    s->f0 = malloc((size_t)(2 * c->i + 2) * sizeof *s->f0);
+    if (!s->xs || !s->f0) {
+        free(s->xs);
+        free(s->f0);
+        return hr_error(HR_ERR_OOM, "experts: out of memory for %lld rows of one expert", (long long)c->most);
+    }
+    s->gus = s->xs + n * (size_t)c->h * esz;
+    s->as = s->gus + n * (size_t)(2 * c->i) * esz;
+    s->f1 = s->f0 + c->i + 1;
+    return HR_OK;
+}
+
+static void scratch_free(expert_scratch *s) {
+    free(s->xs);
+    free(s->f0);
+}
+
+/* Expert e over its rows: gathered, gate_up, act, down into its rows of d. */
+static hr_status run_expert(const moe_call *c, int64_t e, expert_scratch *sc) {
     const int64_t *slots = c->order + c->start[e];
     int64_t n = c->start[e + 1] - c->start[e], h = c->h, i = c->i;
     hr_dtype dt = c->x->dtype;
     size_t esz = hr_dtype_size(dt);
     int64_t xs = c->x->strides[c->x->ndim - 1];
     for (int64_t r = 0; r < n; r++)
-        hr_k_copy_row(c->xs + r * h * (int64_t)esz, 1, row_ptr(c->x, slots[r] / c->k), xs, h, esz);
-    HR_TRY(expert_linear(c->xs, n, h, c->gu, e, c->bgu, c->gus, 2 * i));
+        hr_k_copy_row(sc->xs + r * h * (int64_t)esz, 1, row_ptr(c->x, slots[r] / c->k), xs, h, esz);
+    HR_TRY(expert_linear(sc->xs, n, h, c->gu, e, c->bgu, sc->gus, 2 * i));
     hr_ew_op act = c->a->act == HR_EXPERTS_GELU_TANH ? HR_EW_GELU_TANH_MUL : HR_EW_SILU_MUL;
     for (int64_t r = 0; r < n; r++) {
-        const char *g = c->gus + r * 2 * i * (int64_t)esz;
-        hr_k_load_f32(c->f0, g, dt, i, 1, c->simd);
-        hr_k_load_f32(c->f1, g + i * (int64_t)esz, dt, i, 1, c->simd);
-        hr_k_eltwise_f32(act, 0, 0, c->f0, c->f0, c->f1, i, c->simd);
-        hr_k_store_f32(c->as + r * i * (int64_t)esz, dt, c->f0, i, 1, c->simd);
+        const char *g = sc->gus + r * 2 * i * (int64_t)esz;
+        hr_k_load_f32(sc->f0, g, dt, i, 1, c->simd);
+        hr_k_load_f32(sc->f1, g + i * (int64_t)esz, dt, i, 1, c->simd);
+        hr_k_eltwise_f32(act, 0, 0, sc->f0, sc->f0, sc->f1, i, c->simd);
+        hr_k_store_f32(sc->as + r * i * (int64_t)esz, dt, sc->f0, i, 1, c->simd);
     }
-    HR_TRY(expert_linear(c->as, n, i, c->dn, e, c->bdn, c->ds, h));
+    return expert_linear(sc->as, n, i, c->dn, e, c->bdn, c->d + c->start[e] * h * (int64_t)esz, h);
+}
+
+static void fail(moe_call *c, hr_status s) {
+    int ok = HR_OK;
+    atomic_compare_exchange_strong(&c->status, &ok, (int)s);
+}
+
+/* A thread's share: experts claimed one at a time, each GEMM on this
+ * thread alone (a region inside a region runs serially), so the threads
+ * stream different experts' weights side by side with no barrier between
+ * experts. */
+static void experts_task(void *arg, int ith, int nth) {
+    (void)ith, (void)nth;
+    moe_call *c = arg;
+    expert_scratch sc;
+    hr_status s = scratch_new(c, &sc);
+    if (s != HR_OK) {
+        fail(c, s);
+        return;
+    }
+    for (int64_t u; atomic_load(&c->status) == HR_OK && (u = atomic_fetch_add(&c->next, 1)) < c->n_touched;) {
+        s = run_expert(c, c->touched[u], &sc);
+        if (s != HR_OK) fail(c, s);
+    }
+    scratch_free(&sc);
+}
+
+/* Row t's sum: its slots' rows of d weighted, in ascending expert order. */
+static void combine_row(const moe_call *c, int64_t t, float *acc, float *tmp) {
+    int64_t h = c->h, order[64], n = 0;
+    hr_dtype dt = c->x->dtype;
+    size_t esz = hr_dtype_size(dt), wsz = hr_dtype_size(c->w->dtype);
     int64_t ws = c->w->strides[c->w->ndim - 1];
-    size_t wsz = hr_dtype_size(c->w->dtype);
-    for (int64_t r = 0; r < n; r++) {
-        int64_t t = slots[r] / c->k, j = slots[r] % c->k;
-        float wt;
-        hr_k_load_f32(&wt, row_ptr(c->w, t) + j * ws * (int64_t)wsz, c->w->dtype, 1, 1, false);
-        hr_k_load_f32(c->f0, c->ds + r * h * (int64_t)esz, dt, h, 1, c->simd);
-        float *acc = c->acc + t * h;
-        if (c->a->per_expert) {
-            /* transformers: (y * w) in x's dtype, index_add_ into x's dtype */
-            hr_k_round_f32(&wt, dt, 1, false);
-            for (int64_t q = 0; q < h; q++) c->f0[q] *= wt;
-            hr_k_round_f32(c->f0, dt, h, c->simd);
-            for (int64_t q = 0; q < h; q++) acc[q] += c->f0[q];
-            hr_k_round_f32(acc, dt, h, c->simd);
-        } else {
-            for (int64_t q = 0; q < h; q++) acc[q] += wt * c->f0[q];
+    memset(acc, 0, (size_t)h * sizeof *acc);
+    for (int64_t j0 = 0; j0 < c->k; j0 += 64) {
+        /* slots [j0, j0 + 64) by expert, insertion-sorted: their rows of d ascend with the expert */
+        n = 0;
+        for (int64_t j = j0; j < c->k && j < j0 + 64; j++) {
+            int64_t r = c->row[t * c->k + j];
+            if (r < 0) continue;
+            int64_t q = n++;
+            for (; q > 0 && c->row[t * c->k + order[q - 1]] > r; q--) order[q] = order[q - 1];
+            order[q] = j;
+        }
+        for (int64_t q = 0; q < n; q++) {
+            int64_t j = order[q];
+            float wt;
+            hr_k_load_f32(&wt, row_ptr(c->w, t) + j * ws * (int64_t)wsz, c->w->dtype, 1, 1, false);
+            hr_k_load_f32(tmp, c->d + c->row[t * c->k + j] * h * (int64_t)esz, dt, h, 1, c->simd);
+            if (c->a->per_expert) {
+                /* transformers: (y * w) in x's dtype, index_add_ into x's dtype */
+                hr_k_round_f32(&wt, dt, 1, false);
+                for (int64_t p = 0; p < h; p++) tmp[p] *= wt;
+                hr_k_round_f32(tmp, dt, h, c->simd);
+                for (int64_t p = 0; p < h; p++) acc[p] += tmp[p];
+                hr_k_round_f32(acc, dt, h, c->simd);
+            } else {
+                for (int64_t p = 0; p < h; p++) acc[p] += wt * tmp[p];
+            }
         }
     }
-    return HR_OK;
+}
+
+typedef struct combine_ctx {
+    const moe_call *c;
+    hr_tensor *y;
+    atomic_int status;
+} combine_ctx;
+
+static void combine_task(void *arg, int ith, int nth) {
+    combine_ctx *x = arg;
+    const moe_call *c = x->c;
+    int64_t t0, t1;
+    hr_split_range(c->t, ith, nth, &t0, &t1);
+    float *acc = malloc((size_t)(2 * c->h + 1) * sizeof *acc);
+    if (!acc) {
+        atomic_store(&x->status, HR_ERR_OOM);
+        return;
+    }
+    size_t esz = hr_dtype_size(x->y->dtype);
+    for (int64_t t = t0; t < t1; t++) {
+        combine_row(c, t, acc, acc + c->h);
+        hr_k_store_f32((char *)hr_tensor_ptr(x->y) + row_offset(x->y, t) * (int64_t)esz, x->y->dtype, acc, c->h,
+                       x->y->strides[x->y->ndim - 1], c->simd);
+    }
+    free(acc);
 }
 
 static hr_status k_experts(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
@@ -145,39 +244,43 @@ static hr_status k_experts(const void *attrs, const hr_tensor *const *in, int n_
     c.k = c.w->shape[c.w->ndim - 1];
     c.e = c.gu->shape[0];
     c.i = c.gu->shape[1] / 2;
-    hr_tensor *y = out[0];
-    size_t esz = hr_dtype_size(c.x->dtype);
+    atomic_init(&c.next, 0);
+    atomic_init(&c.status, HR_OK);
+    size_t esz = hr_dtype_size(c.x->dtype), slots = (size_t)(c.t * c.k);
     c.start = malloc((size_t)(c.e + 1) * sizeof *c.start);
-    c.order = malloc(((size_t)(c.t * c.k) + (size_t)c.e + 1) * sizeof *c.order);
-    c.acc = calloc((size_t)(c.t * c.h) + 1, sizeof *c.acc);
-    int64_t wide = 2 * c.i > c.h ? 2 * c.i : c.h;
-    c.f0 = malloc((size_t)(2 * wide + 2) * sizeof *c.f0);
+    c.touched = malloc((size_t)(c.e + 1) * sizeof *c.touched);
+    c.order = malloc((slots + (size_t)c.e + 1) * sizeof *c.order);
+    c.row = malloc((slots + 1) * sizeof *c.row);
+    c.d = malloc(slots * (size_t)c.h * esz + 64);
     hr_status s = HR_OK;
-    if (!c.start || !c.order || !c.acc || !c.f0) s = hr_error(HR_ERR_OOM, "experts: out of memory for %lld rows",
-                                                             (long long)c.t);
-    char *block = NULL;
+    if (!c.start || !c.touched || !c.order || !c.row || !c.d)
+        s = hr_error(HR_ERR_OOM, "experts: out of memory for %lld rows", (long long)c.t);
     if (s == HR_OK) {
-        c.f1 = c.f0 + wide + 1;
-        int64_t most = group_slots(&c);
-        /* one block for the expert's rows: x, gate_up, act, down */
-        size_t per_row = (size_t)(c.h + 2 * c.i + c.i + c.h) * esz;
-        block = malloc(per_row * (size_t)most + 64);
-        if (!block) s = hr_error(HR_ERR_OOM, "experts: out of memory for %lld rows of one expert", (long long)most);
-        c.xs = block;
-        c.gus = block + (size_t)(most * c.h) * esz;
-        c.as = c.gus + (size_t)(most * 2 * c.i) * esz;
-        c.ds = c.as + (size_t)(most * c.i) * esz;
+        group_slots(&c);
+        int nth = hr_parallel_threads_for(c.n_touched, 1);
+        if (nth > 1 && c.n_touched >= 2 * (int64_t)nth) {
+            /* experts side by side, one per thread at a time */
+            hr_parallel_run(experts_task, &c, nth);
+            s = (hr_status)atomic_load(&c.status);
+            if (s != HR_OK) s = hr_error(s, "experts: %s", hr_last_error());
+        } else {
+            /* few experts: one after another, each GEMM over every thread */
+            expert_scratch sc;
+            s = c.n_touched ? scratch_new(&c, &sc) : HR_OK;
+            for (int64_t u = 0; s == HR_OK && u < c.n_touched; u++) s = run_expert(&c, c.touched[u], &sc);
+            if (c.n_touched) scratch_free(&sc);
+        }
     }
-    for (int64_t e = 0; s == HR_OK && e < c.e; e++)
-        if (c.start[e + 1] > c.start[e]) s = run_expert(&c, e);
-    if (s == HR_OK)
-        for (int64_t t = 0; t < c.t; t++)
-            hr_k_store_f32((char *)hr_tensor_ptr(y) + row_offset(y, t) * (int64_t)esz, y->dtype, c.acc + t * c.h, c.h,
-                           y->strides[y->ndim - 1], c.simd);
-    free(block);
-    free(c.f0);
-    free(c.acc);
+    if (s == HR_OK) {
+        combine_ctx x = {.c = &c, .y = out[0]};
+        atomic_init(&x.status, HR_OK);
+        hr_parallel_run(combine_task, &x, hr_parallel_threads_for(c.t * c.h * (c.k + 1), HR_GRAIN_ELTWISE));
+        if (atomic_load(&x.status) != HR_OK) s = hr_error(HR_ERR_OOM, "experts: out of memory combining rows");
+    }
+    free(c.d);
+    free(c.row);
     free(c.order);
+    free(c.touched);
     free(c.start);
     return s;
 }
