@@ -111,8 +111,9 @@ static inline double bench_read_pass(const char *p, size_t n, int nth) {
     bench_read_share(&args[0]);
     for (int i = 1; i < nth; i++) pthread_join(th[i], NULL);
     double dt = bench_now_s() - t0;
-    volatile uint64_t sink = 0;
-    for (int i = 0; i < nth; i++) sink += args[i].sink;
+    /* the sums, so that the loads are not optimised away */
+    static volatile uint64_t sink;
+    for (int i = 0; i < nth; i++) sink = sink + args[i].sink;
     return (double)(share * (size_t)nth) / dt / 1e9;
 }
 

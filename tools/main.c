@@ -17,6 +17,7 @@ static const command commands[] = {
     {"chat", hr_cmd_chat, "chat in the terminal with the model's chat template (/reset, /system, /quit)"},
     {"serve", hr_cmd_serve, "OpenAI-compatible server with continuous batching and a chat page"},
     {"bench", hr_cmd_bench, "time load, prefill and decode (last line: JSON)"},
+    {"kernels", hr_cmd_kernels, "kernel hub: list the cache's kernels, verify one, lock one (kernels --help)"},
     {"launch", hr_cmd_launch, "run a command once per TPU chip with libtpu's per-process environment"},
     {"tokenize", hr_cmd_tokenize, "JSON strings per line on stdin -> JSON id arrays (--add-special-tokens)"},
     {"detokenize", hr_cmd_detokenize, "JSON id arrays per line on stdin -> JSON strings (--skip-special-tokens)"},
@@ -26,7 +27,7 @@ int hr_cli_fail(const char *cmd, hr_status s) {
     fprintf(stderr, "hubrt %s: %s\n", cmd, hr_last_error()[0] ? hr_last_error() : hr_status_name(s));
     switch (s) {
     case HR_ERR_INVALID_ARG: case HR_ERR_SHAPE: case HR_ERR_DTYPE: case HR_ERR_FORMAT:
-    case HR_ERR_NOT_FOUND: case HR_ERR_UNSUPPORTED: case HR_ERR_IO:
+    case HR_ERR_NOT_FOUND: case HR_ERR_UNSUPPORTED: case HR_ERR_IO: case HR_ERR_PERMISSION:
         return HR_EXIT_USAGE;
     default:
         return HR_EXIT_FAIL;

@@ -43,6 +43,7 @@ typedef enum hr_status {
     HR_ERR_UNSUPPORTED = 8,   /* valid request hubrt cannot serve */
     HR_ERR_DEVICE = 9,        /* a device or plugin failed */
     HR_ERR_INTERNAL = 10,     /* a bug in hubrt */
+    HR_ERR_PERMISSION = 11,   /* refused by policy: an untrusted kernel publisher */
     HR_STATUS_COUNT
 } hr_status;
 

@@ -37,6 +37,15 @@ HR_API bool hr_hub_is_repo_id(const char *ref);
  * answers. *dir is malloc'd. */
 HR_API hr_status hr_hub_model_dir(const char *ref, const hr_hub_options *opts, char **dir);
 
+/* The cache folder the options and the environment choose (as
+ * huggingface_hub picks it), into out[cap]. */
+HR_API void hr_hub_cache_root(const hr_hub_options *opts, char *out, size_t cap);
+/* The snapshot folder of a repository's revision (opts->revision, "main"
+ * when NULL) in the cache alone, no network: *dir malloc'd and its commit
+ * into commit[cap]; HR_ERR_NOT_FOUND when the cache has no such snapshot. */
+HR_API hr_status hr_hub_cached_snapshot(const char *repo_id, const hr_hub_options *opts, char **dir, char *commit,
+                                        size_t cap);
+
 /* One file of a repository, in the cache (fetched when missing): its path
  * in the snapshot folder. HR_ERR_NOT_FOUND when the repository does not
  * have it (remembered in .no_exist/, as huggingface_hub does). */

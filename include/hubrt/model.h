@@ -39,12 +39,19 @@ HR_API void hr_model_free(hr_model *m);
 /* The implementation a mixture-of-experts model's experts run, by name:
  * "grouped" (the default: tokens grouped by expert, each touched expert's
  * weights read once; transformers' "grouped_mm" and "batched_mm" name it
- * too) or "eager" (transformers' per-expert loop: each weighted product
+ * too), "eager" (transformers' per-expert loop: each weighted product
  * rounded to the model dtype and added in expert order; the same bits in
- * float32). Other names are refused, listing these. Compiled plans of the
- * other implementation are dropped. A model without experts takes any of
- * these names and runs as before. */
+ * float32), or a kernel from the kernel hub: "org/name", "org/name@v2"
+ * (its version branch) or "org/name@REVISION", or a kernel folder, loaded
+ * with hr_kernel_load's checks (trusted publishers only; the lock file of
+ * $HUBRT_KERNELS_LOCK). Other names are refused, listing these. Compiled
+ * plans of the other implementation are dropped. A model without experts
+ * takes any of these and runs as before. */
 HR_API hr_status hr_model_set_experts_implementation(hr_model *m, const char *name);
+/* A kernel hr_kernel_load loaded (its info->impl_id) as the experts
+ * implementation; per_expert picks the kernel's rounding (as "eager"). */
+HR_API hr_status hr_model_set_experts_kernel(hr_model *m, int64_t impl_id, bool per_expert);
+/* "grouped", "eager", or the kernel's "org/name@revision". */
 HR_API const char *hr_model_experts_implementation(const hr_model *m);
 
 HR_API const char *hr_model_arch(const hr_model *m);

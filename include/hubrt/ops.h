@@ -99,6 +99,10 @@ typedef enum hr_experts_act { HR_EXPERTS_SILU = 0, HR_EXPERTS_GELU_TANH = 1 } hr
 typedef struct hr_attrs_experts {
     int64_t act; /* hr_experts_act */
     bool per_expert;
+    /* 0: the device's own kernel; else a kernel library's implementation
+     * that the kernel hub loaded (hubrt/kernels.h: hr_kernel_impl_id),
+     * on the CPU; other devices run their own lowering. */
+    int64_t impl;
 } hr_attrs_experts;
 
 /* rms_norm: y = x / sqrt(mean(x^2) + eps) * (weight + weight_offset)

@@ -87,6 +87,7 @@ _mdtype = fn("hr_model_dtype", [_P])
 _vocab = fn("hr_model_vocab_size", [_P], ctypes.c_int64)
 _set_experts = fn("hr_model_set_experts_implementation", [_P, ctypes.c_char_p])
 _get_experts = fn("hr_model_experts_implementation", [_P], ctypes.c_char_p)
+_set_experts_kernel = fn("hr_model_set_experts_kernel", [_P, ctypes.c_int64, ctypes.c_bool])
 _genconf = fn("hr_model_generation_config", [_P], ctypes.POINTER(_GenerationConfig))
 _gen_init = fn("hr_generate_config_init", [ctypes.POINTER(_GenerateConfig)], None)
 _generate = fn("hr_generate", [_P, _I64P, _I64P, ctypes.c_int64, ctypes.c_int64,
@@ -159,8 +160,13 @@ class HubrtModelForCausalLM:
 
     def set_experts_implementation(self, name):
         """As transformers' model.set_experts_implementation: "grouped" (also
-        "grouped_mm", "batched_mm") or "eager"."""
-        check(_set_experts(self._h, name.encode()))
+        "grouped_mm", "batched_mm"), "eager", a kernel repository "org/name"
+        ("org/name@v1") or a Kernel from hubrt.get_kernel."""
+        from .kernels import Kernel
+        if isinstance(name, Kernel):
+            check(_set_experts_kernel(self._h, name.impl_id, False))
+        else:
+            check(_set_experts(self._h, name.encode()))
 
     @property
     def experts_implementation(self):
@@ -388,16 +394,21 @@ class AutoModelForCausalLM:
     @classmethod
     def from_pretrained(cls, path, dtype="auto", device_map="cpu", experts_implementation=None, **kwargs):
         """experts_implementation: a mixture-of-experts model's experts, "grouped"
-        (the default; transformers' "grouped_mm" and "batched_mm" name it too)
-        or "eager" (transformers' per-expert loop)."""
+        (the default; transformers' "grouped_mm" and "batched_mm" name it too),
+        "eager" (transformers' per-expert loop), a kernel repository "org/name"
+        or a Kernel from hubrt.get_kernel."""
         hub_args = {k: kwargs.pop(k) for k in HUB_ARGS if k in kwargs}
         if kwargs:
             raise TypeError(f"unsupported arguments: {', '.join(sorted(kwargs))}")
         path = resolve(path, **hub_args)
         dt = str(dtype).replace("torch.", "") if dtype is not None else "auto"
         dev = device_map if isinstance(device_map, str) and device_map != "auto" else "cpu"
-        opts = _ModelOptions(dtype=dt.encode(), device=dev.encode(),
-                             experts_implementation=experts_implementation.encode() if experts_implementation else None)
+        from .kernels import Kernel
+        impl = experts_implementation if isinstance(experts_implementation, str) else None
+        opts = _ModelOptions(dtype=dt.encode(), device=dev.encode(), experts_implementation=impl.encode() if impl else None)
         h = _P()
         check(_load(os.fspath(path).encode(), ctypes.byref(opts), ctypes.byref(h)))
-        return HubrtModelForCausalLM(h, path)
+        model = HubrtModelForCausalLM(h, path)
+        if isinstance(experts_implementation, Kernel):
+            model.set_experts_implementation(experts_implementation)
+        return model

@@ -21,6 +21,7 @@ static const char *const status_names[HR_STATUS_COUNT] = {
     [HR_ERR_UNSUPPORTED] = "unsupported",
     [HR_ERR_DEVICE] = "device error",
     [HR_ERR_INTERNAL] = "internal error",
+    [HR_ERR_PERMISSION] = "not permitted",
 };
 
 const char *hr_status_name(hr_status s) {

@@ -431,6 +431,25 @@ hr_status hr_hub_file(const char *repo_id, const char *filename, const hr_hub_op
     return st;
 }
 
+void hr_hub_cache_root(const hr_hub_options *opts, char *out, size_t cap) { cache_root(opts, out, cap); }
+
+hr_status hr_hub_cached_snapshot(const char *repo_id, const hr_hub_options *opts, char **dir, char *commit,
+                                 size_t cap) {
+    if (!repo_id || !dir || !commit) return hr_error(HR_ERR_INVALID_ARG, "hr_hub_cached_snapshot: NULL argument");
+    *dir = NULL;
+    hub_ctx c;
+    hr_status st = ctx_init(&c, repo_id, opts);
+    free(c.token);
+    HR_TRY(st);
+    char path[PATH_CAP];
+    if (!cached_commit(&c, commit, cap))
+        return hr_error(HR_ERR_NOT_FOUND, "%s: revision '%s' is not in the cache %s", repo_id, c.revision, c.root);
+    pathf(path, sizeof path, "%s/snapshots/%s", c.repo_dir, commit);
+    if (!exists(path))
+        return hr_error(HR_ERR_NOT_FOUND, "%s: the cache %s has no snapshot %s", repo_id, c.root, commit);
+    return (*dir = strdup(path)) ? HR_OK : hr_error(HR_ERR_OOM, "out of memory");
+}
+
 /* ---- a model's files --------------------------------------------------- */
 
 bool hr_hub_is_repo_id(const char *ref) {

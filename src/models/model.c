@@ -1,10 +1,13 @@
 /* Model loading, the model's public getters and the public forwards:
  * hr_model_forward on tensors, hr_model_step on host arrays (what a
  * generation loop runs). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "hubrt/kernels.h"
+#include "ops/experts_impl.h"
 #include "models/forward_internal.h"
 
 /* ---- loading ------------------------------------------------------------- */
@@ -25,25 +28,61 @@ static const struct {
     bool per_expert;
 } experts_impls[] = {{"grouped", false}, {"grouped_mm", false}, {"batched_mm", false}, {"eager", true}};
 
+/* The implementation changes: the captured plans hold the old one's attrs. */
+static void set_experts(hr_model *m, bool per_expert, int64_t impl) {
+    if (m->experts_per_expert != per_expert || m->experts_impl != impl)
+        for (int j = 0; j < 2; j++) {
+            hr_jit_free(m->jit[j]);
+            m->jit[j] = NULL;
+        }
+    m->experts_per_expert = per_expert;
+    m->experts_impl = impl;
+}
+
+hr_status hr_model_set_experts_kernel(hr_model *m, int64_t impl_id, bool per_expert) {
+    const char *name = NULL;
+    if (!m || !impl_id || !hr_experts_impl_find(impl_id, &name))
+        return hr_error(HR_ERR_NOT_FOUND, "experts kernel %lld is not loaded (hr_kernel_load)", (long long)impl_id);
+    snprintf(m->experts_name, sizeof m->experts_name, "%s", name);
+    set_experts(m, per_expert, impl_id);
+    return HR_OK;
+}
+
+/* "org/name", "org/name@v<N>", "org/name@<revision>", or a folder. */
+static hr_status load_hub_kernel(hr_model *m, const char *name) {
+    char repo[256], rev[128] = "";
+    snprintf(repo, sizeof repo, "%s", name);
+    char *at = strrchr(repo, '@');
+    if (at) {
+        snprintf(rev, sizeof rev, "%s", at + 1);
+        *at = 0;
+    }
+    hr_kernel_options o = {0};
+    char *end = NULL;
+    long long v = rev[0] == 'v' ? strtoll(rev + 1, &end, 10) : 0;
+    if (v > 0 && end && !*end) o.version = v;
+    else if (rev[0]) o.revision = rev;
+    hr_kernel_info info;
+    HR_TRY(hr_kernel_load(repo, &o, &info));
+    return hr_model_set_experts_kernel(m, info.impl_id, false);
+}
+
 hr_status hr_model_set_experts_implementation(hr_model *m, const char *name) {
     if (!m || !name) return hr_error(HR_ERR_INVALID_ARG, "hr_model_set_experts_implementation: NULL argument");
     for (size_t i = 0; i < sizeof experts_impls / sizeof experts_impls[0]; i++) {
         if (strcmp(name, experts_impls[i].name)) continue;
-        if (m->experts_per_expert != experts_impls[i].per_expert) {
-            /* the captured plans hold the other implementation's attrs */
-            for (int j = 0; j < 2; j++) {
-                hr_jit_free(m->jit[j]);
-                m->jit[j] = NULL;
-            }
-        }
-        m->experts_per_expert = experts_impls[i].per_expert;
+        set_experts(m, experts_impls[i].per_expert, 0);
         return HR_OK;
     }
-    return hr_error(HR_ERR_INVALID_ARG, "experts implementation '%s' is not known (grouped, eager; transformers' "
-                    "grouped_mm and batched_mm are grouped)", name);
+    if (strchr(name, '/')) return load_hub_kernel(m, name);
+    return hr_error(HR_ERR_INVALID_ARG, "experts implementation '%s' is not known (grouped, eager, or a kernel "
+                    "repository org/name[@vN]; transformers' grouped_mm and batched_mm are grouped)", name);
 }
 
-const char *hr_model_experts_implementation(const hr_model *m) { return m->experts_per_expert ? "eager" : "grouped"; }
+const char *hr_model_experts_implementation(const hr_model *m) {
+    if (m->experts_impl) return m->experts_name;
+    return m->experts_per_expert ? "eager" : "grouped";
+}
 
 static hr_status model_init(hr_model *m, const char *dir, const hr_model_options *opts) {
     if (opts && opts->experts_implementation)

@@ -140,6 +140,8 @@ struct hr_model {
     /* The experts implementation MoE layers run (hr_model_set_experts_implementation):
      * "grouped" (the default) or "eager", transformers' per-expert loop's rounding. */
     bool experts_per_expert;
+    int64_t experts_impl;       /* 0, or a hub kernel's implementation id (hr_kernel_info.impl_id) */
+    char experts_name[160];     /* the kernel's name, when experts_impl is set */
     float *inv_freq[HR_LAYER_KINDS]; /* [rot/2] for rope types that do not depend on the length */
     double attn_scaling[HR_LAYER_KINDS];
     hr_scratch scratch;         /* the eager forward's activations */

@@ -45,7 +45,7 @@ hr_status hr_build_moe(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o,
         HR_TRY(act_of(f, "top_w_dt", dt, k, &wt));
         HR_TRY(run1(HR_OP_cast, &(hr_attrs_cast){.dtype = dt}, IN_(topv), 1, wt));
     }
-    hr_attrs_experts ea = {.act = o->act, .per_expert = m->experts_per_expert};
+    hr_attrs_experts ea = {.act = o->act, .per_expert = m->experts_per_expert, .impl = m->experts_impl};
     const hr_tensor *wts = wt ? wt : topv;
     if (w->gate_up_bias)
         return run1(HR_OP_experts, &ea, IN_(h, wts, topi, w->gate_up, w->down, w->gate_up_bias, w->down_bias), 7, out);

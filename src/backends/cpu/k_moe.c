@@ -9,12 +9,16 @@
  * the expert finishes, so a row's result depends on its own slots only:
  * never on the other rows of the call, nor on the threads. */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/k_moe.h"
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "hubrt/runtime.h"
+#include "ops/experts_impl.h"
 #include "ops/op_impl.h"
 
 /* Element offset of row r of t over its leading dims (the last dim is the
@@ -71,6 +75,7 @@ typedef struct moe_call {
     int64_t n_touched;
     atomic_llong next;       /* the next entry of touched to claim */
     atomic_int status;       /* the first failure */
+    char err[256];           /* its message (the failing thread's own is thread-local) */
 } moe_call;
 
 /* Counting sort of the slots by expert, tokens ascending within each;
@@ -149,7 +154,7 @@ static hr_status run_expert(const moe_call *c, int64_t e, expert_scratch *sc) {
 
 static void fail(moe_call *c, hr_status s) {
     int ok = HR_OK;
-    atomic_compare_exchange_strong(&c->status, &ok, (int)s);
+    if (atomic_compare_exchange_strong(&c->status, &ok, (int)s)) snprintf(c->err, sizeof c->err, "%s", hr_last_error());
 }
 
 /* A thread's share: experts claimed one at a time, each GEMM on this
@@ -233,9 +238,44 @@ static void combine_task(void *arg, int ith, int nth) {
     free(acc);
 }
 
+/* The call handed to a kernel library's implementation (attr impl). */
+static hr_status run_external(const hr_attrs_experts *a, const hr_tensor *const *in, int n_in, hr_tensor *y) {
+    const char *name = "?";
+    hr_experts_fn fn = hr_experts_impl_find(a->impl, &name);
+    if (!fn)
+        return hr_error(HR_ERR_NOT_FOUND, "experts: implementation %lld is not loaded (load its kernel first)",
+                        (long long)a->impl);
+    for (int j = 0; j <= n_in; j++) {
+        const hr_tensor *t = j < n_in ? in[j] : y;
+        if (!hr_tensor_is_contiguous(t))
+            return hr_error(HR_ERR_UNSUPPORTED, "experts: the kernel '%s' takes contiguous tensors; %s is not", name,
+                            j < n_in ? "an input" : "the output");
+    }
+    if (in[2]->dtype != HR_I64)
+        return hr_error(HR_ERR_DTYPE, "experts: the kernel '%s' takes i64 indices, got %s", name,
+                        hr_dtype_name(in[2]->dtype));
+    const hr_tensor *x = in[0], *gu = in[3];
+    char err[256] = "";
+    hr_kernel_experts_args k = {
+        .dtype = (int32_t)x->dtype, .weights_dtype = (int32_t)in[1]->dtype, .act = (int32_t)a->act,
+        .per_expert = a->per_expert, .h = x->shape[x->ndim - 1], .i = gu->shape[1] / 2, .e = gu->shape[0],
+        .k = in[1]->shape[in[1]->ndim - 1], .x = hr_tensor_ptr(x), .weights = hr_tensor_ptr(in[1]),
+        .indices = hr_tensor_ptr(in[2]), .gate_up = hr_tensor_ptr(gu), .down = hr_tensor_ptr(in[4]),
+        .gate_up_bias = n_in > 5 ? hr_tensor_ptr(in[5]) : NULL, .down_bias = n_in > 6 ? hr_tensor_ptr(in[6]) : NULL,
+        .out = hr_tensor_ptr(y), .isa = (int32_t)hr_cpu_isa_get(), .threads = hr_num_threads(), .error = err,
+        .error_cap = sizeof err};
+    k.t = k.h ? hr_shape_numel(x->ndim, x->shape) / k.h : 0;
+    int rc = fn(&k);
+    if (rc == 0) return HR_OK;
+    err[sizeof err - 1] = 0;
+    return hr_error(rc > 0 ? (hr_status)rc : HR_ERR_INTERNAL, "experts: the kernel '%s' failed: %s", name,
+                    err[0] ? err : "(no message)");
+}
+
 static hr_status k_experts(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
                            int n_out) {
     static const hr_attrs_experts none = {0};
+    if (attrs && ((const hr_attrs_experts *)attrs)->impl) return run_external(attrs, in, n_in, out[0]);
     moe_call c = {.x = in[0], .w = in[1], .idx = in[2], .gu = in[3], .dn = in[4],
                   .bgu = n_in > 5 ? in[5] : NULL, .bdn = n_in > 6 ? in[6] : NULL,
                   .a = attrs ? attrs : &none, .simd = hr_k_simd()};
@@ -262,7 +302,7 @@ static hr_status k_experts(const void *attrs, const hr_tensor *const *in, int n_
             /* experts side by side, one per thread at a time */
             hr_parallel_run(experts_task, &c, nth);
             s = (hr_status)atomic_load(&c.status);
-            if (s != HR_OK) s = hr_error(s, "experts: %s", hr_last_error());
+            if (s != HR_OK) s = hr_error(s, "experts: %s", c.err);
         } else {
             /* few experts: one after another, each GEMM over every thread */
             expert_scratch sc;
@@ -283,6 +323,48 @@ static hr_status k_experts(const void *attrs, const hr_tensor *const *in, int n_
     free(c.touched);
     free(c.start);
     return s;
+}
+
+/* A tensor over caller memory: no device, no allocation (the kernel
+ * library's entry, which links no device). */
+static void raw_tensor(hr_tensor *t, hr_buffer *b, hr_dtype dt, const void *p, int ndim, const int64_t *shape) {
+    memset(b, 0, sizeof *b);
+    memset(t, 0, sizeof *t);
+    b->data = (void *)p;
+    t->dtype = dt;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    hr_contiguous_strides(ndim, shape, t->strides);
+    t->buf = b;
+}
+
+int hr_cpu_experts_raw(const hr_kernel_experts_args *a) {
+    if ((a->isa >= 0 && hr_cpu_isa_get() != (hr_cpu_isa)a->isa && hr_cpu_isa_set((hr_cpu_isa)a->isa) != HR_OK) ||
+        (a->threads > 0 && hr_num_threads() != a->threads && hr_set_num_threads(a->threads) != HR_OK)) {
+        if (a->error && a->error_cap) snprintf(a->error, a->error_cap, "%s", hr_last_error());
+        return HR_ERR_UNSUPPORTED;
+    }
+    hr_dtype dt = (hr_dtype)a->dtype;
+    hr_tensor t[8];
+    hr_buffer b[8];
+    raw_tensor(&t[0], &b[0], dt, a->x, 2, (int64_t[]){a->t, a->h});
+    raw_tensor(&t[1], &b[1], (hr_dtype)a->weights_dtype, a->weights, 2, (int64_t[]){a->t, a->k});
+    raw_tensor(&t[2], &b[2], HR_I64, a->indices, 2, (int64_t[]){a->t, a->k});
+    raw_tensor(&t[3], &b[3], dt, a->gate_up, 3, (int64_t[]){a->e, 2 * a->i, a->h});
+    raw_tensor(&t[4], &b[4], dt, a->down, 3, (int64_t[]){a->e, a->h, a->i});
+    int n_in = 5;
+    if (a->gate_up_bias && a->down_bias) {
+        raw_tensor(&t[5], &b[5], dt, a->gate_up_bias, 2, (int64_t[]){a->e, 2 * a->i});
+        raw_tensor(&t[6], &b[6], dt, a->down_bias, 2, (int64_t[]){a->e, a->h});
+        n_in = 7;
+    }
+    raw_tensor(&t[7], &b[7], dt, a->out, 2, (int64_t[]){a->t, a->h});
+    const hr_tensor *in[7] = {&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6]};
+    hr_tensor *out[1] = {&t[7]};
+    hr_attrs_experts attrs = {.act = a->act, .per_expert = a->per_expert != 0};
+    hr_status s = k_experts(&attrs, in, n_in, out, 1);
+    if (s != HR_OK && a->error && a->error_cap) snprintf(a->error, a->error_cap, "%s", hr_last_error());
+    return (int)s;
 }
 
 void hr_cpu_register_moe(hr_cpu_kernel_fn *table) { table[HR_OP_experts] = k_experts; }
