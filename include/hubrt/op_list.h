@@ -60,7 +60,7 @@
     X(layer_norm,   1, 3, 1, hr_attrs_norm)                        \
     X(rope_cos_sin, 2, 2, 2, hr_attrs_rope_cos_sin)                \
     X(rope,         3, 3, 1, hr_attrs_none)                        \
-    X(sdpa,         3, 4, 1, hr_attrs_sdpa)                        \
+    X(sdpa,         3, 5, 1, hr_attrs_sdpa)                        \
     /* indexing and data movement */                               \
     X(embedding,    2, 2, 1, hr_attrs_none)                        \
     X(index_select, 2, 2, 1, hr_attrs_dim)                         \

@@ -118,7 +118,7 @@ typedef struct hr_attrs_rope_cos_sin {
     int64_t dtype; /* hr_dtype */
 } hr_attrs_rope_cos_sin;
 
-/* sdpa(q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv], [mask])
+/* sdpa(q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv], [mask], [sinks])
  *   -> [b, hq, s, dv]. hq must be a multiple of hkv (GQA by head
  *   broadcast). mask broadcasts to [b, hq, s, t]: bool (true = attend) or
  *   additive float. Causal masking aligns the last query with the last key
@@ -138,6 +138,9 @@ typedef struct hr_attrs_sdpa {
      * on the other rows or the threads. Slower; other devices ignore it. */
     bool exact;
     int64_t exact_from;
+    /* The last input is sinks [hq] (gpt-oss): each head's logit of a key
+     * that takes its share of the softmax and holds no value. */
+    bool sinks;
 } hr_attrs_sdpa;
 
 typedef struct hr_attrs_cast { int64_t dtype; /* hr_dtype */ } hr_attrs_cast;

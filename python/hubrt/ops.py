@@ -219,9 +219,12 @@ def rope(x, cos, sin):
     return call("rope", x, cos, sin)
 
 
-def sdpa(q, k, v, mask=None, scale=0.0, is_causal=False, window=0, softcap=0.0, exact=False, exact_from=0):
-    return call("sdpa", q, k, v, mask, scale=scale or 0.0, is_causal=is_causal, window=window,
-                softcap=softcap, exact=exact, exact_from=exact_from)
+def sdpa(q, k, v, mask=None, scale=0.0, is_causal=False, window=0, softcap=0.0, exact=False, exact_from=0,
+         sinks=None):
+    """sinks [hq]: each head's sink logit (gpt-oss), a key that holds no value."""
+    ins = [q, k, v] + ([mask] if mask is not None else []) + ([sinks] if sinks is not None else [])
+    return call("sdpa", *ins, scale=scale or 0.0, is_causal=is_causal, window=window, softcap=softcap, exact=exact,
+                exact_from=exact_from, sinks=sinks is not None)
 
 
 def embedding(weight, ids):

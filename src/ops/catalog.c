@@ -46,6 +46,7 @@ static_assert(sizeof ops / sizeof ops[0] == HR_OP_COUNT, "op info table out of s
     F(sdpa, F64, hr_attrs_sdpa, scale) F(sdpa, F64, hr_attrs_sdpa, softcap)              \
     F(sdpa, I64, hr_attrs_sdpa, window) F(sdpa, BOOL, hr_attrs_sdpa, is_causal)          \
     F(sdpa, BOOL, hr_attrs_sdpa, exact) F(sdpa, I64, hr_attrs_sdpa, exact_from)          \
+    F(sdpa, BOOL, hr_attrs_sdpa, sinks)                                                  \
     DIM_(F, index_select) DIM_(F, gather) DIM_(F, index_copy) DIM_(F, cat)               \
     F(cast, I64, hr_attrs_cast, dtype)                                                   \
     F(fill, INTS, hr_attrs_fill, shape) F(fill, I64, hr_attrs_fill, dtype)               \

@@ -8,7 +8,12 @@
  * to [b, hq, s, t] (bool, or additive in q's dtype or f32) -> [b, hq, s, dv] */
 static hr_status infer_sdpa(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor_meta *out,
                             int n_out) {
-    const hr_tensor *q = in[0], *k = in[1], *v = in[2], *mask = n_in > 3 ? in[3] : NULL;
+    bool has_sinks = attrs && ((const hr_attrs_sdpa *)attrs)->sinks;
+    if (has_sinks && n_in < 4) return hr_error(HR_ERR_INVALID_ARG, "sdpa: attr sinks set but no sinks input");
+    if (!has_sinks && n_in > 4)
+        return hr_error(HR_ERR_INVALID_ARG, "sdpa: 5 inputs take attr sinks (q, k, v, mask, sinks)");
+    const hr_tensor *q = in[0], *k = in[1], *v = in[2], *mask = n_in - has_sinks > 3 ? in[3] : NULL;
+    const hr_tensor *sinks = has_sinks ? in[n_in - 1] : NULL;
     static const char *const names[] = {"input 0 (q)", "input 1 (k)", "input 2 (v)"};
     char s0[160], s1[160];
     for (int i = 0; i < 3; i++) {
@@ -45,6 +50,12 @@ static hr_status infer_sdpa(const void *attrs, const hr_tensor *const *in, int n
         if (!ok)
             return hr_error(HR_ERR_SHAPE, "sdpa: input 3 (mask) %s does not broadcast to [b, hq, s, t] = %s",
                             hr_shape_str(mask->ndim, mask->shape, s0, sizeof s0), hr_shape_str(4, want, s1, sizeof s1));
+    }
+    if (sinks) {
+        HR_TRY(hr_require_float("sdpa", "the sinks input", sinks));
+        if (sinks->ndim != 1 || sinks->shape[0] != q->shape[1])
+            return hr_error(HR_ERR_SHAPE, "sdpa: the sinks input must be [%lld] (one per q head), got %s",
+                            (long long)q->shape[1], hr_shape_str(sinks->ndim, sinks->shape, s0, sizeof s0));
     }
     if (attrs) {
         const hr_attrs_sdpa *a = attrs;

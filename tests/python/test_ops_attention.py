@@ -548,3 +548,87 @@ def test_sdpa_exact_is_invariant_to_where_keys_lie(dtype):
         got = to_torch(hubrt.ops.sdpa(to_hr(q), to_hr(kr), to_hr(vr), to_hr(ring_keep), exact=True,
                                       exact_from=r))
         assert torch.equal(got, alone), ("ring", off)
+
+
+# ---- sinks (gpt-oss) -------------------------------------------------------------------------------
+
+def sinks_reference(q, k, v, sinks, mask=None, causal=False, window=0):
+    """transformers' gpt-oss eager attention (GptOss eager_attention_forward):
+    the head's sink logit joins the scores, the softmax takes it, its
+    probability is dropped; a row with no visible key gives 0."""
+    q, k, v = q.float(), k.float(), v.float()
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    s, t = q.shape[2], k.shape[2]
+    scores = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    keep = torch.ones(s, t, dtype=torch.bool)
+    pq, pk = torch.arange(s)[:, None] + t - s, torch.arange(t)[None, :]
+    if causal:
+        keep &= pk <= pq
+    if window:
+        keep &= pq - pk < window
+    if mask is not None:
+        keep = keep & mask
+    scores = scores.masked_fill(~keep, float("-inf"))
+    sink = sinks.float().reshape(1, -1, 1, 1).expand(q.shape[0], -1, s, 1)
+    combined = torch.cat([scores, sink], dim=-1)
+    combined = combined - combined.max(dim=-1, keepdim=True).values
+    probs = torch.softmax(combined, dim=-1)[..., :-1]
+    return probs @ v
+
+
+# decode (one and few rows, key splits at t = 700), prefill causal and full,
+# a sliding window, a padding mask with a fully masked row
+SINK_CASES = [(1, 1, 2), (1, 700, 0), (3, 40, 0), (64, 64, 0), (33, 90, 16)]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("s,t,window", SINK_CASES)
+def test_sdpa_sinks(isa, dtype, s, t, window):  # noqa: F811
+    q, k, v = qkv(2, 4, 2, s, t, 64, dtype=dtype)
+    sinks = rand(4, seed=9) * 2
+    causal = s > 1
+    want = sinks_reference(q, k, v, sinks, causal=causal, window=window)
+    got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=causal, window=window, sinks=to_hr(sinks))
+    assert_close(got, want, atol=1e-5 if dtype == "f32" else None)
+    exact = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), is_causal=causal, window=window, sinks=to_hr(sinks),
+                           exact=True)
+    assert_close(exact, want, atol=1e-5 if dtype == "f32" else None)
+
+
+def test_sdpa_sinks_with_mask_and_large_sinks():
+    """A padding mask that hides every key of one row (0 out, the sink takes
+    it all), and sinks far above the scores (they take nearly all)."""
+    q, k, v = qkv(2, 4, 4, 5, 9, 32)
+    mask = torch.ones(2, 1, 5, 9, dtype=torch.bool)
+    mask[1, :, 2, :] = False
+    mask[0, :, :, :3] = False
+    for sinks in (rand(4, seed=4), torch.tensor([30.0, -30.0, 0.0, 80.0])):
+        want = sinks_reference(q, k, v, sinks, mask=mask)
+        got = hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), to_hr(mask), sinks=to_hr(sinks))
+        assert_close(got, want, atol=1e-5)
+        assert not to_torch(got)[1, :, 2].any()
+
+
+def test_sdpa_sinks_on_xla_cpu():
+    import numpy as np
+    try:
+        hubrt.from_numpy(np.zeros(1, np.float32)).to("xla_cpu")
+    except hubrt.HubrtError as e:
+        pytest.skip(f"xla_cpu PJRT plugin unavailable: {e}")
+    q, k, v = qkv(1, 4, 2, 6, 11, 32)
+    sinks = rand(4, seed=5)
+    mask = torch.ones(1, 1, 6, 11, dtype=torch.bool)
+    mask[..., :2] = False
+    want = sinks_reference(q, k, v, sinks, mask=mask, causal=True)
+    dev = [to_hr(t).to("xla_cpu") for t in (q, k, v, mask, sinks)]
+    got = hubrt.ops.sdpa(dev[0], dev[1], dev[2], dev[3], is_causal=True, sinks=dev[4])
+    assert_close(got.to("cpu"), want, atol=1e-5)
+
+
+def test_sdpa_sinks_errors():
+    q, k, v = qkv(1, 4, 2, 3, 5, 32)
+    with pytest.raises(hubrt.HubrtError, match=r"the sinks input must be \[4\]"):
+        hubrt.ops.sdpa(to_hr(q), to_hr(k), to_hr(v), sinks=to_hr(torch.zeros(3)))
+    with pytest.raises(hubrt.HubrtError, match=r"attr sinks set but no sinks input"):
+        hubrt.ops.call("sdpa", to_hr(q), to_hr(k), to_hr(v), sinks=True)

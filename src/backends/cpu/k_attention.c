@@ -287,7 +287,8 @@ static void attn_unit(const attn_ctx *c, attn_scratch *s, int64_t u) {
     }
     for (int64_t i = 0; i < nq; i++) {
         int64_t r = r0 + i;
-        float inv = s->l[i] > 0 ? 1.0f / s->l[i] : 0.0f;
+        float den = hr_attn_den(c, kvh * c->rep + r % c->rep, s->m[i], s->l[i]);
+        float inv = den > 0 ? 1.0f / den : 0.0f;
         float *oi = ot + i * ldo;
         for (int64_t e = 0, dv = c->dv; e < dv; e++) oi[e] *= inv;
         hr_store_f32(hr_attn_at(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep), c->o->dtype, oi, c->dv,
@@ -675,7 +676,8 @@ void hr_attn_decode_finish(const attn_ctx *c, const attn_scratch *s, int64_t u, 
     if (!c->parts) { /* one split: u is the (batch, kv head) pair */
         int64_t kvh = u % c->hkv, bi = u / c->hkv;
         for (int64_t r = 0; r < rows; r++) {
-            float inv = s->l[r] > 0 ? 1.0f / s->l[r] : 0.0f, *oi = o + r * dv;
+            float den = hr_attn_den(c, kvh * c->rep + r % c->rep, s->m[r], s->l[r]);
+            float inv = den > 0 ? 1.0f / den : 0.0f, *oi = o + r * dv;
             for (int64_t e = 0; e < dv; e++) oi[e] *= inv;
             hr_store_f32(hr_attn_at(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep), c->o->dtype, oi, dv,
                          c->o->strides[3]);
@@ -708,6 +710,7 @@ static void attn_decode_combine(const attn_ctx *c) {
                 den += part[1] * w;
                 for (int64_t e = 0; e < dv; e++) acc[2 + e] += w * part[2 + e];
             }
+            den = hr_attn_den(c, kvh * c->rep + r % c->rep, mx, den);
             float inv = den > 0 ? 1.0f / den : 0.0f;
             for (int64_t e = 0; e < dv; e++) acc[2 + e] *= inv;
             hr_store_f32(hr_attn_at(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep), c->o->dtype, acc + 2, dv,
@@ -778,7 +781,7 @@ static void attn_worker(void *arg, int ith, int nth) {
 }
 
 void hr_attn_plan(attn_ctx *c, const hr_attrs_sdpa *a, const hr_tensor *const *in, int n_in, hr_tensor *o) {
-    *c = (attn_ctx){.q = in[0], .k = in[1], .v = in[2], .mask = n_in > 3 ? in[3] : NULL, .o = o};
+    *c = (attn_ctx){.q = in[0], .k = in[1], .v = in[2], .mask = n_in - a->sinks > 3 ? in[3] : NULL, .o = o};
     c->b = c->q->shape[0];
     c->hq = c->q->shape[1];
     c->s = c->q->shape[2];
@@ -851,17 +854,32 @@ static hr_status k_sdpa(const void *attrs, const hr_tensor *const *in, int n_in,
     attn_ctx c;
     const hr_attrs_sdpa *a = attrs ? attrs : &defaults;
     hr_attn_plan(&c, a, in, n_in, out[0]);
-    if (a->exact)
-        return hr_attn_exact(&c, a->exact_from) ? HR_OK : hr_error(HR_ERR_OOM, "sdpa: out of memory for attention scratch");
+    float *sinks = NULL;
+    if (a->sinks) {
+        const hr_tensor *z = in[n_in - 1];
+        sinks = malloc(sizeof(float) * (size_t)(c.hq + 1));
+        if (!sinks) return hr_error(HR_ERR_OOM, "sdpa: out of memory for %lld sinks", (long long)c.hq);
+        hr_load_f32(sinks, hr_tensor_ptr(z), z->dtype, c.hq, z->strides[0]);
+        c.sinks = sinks;
+    }
+    if (a->exact) {
+        bool ok = hr_attn_exact(&c, a->exact_from);
+        free(sinks);
+        return ok ? HR_OK : hr_error(HR_ERR_OOM, "sdpa: out of memory for attention scratch");
+    }
     if (hr_attn_parts_bytes(&c)) {
         c.parts = malloc(hr_attn_parts_bytes(&c));
-        if (!c.parts) return hr_error(HR_ERR_OOM, "sdpa: out of memory for %lld key splits", (long long)c.units);
+        if (!c.parts) {
+            free(sinks);
+            return hr_error(HR_ERR_OOM, "sdpa: out of memory for %lld key splits", (long long)c.units);
+        }
     }
     atomic_init(&c.failed, 0);
     atomic_init(&c.next, 0);
     hr_parallel_run(c.bf16 && !c.decode ? hr_attn_bf16_worker : attn_worker, &c, c.nth);
     if (c.parts && !atomic_load(&c.failed)) attn_decode_combine(&c);
     free(c.parts);
+    free(sinks);
     if (atomic_load(&c.failed)) return hr_error(HR_ERR_OOM, "sdpa: out of memory for attention scratch");
     return HR_OK;
 }

@@ -5,6 +5,7 @@
 #ifndef HR_BACKENDS_CPU_K_ATTENTION_H
 #define HR_BACKENDS_CPU_K_ATTENTION_H
 
+#include <math.h>
 #include <immintrin.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -41,6 +42,7 @@ typedef struct attn_ctx {
                       * HR_ATTN_DEC_MAX_SPLITS of them */
     int64_t nsplit;  /* key splits per (batch, kv head) in the direct path */
     float *parts;    /* [units][rep * s][2 + dv]: max, denominator, numerators; NULL when nsplit is 1 */
+    float *sinks;    /* [hq] each head's sink logit (attr sinks), or NULL */
     int nth;         /* threads the call runs on */
     atomic_llong next; /* next unit to claim */
     atomic_int failed;
@@ -59,6 +61,14 @@ typedef struct attn_scratch {
     float m[HR_ATTN_BQ], l[HR_ATTN_BQ]; /* running max and denominator per query row */
     int64_t next; /* decode: the unit this worker runs next (prefetched ahead: its K/V, or its first K block), or -1 */
 } attn_scratch;
+
+/* The softmax denominator of q head h, whose visible scores have max m
+ * and sum l of exp(score - m): with a sink, its exp(sink - m) too (a key
+ * of its own that holds no value; no visible key, m = -inf: infinite, so
+ * the row is 0, as transformers' softmax gives the sink all of it). */
+static inline float hr_attn_den(const attn_ctx *c, int64_t h, float m, float l) {
+    return c->sinks ? l + expf(c->sinks[h] - m) : l;
+}
 
 static inline char *hr_attn_at(const hr_tensor *t, int64_t i0, int64_t i1, int64_t i2) {
     return (char *)hr_tensor_ptr(t) +

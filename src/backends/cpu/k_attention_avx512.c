@@ -403,7 +403,8 @@ TARGET_ static void bf16_block_finish(const attn_ctx *c, int64_t bi, int64_t kvh
     for (int64_t i = 0; i < blk->nq; i++) {
         int64_t r = blk->r0 + i;
         float *oi = blk->o + i * c->dv;
-        float l = _mm512_reduce_add_ps(_mm512_loadu_ps(blk->l[i]));
+        float l = hr_attn_den(c, kvh * c->rep + r % c->rep, blk->m[i],
+                              _mm512_reduce_add_ps(_mm512_loadu_ps(blk->l[i])));
         scale_row(oi, c->dv, l > 0 ? 1.0f / l : 0.0f);
         char *dst = hr_attn_at(c->o, bi, kvh * c->rep + r % c->rep, r / c->rep);
         if (c->o->dtype == HR_BF16 && c->o->strides[3] == 1)

@@ -66,6 +66,7 @@ static void exact_row(const exact_ctx *x, int64_t row, float *q, float *kv, floa
                          false);
         for (int64_t e = 0; e < c->dv; e++) o[e] += w * kv[e];
     }
+    l = hr_attn_den(c, h, mx, l);
     float inv = l > 0 ? 1.0f / l : 0.0f;
     for (int64_t e = 0; e < c->dv; e++) o[e] *= inv;
     hr_store_f32(hr_attn_at(c->o, bi, h, qi), c->o->dtype, o, c->dv, c->o->strides[3]);

@@ -148,7 +148,7 @@ static hr_status lower_sdpa(hr_shlo_builder *b, const void *attrs, const hr_shlo
         sc = hr_shlo_binary(b, "multiply", hr_shlo_unary(b, "tanh", hr_shlo_binary(b, "divide", sc, cap)), cap);
     }
     hr_shlo_value ninf = hr_shlo_splat(b, sc.dt, -INFINITY, sc.ndim, sc.shape);
-    if (n_in > 3) {
+    if (n_in - a->sinks > 3) {
         if (in[3].dt == HR_BOOL)
             sc = hr_shlo_select(b, hr_shlo_bcast(b, in[3], sc.ndim, sc.shape), sc, ninf);
         else
@@ -169,12 +169,20 @@ static hr_status lower_sdpa(hr_shlo_builder *b, const void *attrs, const hr_shlo
     bool dims[4] = {false, false, false, true};
     hr_shlo_value mx = hr_shlo_reduce(b, sc, hr_shlo_const(b, sc.dt, -INFINITY), "maximum", dims);
     int64_t keep[4] = {sc.shape[0], sc.shape[1], sc.shape[2], 1};
-    mx = hr_shlo_bcast(b, hr_shlo_reshape(b, mx, 4, keep), 4, sc.shape);
+    mx = hr_shlo_reshape(b, mx, 4, keep);
+    hr_shlo_value sink; /* [b, hq, s, 1]: each head's sink logit, a key of its own */
+    if (a->sinks) {
+        sink = hr_shlo_bcast_dims(b, hr_shlo_convert(b, in[n_in - 1], sc.dt), (int[]){1}, 4, keep);
+        mx = hr_shlo_binary(b, "maximum", mx, sink);
+    }
+    mx = hr_shlo_select(b, hr_shlo_compare(b, "EQ", mx, hr_shlo_splat(b, sc.dt, -INFINITY, 4, keep)),
+                        hr_shlo_splat(b, sc.dt, 0, 4, keep), mx);
     hr_shlo_value zero = hr_shlo_splat(b, sc.dt, 0, 4, sc.shape);
-    mx = hr_shlo_select(b, hr_shlo_compare(b, "EQ", mx, ninf), zero, mx);
-    hr_shlo_value e = hr_shlo_unary(b, "exponential", hr_shlo_binary(b, "subtract", sc, mx));
-    hr_shlo_value sum = hr_shlo_reduce(b, e, hr_shlo_const(b, sc.dt, 0), "add", dims);
-    sum = hr_shlo_bcast(b, hr_shlo_reshape(b, sum, 4, keep), 4, sc.shape);
+    hr_shlo_value e = hr_shlo_unary(b, "exponential", hr_shlo_binary(b, "subtract", sc, hr_shlo_bcast(b, mx, 4, sc.shape)));
+    hr_shlo_value sum = hr_shlo_reshape(b, hr_shlo_reduce(b, e, hr_shlo_const(b, sc.dt, 0), "add", dims), 4, keep);
+    if (a->sinks)
+        sum = hr_shlo_binary(b, "add", sum, hr_shlo_unary(b, "exponential", hr_shlo_binary(b, "subtract", sink, mx)));
+    sum = hr_shlo_bcast(b, sum, 4, sc.shape);
     hr_shlo_value one = hr_shlo_splat(b, sc.dt, 1, 4, sc.shape);
     sum = hr_shlo_select(b, hr_shlo_compare(b, "EQ", sum, zero), one, sum);
     hr_shlo_value p = hr_shlo_binary(b, "divide", e, sum);
