@@ -29,6 +29,7 @@ typedef struct hr_kernel_experts_args {
     int32_t weights_dtype;  /* of weights */
     int32_t act;
     int32_t per_expert;     /* transformers' per-expert rounding */
+    double limit, alpha;    /* act gpt_oss's clamp and sigmoid scale */
     int64_t t, h, i, e, k;  /* rows, hidden, intermediate, experts, slots per row */
     const void *x;          /* [t, h] */
     const void *weights;    /* [t, k] */

@@ -95,9 +95,12 @@ typedef struct hr_attrs_linear_group {
  *   (transformers' eager loop): each weight rounded to x's dtype, each
  *   weighted product rounded, and added into the row in ascending expert
  *   order, rounded after every add (the same bits in f32). */
-typedef enum hr_experts_act { HR_EXPERTS_SILU = 0, HR_EXPERTS_GELU_TANH = 1 } hr_experts_act;
+/* GPT_OSS: gpt-oss's clamped SwiGLU, gate g clamped to at most `limit`,
+ * up u to [-limit, limit], then (u + 1) * g * sigmoid(alpha * g). */
+typedef enum hr_experts_act { HR_EXPERTS_SILU = 0, HR_EXPERTS_GELU_TANH = 1, HR_EXPERTS_GPT_OSS = 2 } hr_experts_act;
 typedef struct hr_attrs_experts {
     int64_t act; /* hr_experts_act */
+    double limit, alpha; /* GPT_OSS's */
     bool per_expert;
     /* 0: the device's own kernel; else a kernel library's implementation
      * that the kernel hub loaded (hubrt/kernels.h: hr_kernel_impl_id),

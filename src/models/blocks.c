@@ -216,12 +216,13 @@ hr_status hr_build_attention(hr_fwd *f, int64_t il, const hr_attn_weights *w, co
     if (st == HR_OK) st = hr_tensor_transpose(attn, 1, 2, &attn_t);
     if (st == HR_OK) {
         hr_attrs_sdpa a = {.scale = o->scale, .softcap = o->softcap, .window = p->window, .is_causal = p->causal,
-                           .exact = p->exact, .exact_from = p->exact_from};
+                           .exact = p->exact, .exact_from = p->exact_from, .sinks = w->sinks != NULL};
         hr_tensor *ot[1] = {attn_t};
-        if (p->mask)
-            st = hr_op_run(HR_OP_sdpa, &a, IN_(qr, k_all, v_all, p->mask), 4, ot, 1);
-        else
-            st = hr_op_run(HR_OP_sdpa, &a, IN_(qr, k_all, v_all), 3, ot, 1);
+        const hr_tensor *in[5] = {qr, k_all, v_all};
+        int n_in = 3;
+        if (p->mask) in[n_in++] = p->mask;
+        if (w->sinks) in[n_in++] = w->sinks;
+        st = hr_op_run(HR_OP_sdpa, &a, in, n_in, ot, 1);
     }
     if (st == HR_OK) st = hr_tensor_view(attn, 3, (int64_t[]){b, s, hq * d}, &attn_flat);
     if (st == HR_OK) {

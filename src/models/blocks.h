@@ -34,6 +34,7 @@ typedef struct hr_attn_weights {
     const hr_tensor *wq, *wk, *wv, *wo; /* [hq*d, hidden], [hkv*d, hidden] x2, [hidden, hq*d] */
     const hr_tensor *bq, *bk, *bv, *bo; /* or NULL; q/k/v all or none */
     const hr_tensor *q_norm, *k_norm;   /* [d] per-head rms norms before rope, or NULL */
+    const hr_tensor *sinks;             /* [hq] each head's sink logit (gpt-oss), or NULL */
 } hr_attn_weights;
 
 typedef struct hr_attn_opts {
@@ -62,10 +63,14 @@ typedef enum hr_router_kind {
     /* softmax over every expert in f32, then the top k (Qwen3-MoE),
      * renormalised to sum 1 when norm_topk */
     HR_ROUTER_SOFTMAX_TOPK = 0,
+    /* the top k of the logits (with the router's bias), then a softmax over
+     * those k in the model dtype (gpt-oss) */
+    HR_ROUTER_TOPK_SOFTMAX = 1,
 } hr_router_kind;
 
 typedef struct hr_moe_weights {
     const hr_tensor *router;                 /* [experts, hidden] */
+    const hr_tensor *router_bias;            /* [experts], or NULL */
     const hr_tensor *gate_up, *down;         /* [experts, 2 inter, hidden], [experts, hidden, inter] */
     const hr_tensor *gate_up_bias, *down_bias; /* [experts, 2 inter], [experts, hidden], or NULL */
 } hr_moe_weights;
@@ -74,6 +79,7 @@ typedef struct hr_moe_opts {
     hr_router_kind router;
     bool norm_topk;
     hr_experts_act act;
+    double limit, alpha; /* act gpt_oss's */
 } hr_moe_opts;
 
 /* The router's choice of n_experts_per_tok experts per row of h [b, s,

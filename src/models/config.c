@@ -71,6 +71,28 @@ hr_status hr_config_rope(hr_json_obj root, hr_json_obj rp, double theta, hr_mode
     return HR_OK;
 }
 
+hr_status hr_config_layer_types(hr_json_obj root, hr_model_config *cfg, const char *arch, bool *listed) {
+    *listed = false;
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive((const cJSON *)root.node, "layer_types");
+    if (!types || cJSON_IsNull(types)) return HR_OK;
+    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != cfg->n_layers)
+        return hr_error(HR_ERR_FORMAT, "config.json: layer_types must list %lld layer types (num_hidden_layers)",
+                        (long long)cfg->n_layers);
+    int64_t i = 0;
+    for (const cJSON *t = types->child; t; t = t->next, i++) {
+        const char *v = cJSON_IsString(t) ? t->valuestring : "";
+        if (!strcmp(v, "sliding_attention"))
+            cfg->layer_kind[i] = HR_LAYER_SLIDING;
+        else if (!strcmp(v, "full_attention"))
+            cfg->layer_kind[i] = HR_LAYER_FULL;
+        else
+            return hr_error(HR_ERR_UNSUPPORTED, "config.json: layer_types[%lld] is '%.40s'; %s layers are "
+                            "'sliding_attention' or 'full_attention'", (long long)i, v, arch);
+    }
+    *listed = true;
+    return HR_OK;
+}
+
 hr_status hr_config_require_act(const hr_model_config *cfg, const char *want) {
     if (!strcmp(cfg->hidden_act, want)) return HR_OK;
     return hr_error(HR_ERR_UNSUPPORTED, "config.json: hidden_act '%s' is not supported by %s (%s)", cfg->hidden_act,

@@ -68,24 +68,9 @@ static const char defaults[] =
 /* layer_types when the config lists them, else every `pattern`-th layer
  * full (sliding_window_pattern, 6 by default), as transformers derives. */
 static hr_status read_layer_kinds(hr_json_obj root, hr_model_config *cfg) {
-    const cJSON *types = cJSON_GetObjectItemCaseSensitive((const cJSON *)root.node, "layer_types");
-    if (types && !cJSON_IsNull(types)) {
-        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != cfg->n_layers)
-            return hr_error(HR_ERR_FORMAT, "config.json: layer_types must list %lld layer types (num_hidden_layers)",
-                            (long long)cfg->n_layers);
-        int64_t i = 0;
-        for (const cJSON *t = types->child; t; t = t->next, i++) {
-            const char *v = cJSON_IsString(t) ? t->valuestring : "";
-            if (!strcmp(v, "sliding_attention"))
-                cfg->layer_kind[i] = HR_LAYER_SLIDING;
-            else if (!strcmp(v, "full_attention"))
-                cfg->layer_kind[i] = HR_LAYER_FULL;
-            else
-                return hr_error(HR_ERR_UNSUPPORTED, "config.json: layer_types[%lld] is '%.40s'; Gemma 3 layers are "
-                                "'sliding_attention' or 'full_attention'", (long long)i, v);
-        }
-        return HR_OK;
-    }
+    bool listed = false;
+    HR_TRY(hr_config_layer_types(root, cfg, "Gemma 3", &listed));
+    if (listed) return HR_OK;
     int64_t pattern = 6;
     HR_TRY(hr_json_get_i64(root, "_sliding_window_pattern", pattern, &pattern));
     HR_TRY(hr_json_get_i64(root, "sliding_window_pattern", pattern, &pattern));

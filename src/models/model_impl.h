@@ -30,6 +30,7 @@ typedef struct hr_model_config {
     int64_t sliding_window;           /* keys a sliding layer sees; 0: no sliding layers */
     /* mixture of experts (0 where the architecture has none) */
     int64_t n_experts, n_experts_per_tok, moe_intermediate_size;
+    const char *moe_inter_field;      /* the config.json field it came from (errors name it); NULL: moe_intermediate_size */
     uint8_t *layer_kind;              /* [n_layers] hr_layer_kind; owned */
     hr_dtype dtype;                   /* dtype / torch_dtype, f32 when absent */
     bool from_gguf;                   /* built from a GGUF file's metadata */
@@ -51,6 +52,7 @@ typedef enum hr_dim {
     HR_DIM_EXPERTS,  /* the experts of a MoE layer */
     HR_DIM_MOE_INTER,  /* moe_intermediate_size */
     HR_DIM_MOE_INTER2, /* 2 x moe_intermediate_size: gate and up stacked */
+    HR_DIM_HEADS,      /* num_attention_heads */
 } hr_dim;
 
 typedef enum hr_weight_role {
@@ -61,6 +63,16 @@ typedef enum hr_weight_role {
 /* How llama.cpp's converter stored the rows of a GGUF tensor: permuted per
  * head for its interleaved rope ("llama" files' q and k). */
 typedef enum hr_gguf_rows { HR_GGUF_ROWS = 0, HR_GGUF_ROWS_PERM_HEADS, HR_GGUF_ROWS_PERM_KV_HEADS } hr_gguf_rows;
+
+/* How the checkpoint lays a weight out when not as the model reads it:
+ * gpt-oss's experts, stored as transformers holds them, rearranged once at
+ * load into the experts op's layout. */
+typedef enum hr_weight_stored {
+    HR_STORED_AS_IS = 0,
+    HR_STORED_TRANSPOSED,             /* [E, cols, rows]: the last two dims swapped */
+    HR_STORED_TRANSPOSED_INTERLEAVED, /* [E, cols, rows], gate and up rows interleaved (gate even, up odd) */
+    HR_STORED_INTERLEAVED,            /* [E, rows], gate and up interleaved along the rows */
+} hr_weight_stored;
 
 typedef struct hr_model hr_model;
 
@@ -84,6 +96,7 @@ typedef struct hr_weight_spec {
      * the layer prefix, "%lld" the expert, each [rows / n, cols], stacked
      * along the rows in this order (gate, then up). NULL: never split. */
     const char *per_expert[2];
+    hr_weight_stored stored;
 } hr_weight_spec;
 
 /* ---- the architecture interface --------------------------------------- */
@@ -176,6 +189,10 @@ void hr_model_config_free(hr_model_config *cfg);
  * or `theta` when neither has one; for head_dim and the context of cfg.
  * longrope's factors are stored in cfg. */
 hr_status hr_config_rope(hr_json_obj root, hr_json_obj rp, double theta, hr_model_config *cfg, hr_rope_config *out);
+/* layer_types, when the config lists them, into cfg->layer_kind
+ * ("sliding_attention" or "full_attention"; errors name `arch`); *listed
+ * says whether it did. */
+hr_status hr_config_layer_types(hr_json_obj root, hr_model_config *cfg, const char *arch, bool *listed);
 /* Checks hidden_act is `want` (errors name the field and the value). */
 hr_status hr_config_require_act(const hr_model_config *cfg, const char *want);
 

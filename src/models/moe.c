@@ -17,14 +17,40 @@ static hr_status run1(hr_op op, const void *attrs, const hr_tensor *const *in, i
     return hr_op_run(op, attrs, in, n_in, o, 1);
 }
 
+/* The experts op over the router's weights and indices, in the model's
+ * experts implementation. */
+static hr_status experts(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o, const hr_tensor *h,
+                         const hr_tensor *wts, const hr_tensor *topi, hr_tensor *out) {
+    const hr_model *m = f->m;
+    hr_attrs_experts ea = {.act = o->act, .per_expert = m->experts_per_expert, .impl = m->experts_impl,
+                           .limit = o->limit, .alpha = o->alpha};
+    if (w->gate_up_bias)
+        return run1(HR_OP_experts, &ea, IN_(h, wts, topi, w->gate_up, w->down, w->gate_up_bias, w->down_bias), 7, out);
+    return run1(HR_OP_experts, &ea, IN_(h, wts, topi, w->gate_up, w->down), 5, out);
+}
+
 hr_status hr_build_moe(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o, const hr_tensor *h, hr_tensor *out) {
     const hr_model *m = f->m;
     int64_t e = m->cfg.n_experts, k = m->cfg.n_experts_per_tok;
     hr_dtype dt = m->dtype;
     hr_tensor *logits = NULL, *lf = NULL, *probs = NULL, *topv = NULL, *topi = NULL, *sum = NULL, *wt = NULL;
-    /* transformers: logits in the model dtype, softmax(dtype=float) */
     HR_TRY(act_of(f, "router", dt, e, &logits));
-    HR_TRY(run1(HR_OP_linear, NULL, IN_(h, w->router), 2, logits));
+    if (w->router_bias)
+        HR_TRY(run1(HR_OP_linear, NULL, IN_(h, w->router, w->router_bias), 3, logits));
+    else
+        HR_TRY(run1(HR_OP_linear, NULL, IN_(h, w->router), 2, logits));
+    hr_attrs_topk ta = {.k = k, .dim = -1, .largest = true, .sorted = true};
+    HR_TRY(hr_scratch_get(f->sc, m->dev, "top_i", HR_I64, 3, (int64_t[]){f->b, f->s, k}, &topi));
+    if (o->router == HR_ROUTER_TOPK_SOFTMAX) {
+        /* gpt-oss: top-k of the logits, softmax over them in the model dtype */
+        hr_tensor *outs[2] = {NULL, topi};
+        HR_TRY(act_of(f, "top_logit", dt, k, &outs[0]));
+        HR_TRY(hr_op_run(HR_OP_topk, &ta, IN_(logits), 1, outs, 2));
+        HR_TRY(act_of(f, "top_w_dt", dt, k, &wt));
+        HR_TRY(run1(HR_OP_softmax, &(hr_attrs_dim){.dim = -1}, IN_(outs[0]), 1, wt));
+        return experts(f, w, o, h, wt, topi, out);
+    }
+    /* Qwen3-MoE: softmax(dtype=float) over every expert, then top-k */
     if (dt != HR_F32) {
         HR_TRY(act_of(f, "router_f32", HR_F32, e, &lf));
         HR_TRY(run1(HR_OP_cast, &(hr_attrs_cast){.dtype = HR_F32}, IN_(logits), 1, lf));
@@ -32,9 +58,7 @@ hr_status hr_build_moe(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o,
     HR_TRY(act_of(f, "router_p", HR_F32, e, &probs));
     HR_TRY(run1(HR_OP_softmax, &(hr_attrs_dim){.dim = -1}, IN_(lf ? lf : logits), 1, probs));
     HR_TRY(act_of(f, "top_w", HR_F32, k, &topv));
-    HR_TRY(hr_scratch_get(f->sc, m->dev, "top_i", HR_I64, 3, (int64_t[]){f->b, f->s, k}, &topi));
     hr_tensor *outs[2] = {topv, topi};
-    hr_attrs_topk ta = {.k = k, .dim = -1, .largest = true, .sorted = true};
     HR_TRY(hr_op_run(HR_OP_topk, &ta, IN_(probs), 1, outs, 2));
     if (o->norm_topk) {
         HR_TRY(act_of(f, "top_sum", HR_F32, 1, &sum));
@@ -45,9 +69,5 @@ hr_status hr_build_moe(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o,
         HR_TRY(act_of(f, "top_w_dt", dt, k, &wt));
         HR_TRY(run1(HR_OP_cast, &(hr_attrs_cast){.dtype = dt}, IN_(topv), 1, wt));
     }
-    hr_attrs_experts ea = {.act = o->act, .per_expert = m->experts_per_expert, .impl = m->experts_impl};
-    const hr_tensor *wts = wt ? wt : topv;
-    if (w->gate_up_bias)
-        return run1(HR_OP_experts, &ea, IN_(h, wts, topi, w->gate_up, w->down, w->gate_up_bias, w->down_bias), 7, out);
-    return run1(HR_OP_experts, &ea, IN_(h, wts, topi, w->gate_up, w->down), 5, out);
+    return experts(f, w, o, h, wt ? wt : topv, topi, out);
 }

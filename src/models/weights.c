@@ -22,6 +22,7 @@ int64_t hr_model_dim(const hr_model *m, hr_dim d) {
     case HR_DIM_EXPERTS: return c->n_experts;
     case HR_DIM_MOE_INTER: return c->moe_intermediate_size;
     case HR_DIM_MOE_INTER2: return 2 * c->moe_intermediate_size;
+    case HR_DIM_HEADS: return c->n_heads;
     default: return 0;
     }
 }
@@ -92,15 +93,91 @@ static hr_status load_stacked(hr_model *m, const weight_ref *r, hr_tensor **out)
     return HR_OK;
 }
 
+static hr_weight_stored stored_of(const weight_ref *r) { return r->spec ? r->spec->stored : HR_STORED_AS_IS; }
+
+/* The dims a weight has in the checkpoint: the model's, with the last two
+ * swapped for a transposed layout. */
+static void stored_dims(const weight_ref *r, hr_dim out[3]) {
+    memcpy(out, r->dims, 3 * sizeof *out);
+    hr_weight_stored st = stored_of(r);
+    if (st == HR_STORED_TRANSPOSED || st == HR_STORED_TRANSPOSED_INTERLEAVED) {
+        out[1] = r->dims[2];
+        out[2] = r->dims[1];
+    }
+}
+
+/* src (the checkpoint's layout) into dst [.., rows, cols] as the model
+ * reads it (hr_weight_stored), through views and one copy per part. */
+static hr_status rearrange(const hr_tensor *src, hr_weight_stored st, hr_tensor *dst) {
+    int nd = hr_tensor_ndim(dst);
+    const int64_t *sh = hr_tensor_shape(src);
+    hr_tensor *a = NULL, *b = NULL, *c = NULL, *part = NULL;
+    hr_status s = HR_OK;
+    if (st == HR_STORED_TRANSPOSED) {
+        s = hr_tensor_transpose(src, nd - 2, nd - 1, &a);
+        if (s == HR_OK) s = hr_op_run(HR_OP_copy, NULL, (const hr_tensor *const[]){a}, 1, &dst, 1);
+        hr_tensor_free(a);
+        return s;
+    }
+    /* interleaved: element 2j of the rows is the gate's row j, 2j + 1 the up's */
+    int64_t shape[HR_MAX_DIMS + 1];
+    memcpy(shape, sh, (size_t)nd * sizeof *shape);
+    shape[nd - 1] /= 2;
+    shape[nd] = 2;
+    int64_t half = shape[nd - 1];
+    s = hr_tensor_view(src, nd + 1, shape, &a);
+    for (int p = 0; s == HR_OK && p < 2; p++) {
+        s = hr_tensor_select(a, nd, p, &b);
+        if (s == HR_OK && st == HR_STORED_TRANSPOSED_INTERLEAVED) {
+            s = hr_tensor_transpose(b, nd - 2, nd - 1, &c);
+            hr_tensor_free(b);
+            b = c;
+            c = NULL;
+        }
+        int rows_dim = st == HR_STORED_TRANSPOSED_INTERLEAVED ? nd - 2 : nd - 1;
+        if (s == HR_OK) s = hr_tensor_narrow(dst, rows_dim, p * half, half, &part);
+        if (s == HR_OK) s = hr_op_run(HR_OP_copy, NULL, (const hr_tensor *const[]){b}, 1, &part, 1);
+        hr_tensor_free(b);
+        hr_tensor_free(part);
+        b = part = NULL;
+    }
+    hr_tensor_free(a);
+    return s;
+}
+
+/* A weight the checkpoint lays out otherwise (hr_weight_stored), read in
+ * the model dtype and rearranged into a host tensor of the model's shape;
+ * its file pages dropped. */
+static hr_status load_rearranged(hr_model *m, const weight_ref *r, hr_tensor **out) {
+    int nd = dims_rank(r->dims);
+    int64_t shape[3];
+    for (int i = 0; i < nd; i++) shape[i] = hr_model_dim(m, r->dims[i]);
+    hr_device *host = NULL;
+    hr_tensor *src = NULL, *t = NULL;
+    HR_TRY(hr_device_get("cpu", &host));
+    HR_TRY(hr_checkpoint_tensor_as(m->ckpt, r->name, m->dtype, &src));
+    hr_status s = hr_tensor_empty(host, m->dtype, nd, shape, &t);
+    if (s == HR_OK) s = rearrange(src, stored_of(r), t);
+    hr_tensor_free(src);
+    hr_checkpoint_drop_tensor(m->ckpt, r->name);
+    if (s != HR_OK) {
+        hr_tensor_free(t);
+        return hr_error_context(s, "rearranging '%s'", r->name);
+    }
+    hr_tensor_set_name(t, r->name);
+    *out = t;
+    return HR_OK;
+}
+
 /* Loads weight `name` (checked by hr_model_check_weights) in the model
  * dtype onto the model's device into *out: a zero-copy view of the mapping
  * when the file's dtype matches, cast once otherwise; a stacked experts
- * weight held per expert is stacked. */
+ * weight held per expert is stacked, one stored otherwise rearranged. */
 static hr_status load_weight(hr_model *m, const weight_ref *r, hr_tensor **out) {
     const char *name = r->name;
     hr_tensor *t = NULL;
-    if (held_per_expert(m, r)) {
-        HR_TRY(load_stacked(m, r, &t));
+    if (held_per_expert(m, r) || stored_of(r) != HR_STORED_AS_IS) {
+        HR_TRY(held_per_expert(m, r) ? load_stacked(m, r, &t) : load_rearranged(m, r, &t));
         if (hr_tensor_device(t) == m->dev) {
             *out = t;
             return HR_OK;
@@ -241,11 +318,14 @@ static void dim_fields(const hr_model *m, hr_dim d, char *buf, size_t n) {
     case HR_DIM_VOCAB: snprintf(buf, n, "vocab_size (%lld)", (long long)c->vocab_size); break;
     case HR_DIM_EXPERTS: snprintf(buf, n, "num_experts (%lld)", (long long)c->n_experts); break;
     case HR_DIM_MOE_INTER:
-        snprintf(buf, n, "moe_intermediate_size (%lld)", (long long)c->moe_intermediate_size);
+        snprintf(buf, n, "%s (%lld)", c->moe_inter_field ? c->moe_inter_field : "moe_intermediate_size",
+                 (long long)c->moe_intermediate_size);
         break;
     case HR_DIM_MOE_INTER2:
-        snprintf(buf, n, "2 x moe_intermediate_size (%lld)", (long long)(2 * c->moe_intermediate_size));
+        snprintf(buf, n, "2 x %s (%lld)", c->moe_inter_field ? c->moe_inter_field : "moe_intermediate_size",
+                 (long long)(2 * c->moe_intermediate_size));
         break;
+    case HR_DIM_HEADS: snprintf(buf, n, "num_attention_heads (%lld)", (long long)c->n_heads); break;
     default: snprintf(buf, n, "?"); break;
     }
 }
@@ -286,7 +366,11 @@ static hr_status check_tensor(hr_model *m, const char *name, int ndim, const hr_
  * checkpoint holds per expert. */
 static hr_status check_weight(hr_model *m, const weight_ref *r, hr_tensor **slot) {
     (void)slot;
-    if (!held_per_expert(m, r)) return check_tensor(m, r->name, dims_rank(r->dims), r->dims, 1);
+    if (!held_per_expert(m, r)) {
+        hr_dim dims[3];
+        stored_dims(r, dims);
+        return check_tensor(m, r->name, dims_rank(dims), dims, 1);
+    }
     char name[256];
     int np = n_parts(r->spec);
     for (int64_t e = 0; e < hr_model_dim(m, r->dims[0]); e++)

@@ -1,5 +1,7 @@
 /* Shape and dtype inference for the mixture-of-experts op: experts (the
  * stacked experts of a layer, given the router's weights and indices). */
+#include <math.h>
+
 #include "core/error.h"
 #include "ops/op_impl.h"
 
@@ -18,8 +20,12 @@ static hr_status require_shape(const char *what, const hr_tensor *t, int ndim, c
 static hr_status infer_experts(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor_meta *out,
                                int n_out) {
     const hr_attrs_experts *a = attrs;
-    if (a && a->act != HR_EXPERTS_SILU && a->act != HR_EXPERTS_GELU_TANH)
-        return hr_error(HR_ERR_INVALID_ARG, "experts: unknown act %lld (0 silu, 1 gelu_tanh)", (long long)a->act);
+    if (a && a->act != HR_EXPERTS_SILU && a->act != HR_EXPERTS_GELU_TANH && a->act != HR_EXPERTS_GPT_OSS)
+        return hr_error(HR_ERR_INVALID_ARG, "experts: unknown act %lld (0 silu, 1 gelu_tanh, 2 gpt_oss)",
+                        (long long)a->act);
+    if (a && a->act == HR_EXPERTS_GPT_OSS && (!(a->limit > 0) || !isfinite(a->limit) || !isfinite(a->alpha)))
+        return hr_error(HR_ERR_INVALID_ARG, "experts: gpt_oss needs a finite limit > 0 and a finite alpha, got %g "
+                        "and %g", a->limit, a->alpha);
     if (n_in == 6) return hr_error(HR_ERR_INVALID_ARG, "experts: give both biases (gate_up_bias, down_bias) or neither");
     const hr_tensor *x = in[0], *w = in[1], *idx = in[2], *gu = in[3], *dn = in[4];
     HR_TRY(hr_require_float("experts", "input 0 (x)", x));

@@ -212,3 +212,56 @@ def test_bad_input():
         hubrt.ops.call("experts", hx, hw, hi, hg, hd, act=5)
     with pytest.raises(HubrtError, match=r"both biases"):
         hubrt.ops.call("experts", hx, hw, hi, hg, hd, to_hr(torch.zeros(8, 32)))
+
+
+def gpt_oss_loop(x, w, idx, gu_t, bgu, dn_t, bdn, limit, alpha):
+    """transformers' GptOssExperts.forward on its own layout: gate_up [E, H, 2I]
+    with gate and up interleaved (::2, 1::2), down [E, I, H], biases."""
+    e = gu_t.shape[0]
+    out = torch.zeros_like(x)
+    mask = F.one_hot(idx, num_classes=e).permute(2, 1, 0)
+    for ex in range(e):
+        pos, tok = torch.where(mask[ex])
+        if tok.numel() == 0:
+            continue
+        gate_up = x[tok] @ gu_t[ex] + bgu[ex]
+        gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+        gate = gate.clamp(min=None, max=limit)
+        up = up.clamp(min=-limit, max=limit)
+        y = ((up + 1) * (gate * torch.sigmoid(gate * alpha))) @ dn_t[ex] + bdn[ex]
+        out.index_add_(0, tok, y * w[tok, pos, None])
+    return out
+
+
+def to_op_layout(gu_t, bgu, dn_t):
+    """gpt-oss's layout as the op takes it: gate rows, then up rows; down [E, H, I]."""
+    gu = torch.cat([gu_t[..., ::2], gu_t[..., 1::2]], -1).transpose(1, 2).contiguous()
+    return gu, torch.cat([bgu[..., ::2], bgu[..., 1::2]], -1), dn_t.transpose(1, 2).contiguous()
+
+
+@pytest.mark.parametrize("limit", [7.0, 0.5])
+def test_gpt_oss_act_against_transformers_loop(limit):
+    """limit 0.5 clamps most gates and ups, 7 (gpt-oss's) few."""
+    t, h, i, e, k = 11, 64, 24, 8, 4
+    x = rand(t, h, seed=21)
+    gu_t, dn_t = rand(e, h, 2 * i, seed=22, scale=2 / math.sqrt(h)), rand(e, i, h, seed=23, scale=1 / math.sqrt(i))
+    bgu, bdn = rand(e, 2 * i, seed=24, scale=0.5), rand(e, h, seed=25, scale=0.5)
+    w, idx = torch.topk(rand(t, e, seed=26), k, -1)
+    w = torch.softmax(w, -1)
+    want = gpt_oss_loop(x, w, idx, gu_t, bgu, dn_t, bdn, limit, 1.702)
+    gu, bgu2, dn = to_op_layout(gu_t, bgu, dn_t)
+    got = run(x, w, idx, gu, dn, bgu2, bdn, act="gpt_oss", limit=limit, alpha=1.702)
+    assert_close(got, want, **tol("f32", h))
+    try:
+        hubrt.from_numpy(np.zeros(1, np.float32)).to("xla_cpu")
+    except HubrtError:
+        return
+    dev = [to_hr(v).to("xla_cpu") for v in (x, w, idx, gu, dn, bgu2, bdn)]
+    on_xla = hubrt.ops.experts(*dev, act="gpt_oss", limit=limit, alpha=1.702)
+    assert_close(on_xla.to("cpu"), want, **tol("f32", h))
+
+
+def test_gpt_oss_act_needs_a_limit():
+    x, w, idx, gu, dn, _, _ = case(4, 32, 16, 8, 2)
+    with pytest.raises(HubrtError, match=r"gpt_oss needs a finite limit > 0"):
+        run(x, w, idx, gu, dn, act="gpt_oss", limit=0.0, alpha=1.702)

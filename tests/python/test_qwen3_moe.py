@@ -8,16 +8,16 @@ token to one expert; batch 4 with left padding; eager and compiled; cpu
 and xla_cpu; the "grouped" and "eager" experts implementations; bf16; and
 the errors for bad configs and checkpoints. Every parameter of rank <= 1 is
 perturbed (gemma3_util.redraw), so a norm or bias read wrongly shows."""
-import json
-
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 import hubrt
-from gemma3_util import hf_greedy, hf_logits, model_step, need_xla, random_ids, redraw, rel_err
+from gemma3_util import hf_greedy, hf_logits, random_ids, redraw, rel_err
+from moe_util import (check_compiled_steps, check_greedy, check_padded_logits, check_xla_cpu_generation,  # noqa: F401
+                      check_xla_cpu_logits, copy_with, hr_model, padded, private_plan_cache)
 
 TOL = 1e-4
 BASE = dict(vocab_size=256, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=4,
@@ -51,39 +51,12 @@ def ckpts(tmp_path_factory):
     return get
 
 
-def hr_model(path, dtype="float32", device_map="cpu", **kw):
-    return hubrt.AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map, **kw)
 
 
-def padded(pads, n, seed):
-    """Left-padded rows: row r has pads[r] pad tokens, then n - pads[r] tokens."""
-    ids = random_ids((len(pads), n), seed=seed)
-    mask = np.ones_like(ids)
-    for r, p in enumerate(pads):
-        ids[r, :p] = 0
-        mask[r, :p] = 0
-    return ids, mask
 
 
-def copy_with(src, dst, config=None, tensors=None):
-    dst.mkdir()
-    for f in src.iterdir():
-        (dst / f.name).write_bytes(f.read_bytes())
-    if config:
-        cfg = json.loads((dst / "config.json").read_text())
-        cfg.update(config)
-        (dst / "config.json").write_text(json.dumps(cfg))
-    if tensors:
-        t = load_file(dst / "model.safetensors")
-        tensors(t)
-        save_file(t, dst / "model.safetensors", metadata={"format": "pt"})
-    return dst
 
 
-@pytest.fixture
-def private_plan_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HUBRT_CACHE_DIR", str(tmp_path / "plans"))
-    hubrt.reset_compile_stats()
 
 
 # ---- 1. logits and generation against transformers ---------------------------------------------
@@ -143,26 +116,17 @@ def test_one_expert_takes_every_token(ckpts, tmp_path):
 @pytest.mark.parametrize("name", ["top2", "sparse2-mlponly"])
 def test_batch_of_4_with_left_padding(ckpts, name):
     path = ckpts(name, **VARIANTS[name])
-    ids, mask = padded([0, 3, 9, 17], 24, seed=4)
-    got = hr_model(path)(ids, attention_mask=mask).logits
-    real = mask.astype(bool)
-    assert np.isfinite(got).all()
-    assert rel_err(got[real], hf_logits(path, ids, mask)[real]) <= TOL
+    check_padded_logits(path, TOL)
 
 
 @pytest.mark.parametrize("name", ["top2", "topE-norm", "tied-bias"])
 def test_greedy_generation_matches_transformers(ckpts, name):
     path = ckpts(name, **VARIANTS[name])
-    ids = random_ids((1, 11), seed=5)
-    got = hr_model(path).generate(ids, max_new_tokens=64, do_sample=False, eos_token_id=[])
-    np.testing.assert_array_equal(got, hf_greedy(path, ids, 64))
+    check_greedy(path)
 
 
 def test_greedy_batch_with_left_padding(ckpts):
-    path = ckpts("top2")
-    ids, mask = padded([0, 2, 5, 8], 12, seed=6)
-    got = hr_model(path).generate(ids, attention_mask=mask, max_new_tokens=64, do_sample=False, eos_token_id=[])
-    np.testing.assert_array_equal(got, hf_greedy(path, ids, 64, mask=mask))
+    check_greedy(ckpts("top2"), batch_pads=[0, 2, 5, 8])
 
 
 # ---- 2. experts implementations ----------------------------------------------------------------
@@ -213,20 +177,7 @@ def test_compiled_generation_and_steps_match_eager(ckpts, private_plan_cache):
     assert hubrt.compile_stats()["compiles"] > 0
     np.testing.assert_array_equal(static, eager)
     np.testing.assert_array_equal(static, hf_greedy(path, ids, 64, mask=mask))
-    ids = random_ids((2, 45), seed=10)
-    want = hf_logits(path, ids)
-    caches = {c: hubrt.KVCache(model, batch=2, max_len=64) for c in (False, True)}
-    got = {False: [], True: []}
-    ends, at = [], 0
-    for n in [32, 4, 1] + [1] * 8:
-        for compiled in (False, True):
-            got[compiled].append(model_step(model, caches[compiled], ids[:, at:at + n], at, compiled))
-        at += n
-        ends.append(at - 1)
-    eager, compiled = np.stack(got[False], 1), np.stack(got[True], 1)
-    assert rel_err(eager, want[:, ends]) <= TOL
-    assert rel_err(compiled, want[:, ends]) <= TOL
-    assert rel_err(compiled, eager) <= 1e-5
+    check_compiled_steps(path, TOL, seed=10)
 
 
 def test_compiled_plans_follow_the_implementation(ckpts, private_plan_cache):
@@ -245,26 +196,12 @@ def test_compiled_plans_follow_the_implementation(ckpts, private_plan_cache):
 
 @pytest.mark.parametrize("name", ["top2", "sparse2-mlponly"])
 def test_xla_cpu_logits_match_cpu_and_transformers(ckpts, name):
-    need_xla()
-    path = ckpts(name, **VARIANTS[name])
-    ids, mask = padded([0, 3, 9, 17], 24, seed=12)
-    want = hr_model(path)(ids, attention_mask=mask).logits
-    got = hr_model(path, device_map="xla_cpu")(ids, attention_mask=mask).logits
-    real = mask.astype(bool)
-    assert rel_err(got[real], want[real]) <= TOL
-    assert rel_err(got[real], hf_logits(path, ids, mask)[real]) <= TOL
+    check_xla_cpu_logits(ckpts(name, **VARIANTS[name]), TOL)
 
 
 @pytest.mark.slow  # eager xla_cpu compiles each op per new shape
 def test_xla_cpu_generation_matches_cpu(ckpts, private_plan_cache):
-    need_xla()
-    path = ckpts("top2")
-    prompt = random_ids((1, 10), seed=13)
-    cpu = hr_model(path).generate(prompt, max_new_tokens=64, do_sample=False, eos_token_id=[])
-    model = hr_model(path, device_map="xla_cpu")
-    for impl in (None, "static"):
-        out = model.generate(prompt, max_new_tokens=64, do_sample=False, eos_token_id=[], cache_implementation=impl)
-        np.testing.assert_array_equal(np.asarray(out), cpu)
+    check_xla_cpu_generation(ckpts("top2"))
 
 
 # ---- 5. bad configs and checkpoints -------------------------------------------------------------

@@ -8,6 +8,7 @@
  * and no others. Each weighted row is added into its token's f32 sum as
  * the expert finishes, so a row's result depends on its own slots only:
  * never on the other rows of the call, nor on the threads. */
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +132,15 @@ static void scratch_free(expert_scratch *s) {
     free(s->f0);
 }
 
+/* gpt-oss's clamped SwiGLU into g: g = min(g, limit), u clamped to
+ * [-limit, limit], (u + 1) * g * sigmoid(alpha * g), in f32. */
+static void gpt_oss_glu(float *g, const float *u, int64_t n, float limit, float alpha) {
+    for (int64_t j = 0; j < n; j++) {
+        float x = fminf(g[j], limit), y = fminf(fmaxf(u[j], -limit), limit);
+        g[j] = (y + 1.0f) * (x / (1.0f + expf(-alpha * x)));
+    }
+}
+
 /* Expert e over its rows: gathered, gate_up, act, down into its rows of d. */
 static hr_status run_expert(const moe_call *c, int64_t e, expert_scratch *sc) {
     const int64_t *slots = c->order + c->start[e];
@@ -146,7 +156,10 @@ static hr_status run_expert(const moe_call *c, int64_t e, expert_scratch *sc) {
         const char *g = sc->gus + r * 2 * i * (int64_t)esz;
         hr_k_load_f32(sc->f0, g, dt, i, 1, c->simd);
         hr_k_load_f32(sc->f1, g + i * (int64_t)esz, dt, i, 1, c->simd);
-        hr_k_eltwise_f32(act, 0, 0, sc->f0, sc->f0, sc->f1, i, c->simd);
+        if (c->a->act == HR_EXPERTS_GPT_OSS)
+            gpt_oss_glu(sc->f0, sc->f1, i, (float)c->a->limit, (float)c->a->alpha);
+        else
+            hr_k_eltwise_f32(act, 0, 0, sc->f0, sc->f0, sc->f1, i, c->simd);
         hr_k_store_f32(sc->as + r * i * (int64_t)esz, dt, sc->f0, i, 1, c->simd);
     }
     return expert_linear(sc->as, n, i, c->dn, e, c->bdn, c->d + c->start[e] * h * (int64_t)esz, h);
@@ -258,7 +271,7 @@ static hr_status run_external(const hr_attrs_experts *a, const hr_tensor *const 
     char err[256] = "";
     hr_kernel_experts_args k = {
         .dtype = (int32_t)x->dtype, .weights_dtype = (int32_t)in[1]->dtype, .act = (int32_t)a->act,
-        .per_expert = a->per_expert, .h = x->shape[x->ndim - 1], .i = gu->shape[1] / 2, .e = gu->shape[0],
+        .per_expert = a->per_expert, .limit = a->limit, .alpha = a->alpha, .h = x->shape[x->ndim - 1], .i = gu->shape[1] / 2, .e = gu->shape[0],
         .k = in[1]->shape[in[1]->ndim - 1], .x = hr_tensor_ptr(x), .weights = hr_tensor_ptr(in[1]),
         .indices = hr_tensor_ptr(in[2]), .gate_up = hr_tensor_ptr(gu), .down = hr_tensor_ptr(in[4]),
         .gate_up_bias = n_in > 5 ? hr_tensor_ptr(in[5]) : NULL, .down_bias = n_in > 6 ? hr_tensor_ptr(in[6]) : NULL,
@@ -361,7 +374,7 @@ int hr_cpu_experts_raw(const hr_kernel_experts_args *a) {
     raw_tensor(&t[7], &b[7], dt, a->out, 2, (int64_t[]){a->t, a->h});
     const hr_tensor *in[7] = {&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6]};
     hr_tensor *out[1] = {&t[7]};
-    hr_attrs_experts attrs = {.act = a->act, .per_expert = a->per_expert != 0};
+    hr_attrs_experts attrs = {.act = a->act, .per_expert = a->per_expert != 0, .limit = a->limit, .alpha = a->alpha};
     hr_status s = k_experts(&attrs, in, n_in, out, 1);
     if (s != HR_OK && a->error && a->error_cap) snprintf(a->error, a->error_cap, "%s", hr_last_error());
     return (int)s;

@@ -35,7 +35,21 @@ static hr_status lower_experts(hr_shlo_builder *b, const void *attrs, const hr_s
     hr_attrs_gelu ga = {.approximate = HR_GELU_TANH};
     hr_op act = a->act == HR_EXPERTS_GELU_TANH ? HR_OP_gelu_mul : HR_OP_silu_mul;
     hr_shlo_value av;
-    HR_TRY(hr_shlo_lowering_get(act)->lower(b, &ga, gate_up, 2, &am, &av, 1));
+    if (a->act == HR_EXPERTS_GPT_OSS) {
+        /* (u' + 1) * g' * sigmoid(alpha g') with g' = min(g, limit) and u' = u clamped to [-limit, limit] */
+        int64_t sa[3] = {e, i, t};
+        hr_shlo_value lim = hr_shlo_splat(b, cdt, a->limit, 3, sa);
+        hr_shlo_value g2 = hr_shlo_binary(b, "minimum", hr_shlo_up(b, gate_up[0]), lim);
+        hr_shlo_value u = hr_shlo_binary(b, "minimum", hr_shlo_up(b, gate_up[1]), lim);
+        u = hr_shlo_binary(b, "maximum", u, hr_shlo_splat(b, cdt, -a->limit, 3, sa));
+        hr_shlo_value sig = hr_shlo_unary(
+            b, "logistic", hr_shlo_binary(b, "multiply", g2, hr_shlo_splat(b, cdt, a->alpha, 3, sa)));
+        hr_shlo_value glu = hr_shlo_binary(b, "multiply", g2, sig);
+        av = hr_shlo_convert(b, hr_shlo_binary(b, "multiply", hr_shlo_binary(b, "add", u, hr_shlo_splat(b, cdt, 1, 3, sa)),
+                                               glu), dt);
+    } else {
+        HR_TRY(hr_shlo_lowering_get(act)->lower(b, &ga, gate_up, 2, &am, &av, 1));
+    }
     if (!bf16) av = hr_shlo_up(b, av);
     /* down [E, H, T] */
     int64_t sd[3] = {e, h, t};
