@@ -20,6 +20,7 @@ The binding limit is whichever of the two terms is larger."""
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import struct
@@ -123,9 +124,10 @@ def model_shape(model_dir):
             hdr = json.loads(fh.read(n))
         tensors.update({k: v for k, v in hdr.items() if k != "__metadata__"})
     numel = {k: _prod(v["shape"]) for k, v in tensors.items()}
+    experts = sum(n for k, n in numel.items() if ".mlp.experts." in k)
     embed = sum(n for k, n in numel.items() if "embed_tokens" in k)
     head = sum(n for k, n in numel.items() if k.startswith("lm_head")) or embed  # tied: the table is the head
-    body = sum(n for k, n in numel.items() if "embed_tokens" not in k and not k.startswith("lm_head"))
+    body = sum(n for k, n in numel.items() if "embed_tokens" not in k and not k.startswith("lm_head")) - experts
     n_layers = cfg["num_hidden_layers"]
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
@@ -133,7 +135,22 @@ def model_shape(model_dir):
     return {"params": sum(numel.values()), "checkpoint_bytes": sum(numel.values()) * BF16_BYTES,
             "body_params": body, "head_params": head, "layers": n_layers, "heads": heads,
             "kv_heads": kv_heads, "head_dim": head_dim,
-            "kv_bytes_per_token": n_layers * 2 * kv_heads * head_dim * BF16_BYTES}
+            "kv_bytes_per_token": n_layers * 2 * kv_heads * head_dim * BF16_BYTES,
+            # a mixture of experts: the experts' parameters (all layers), their count and top-k
+            "expert_params": experts, "experts": cfg.get("num_experts") or cfg.get("num_local_experts") or 0,
+            "experts_per_tok": cfg.get("num_experts_per_tok") or 0}
+
+
+def _touched(shape, tokens):
+    """The experts' parameters a step of `tokens` rows reads, and those each row
+    multiplies: each row's top-k drawn uniformly (the random router spreads
+    tokens nearly so; bench_moe's rows count the experts each call touches),
+    so the expected distinct experts per layer are E (1 - (1 - k/E)^tokens)."""
+    e, k = shape.get("experts") or 0, shape.get("experts_per_tok") or 0
+    if not e or not shape.get("expert_params"):
+        return 0.0, 0.0
+    per_expert = shape["expert_params"] / e
+    return per_expert * e * (1 - (1 - k / e) ** tokens), per_expert * k
 
 
 def _prod(xs):
@@ -149,20 +166,52 @@ def bound(shape, kind, batch, plen, gen, bw_gbs, peak_gflops):
     weights = (shape["body_params"] + shape["head_params"]) * BF16_BYTES
     bw, peak = bw_gbs * 1e9, peak_gflops * 1e9
     if kind == "prefill":
-        flops = batch * (2 * shape["body_params"] * plen + 2 * shape["head_params"] + attn * plen * (plen + 1) / 2)
-        t_mem, t_cmp = weights / bw, flops / peak
+        read, per_row = _touched(shape, batch * plen)
+        flops = batch * (2 * (shape["body_params"] + per_row) * plen + 2 * shape["head_params"] +
+                         attn * plen * (plen + 1) / 2)
+        t_mem, t_cmp = (weights + read * BF16_BYTES) / bw, flops / peak
         toks = batch * plen
     else:
         t_mem = t_cmp = 0.0
+        read, per_row = _touched(shape, batch)
         for i in range(gen - 1):
             ctx = plen + 1 + i + 1  # positions attended by the token at position plen+1+i
-            t_mem += (weights + batch * ctx * shape["kv_bytes_per_token"]) / bw
-            t_cmp += batch * (2 * (shape["body_params"] + shape["head_params"]) + attn * ctx) / peak
+            t_mem += (weights + read * BF16_BYTES + batch * ctx * shape["kv_bytes_per_token"]) / bw
+            t_cmp += batch * (2 * (shape["body_params"] + per_row + shape["head_params"]) + attn * ctx) / peak
         toks = batch * (gen - 1)
     # a step cannot beat either limit; steps are summed, so this is the larger total
     t = max(t_mem, t_cmp)
     return {"tok_s": round(toks / t, 2), "binds": "bandwidth" if t_mem >= t_cmp else "bf16 compute",
             "mem_s": round(t_mem, 4), "compute_s": round(t_cmp, 4)}
+
+
+def _moe_layer(work):
+    """bench_moe's rows (the experts op alone at Qwen3-30B-A3B's layer), parsed."""
+    rows = []
+    p = work / "moe-layer.out"
+    for line in (p.read_text().splitlines() if p.exists() else []):
+        m = re.search(r"rows=\s*(\d+).*?([\d.]+) ms/layer \(med\s*([\d.]+)\).*?touched\s*([\d.]+) MB\s+([\d.]+) GB/s "
+                      r"\(med\s*([\d.]+)\) \| read best\s*([\d.]+) med\s*([\d.]+) GB/s \|\s*(\d+)%", line)
+        if m:
+            keys = ("rows", "ms", "ms_med", "touched_mb", "gbs", "gbs_med", "read_gbs", "read_med", "pct")
+            rows.append({k: float(v) for k, v in zip(keys, m.groups())})
+    return rows
+
+
+def moe_layer_lines(rows):
+    """The MoE layer alone: where a MoE model's decode time goes."""
+    if not rows:
+        return []
+    lines = ["### The experts op alone (Qwen3-30B-A3B's layer: 128 experts, top-8, hidden 2048, "
+             "moe_intermediate 768, bf16; bench/bench_moe)", "",
+             "| rows | ms per layer (best · median) | experts' bytes touched | GB/s | read GB/s beside | "
+             "% of the read bound |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {int(r['rows'])} | {r['ms']:.2f} · {r['ms_med']:.2f} | {r['touched_mb']:.0f} MB | "
+                     f"{r['gbs']:.1f} | {r['read_gbs']:.1f} | {int(r['pct'])}% |")
+    return lines + ["", "The bound: the bytes of the experts the call's rows touch (uniform random routing, "
+                        "the distinct experts counted) over a plain read of the same weights by the same threads, "
+                        "alternated with the op; the rows of 512 are prefill, compute-bound.", ""]
 
 
 # ---------------------------------------------------------------- merge
@@ -248,7 +297,8 @@ def merge(a):
            "machine": meta.get("machine", {}), "settings": {k: meta.get(k) for k in ("threads", "dtype", "cases")},
            "versions": meta.get("versions", {}), "limits": limits, "models": models, "table": table,
            "tokenizer": tok, "tokenizer_error": None if tok else _last_line(work / "tokenizer.err"),
-           "serve": serve, "serve_error": None if serve else _last_line(work / "serve.err"), "runs": [{k: v for k, v in p.items() if k != "stderr_tail"} for p in pieces],
+           "serve": serve, "serve_error": None if serve else _last_line(work / "serve.err"),
+           "moe_layer": _moe_layer(work), "runs": [{k: v for k, v in p.items() if k != "stderr_tail"} for p in pieces],
            "elapsed_s": meta.get("elapsed_s"), "followups": meta.get("followups")}
     res_dir.mkdir(parents=True, exist_ok=True)
     (res_dir / "latest.json").write_text(json.dumps(out, indent=1) + "\n")
@@ -493,6 +543,7 @@ def markdown(r):
         why = (r.get("tokenizer_error") or "no result").replace("|", "/")
         lines += [f"Tokenizers: the tokenizer benchmark failed this run: {why}", ""]
     lines += serve_lines(r.get("serve"), r.get("serve_error"))
+    lines += moe_layer_lines(r.get("moe_layer"))
     cells = [c for rows in r["table"].values() for row in rows.values() for c in row.values() if isinstance(c, dict)]
     if any(c.get("beside") for c in cells):
         lines += ["§ Decode b1 is held against the read bandwidth probed right before and right after each of its "

@@ -6,7 +6,7 @@
 #
 # Knobs (environment): PY (the Python with torch and transformers, default
 # .venv/bin/python), HUBRT_BUILD (build folder with the hubrt CLI and
-# libhubrt.so, default build), BENCH_MODELS (default: the three shapes), BENCH_ENGINES (default: all),
+# libhubrt.so, default build), BENCH_MODELS (default: the three dense shapes and the MoE one), BENCH_ENGINES (default: all),
 # BENCH_CASE_SPEC (name:batch:prompt:gen list), BENCH_RUN_TIMEOUT (seconds per engine
 # process, default 420), BENCH_BUDGET (seconds for all model cases, default
 # 4500: later runs are recorded as skipped), BENCH_THREADS (default 2),
@@ -27,7 +27,9 @@ HUBRT=$ROOT/$BUILD/hubrt
 THREADS=${BENCH_THREADS:-2}
 RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-420}
 BUDGET=${BENCH_BUDGET:-4500}
-MODELS=${BENCH_MODELS:-"qwen3-0.6b-shaped llama-3.2-1b-shaped smollm2-135m-shaped"}
+# the MoE shape: Qwen3-30B-A3B's layers cut to 12 (bench/make_moe_checkpoint.py)
+MOE_MODEL=qwen3-30b-a3b-12l-shaped
+MODELS=${BENCH_MODELS:-"qwen3-0.6b-shaped llama-3.2-1b-shaped smollm2-135m-shaped $MOE_MODEL"}
 ENGINES=${BENCH_ENGINES:-"hubrt hubrt-compiled hubrt-xla_cpu transformers-eager transformers-compile llama.cpp"}
 RESULTS=${BENCH_RESULTS:-$ROOT/bench/results}
 REPEATS=${BENCH_REPEATS:-3}
@@ -70,6 +72,12 @@ fi
 # --- checkpoints: random-weight bf16 checkpoints in the Hub layout, and their BF16 GGUFs
 "$PY" scripts/make_fixtures.py bench --only $MODELS > "$WORK/fixtures.log" 2>&1 \
   || log "make_fixtures failed (see $WORK/fixtures.log)"
+# the MoE shape (~15 GB) is written layer by layer, never whole in memory, and deleted after its rows
+if [[ " $MODELS " == *" $MOE_MODEL "* && ! -d $FIX/$MOE_MODEL ]]; then
+  log "writing $MOE_MODEL (bench/make_moe_checkpoint.py, ~15 GB)"
+  "$PY" bench/make_moe_checkpoint.py "$FIX/$MOE_MODEL" > "$WORK/moe-fixture.log" 2>&1 \
+    || log "make_moe_checkpoint failed (see $WORK/moe-fixture.log)"
+fi
 for m in $MODELS; do
   [[ " $ENGINES " == *" llama.cpp "* ]] || break
   gguf=$FIX/$m.bf16.gguf
@@ -197,6 +205,15 @@ if [[ " $MODELS " == *" smollm2-135m-shaped "* ]] && (( $(date +%s) - START <= B
     > "$WORK/serve.out" 2> "$WORK/serve.err" || log "bench_serve.py failed (see $WORK/serve.err)"
   tail -n 1 "$WORK/serve.out" > "$WORK/serve.json"
 fi
+
+# --- the experts op alone at the MoE shape's layer, against a plain read of the same weights
+if [[ " $MODELS " == *" $MOE_MODEL "* ]] && (( $(date +%s) - START <= BUDGET )) && [[ -x $ROOT/$BUILD/bench_moe ]]; then
+  log "the experts op alone (bench_moe)"
+  timeout "$RUN_TIMEOUT" "$ROOT/$BUILD/bench_moe" --samples 5 --threads "$THREADS" > "$WORK/moe-layer.out" \
+    2> "$WORK/moe-layer.err" || log "bench_moe failed (see $WORK/moe-layer.err)"
+fi
+# the MoE checkpoint and its GGUF go (BENCH_KEEP_MOE=1 keeps them): the disk holds one such model at a time
+if [[ -z ${BENCH_KEEP_MOE:-} ]]; then rm -rf "$FIX/$MOE_MODEL" "$FIX/$MOE_MODEL.bf16.gguf"; fi
 
 # Again at the end: other load on a shared machine only lowers a measured limit, so
 # the report takes the highest of the probes (the fractions of the limit are not flattered).

@@ -81,3 +81,31 @@ def test_table_shows_the_fraction_beside_the_runs():
     md = markdown(r)
     assert "44.0 (90%§)" in md and "300 (85%)" in md and "‡" not in md  # 130% of the median probe: not shown
     assert "hubrt 60.0-62.0, 35.0-58.0~" in md
+
+
+def test_moe_bound_counts_the_experts_touched():
+    """A MoE model's decode bound reads the dense weights and the experts a
+    step's rows touch (expected distinct under uniform routing), not every
+    expert: batch 1 reads k experts per layer, batch 64 nearly all."""
+    from report import bound
+    dense = dict(body_params=1_000_000, head_params=100_000, layers=2, heads=4, head_dim=64,
+                 kv_bytes_per_token=0, expert_params=128 * 10_000_000, experts=128, experts_per_tok=8)
+    b1 = bound(dense, "decode", 1, 1, 2, bw_gbs=1.0, peak_gflops=1e9)
+    read_b1 = (1_100_000 + 8 * 10_000_000) * 2  # dense + 8 experts, bf16
+    assert abs(b1["mem_s"] - read_b1 / 1e9) <= 1e-4  # the report rounds seconds to 4 places
+    b64 = bound(dense, "decode", 64, 1, 2, bw_gbs=1.0, peak_gflops=1e9)
+    distinct = 128 * (1 - (1 - 8 / 128) ** 64)
+    assert abs(b64["mem_s"] - (1_100_000 + distinct * 10_000_000) * 2 / 1e9) <= 1e-4
+    assert 120 < distinct < 128
+
+
+def test_moe_layer_rows_are_read_and_shown(tmp_path):
+    from report import _moe_layer, moe_layer_lines
+    (tmp_path / "moe-layer.out").write_text(
+        "bench_moe: 2 layers of 1.21 GB cycled, avx512\n"
+        "experts rows=   1 H=2048 I=768 E=128 k=8 thr=2     1.64 ms/layer (med    1.68)  touched    75.5 MB   46.0 "
+        "GB/s (med  45.0) | read best  53.0 med  51.7 GB/s |  87% of the bound\n")
+    rows = _moe_layer(tmp_path)
+    assert rows == [{"rows": 1.0, "ms": 1.64, "ms_med": 1.68, "touched_mb": 75.5, "gbs": 46.0, "gbs_med": 45.0,
+                     "read_gbs": 53.0, "read_med": 51.7, "pct": 87.0}]
+    assert "| 1 | 1.64 · 1.68 | 76 MB | 46.0 | 53.0 | 87% |" in moe_layer_lines(rows)

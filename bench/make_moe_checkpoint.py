@@ -1,0 +1,103 @@
+"""A large random-weight Qwen3-MoE checkpoint for the bench, written layer by
+layer: one safetensors shard per layer (each expert's gate/up/down as
+transformers 5 saves them), drawn in bf16 and never held whole, so a 15 GB
+model is made with about one layer (1.2 GB) in memory.
+
+    python bench/make_moe_checkpoint.py OUT_DIR [--shape qwen3-30b-a3b-12l] [--layers N]
+
+Weights are N(0, 1/fan_in) (norms 1 + N(0, 0.2)), so activations stay in
+range and the router spreads tokens over the experts. The tokenizer is the
+real Qwen3 one from ../shared/data/tokenizers/qwen3. The folder is written
+beside OUT_DIR and renamed when complete."""
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = {
+    # Qwen3-30B-A3B's layer (the issue's bench shape), cut to 12 of its 48 layers: ~15 GB in bf16
+    "qwen3-30b-a3b-12l": dict(hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                              num_hidden_layers=12, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                              num_experts=128, num_experts_per_tok=8, vocab_size=151936, norm_topk_prob=True,
+                              decoder_sparse_step=1, mlp_only_layers=[], max_position_embeddings=40960,
+                              rms_norm_eps=1e-6, tie_word_embeddings=False,
+                              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                              bos_token_id=151643, eos_token_id=151645),
+}
+
+
+def draw(g, *shape, norm=False):
+    if norm:
+        return (1.0 + 0.2 * torch.randn(*shape, generator=g)).to(torch.bfloat16)
+    return (torch.randn(*shape, generator=g) / shape[-1] ** 0.5).to(torch.bfloat16)
+
+
+def layer_tensors(g, cfg, il):
+    h, i, e = cfg["hidden_size"], cfg["moe_intermediate_size"], cfg["num_experts"]
+    hq, hkv, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    p = f"model.layers.{il}."
+    t = {p + "input_layernorm.weight": draw(g, h, norm=True), p + "post_attention_layernorm.weight": draw(g, h, norm=True),
+         p + "self_attn.q_proj.weight": draw(g, hq * d, h), p + "self_attn.k_proj.weight": draw(g, hkv * d, h),
+         p + "self_attn.v_proj.weight": draw(g, hkv * d, h), p + "self_attn.o_proj.weight": draw(g, h, hq * d),
+         p + "self_attn.q_norm.weight": draw(g, d, norm=True), p + "self_attn.k_norm.weight": draw(g, d, norm=True),
+         p + "mlp.gate.weight": draw(g, e, h)}
+    for x in range(e):
+        q = f"{p}mlp.experts.{x}."
+        t[q + "gate_proj.weight"] = draw(g, i, h)
+        t[q + "up_proj.weight"] = draw(g, i, h)
+        t[q + "down_proj.weight"] = draw(g, h, i)
+    return t
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-30b-a3b-12l")
+    ap.add_argument("--layers", type=int, help="override the layer count")
+    ap.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args()
+    cfg = dict(SHAPES[args.shape])
+    if args.layers:
+        cfg["num_hidden_layers"] = args.layers
+    n = cfg["num_hidden_layers"]
+    tmp = args.out.parent / f".{args.out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    g = torch.Generator().manual_seed(args.seed)
+    shards, weight_map, total = n + 1, {}, 0
+    for k in range(shards):
+        name = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        if k < n:
+            t = layer_tensors(g, cfg, k)
+        else:
+            v, h = cfg["vocab_size"], cfg["hidden_size"]
+            t = {"model.embed_tokens.weight": torch.randn(v, h, generator=g).to(torch.bfloat16),
+                 "model.norm.weight": draw(g, h, norm=True), "lm_head.weight": draw(g, v, h)}
+        save_file(t, tmp / name, metadata={"format": "pt"})
+        for key, val in t.items():
+            weight_map[key] = name
+            total += val.numel() * 2
+        del t
+        print(f"make_moe_checkpoint: {name}", file=sys.stderr)
+    (tmp / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+    config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_act": "silu",
+              "attention_bias": False, "dtype": "bfloat16", "use_sliding_window": False, **cfg}
+    (tmp / "config.json").write_text(json.dumps(config, indent=1))
+    (tmp / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"], "do_sample": False}))
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(ROOT.parent / "shared" / "data" / "tokenizers" / "qwen3" / f, tmp / f)
+    shutil.rmtree(args.out, ignore_errors=True)
+    os.rename(tmp, args.out)
+    print(f"make_moe_checkpoint: {args.out}: {n} layers, {total / 1e9:.1f} GB", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
