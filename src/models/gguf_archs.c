@@ -28,6 +28,9 @@ static bool hf_name(const hr_gguf_arch *ga, const hr_gguf *g, const char *name, 
     const char *rest = name + used;
     for (int j = 0; j < a->n_layer_weights; j++) {
         const hr_weight_spec *w = &a->layer_weights[j];
+        for (int p = 0; p < 2; p++)
+            if (w->gguf_parts[p] && w->parts[p] && !strcmp(rest, w->gguf_parts[p]))
+                return (size_t)snprintf(buf, cap, "model.layers.%u.%s", layer, w->parts[p]) < cap;
         if (!w->gguf || strcmp(rest, w->gguf)) continue;
         /* the converter permutes q with the head count, k with the kv head count */
         int64_t heads = hr_gguf_arch_int(g, ga, "attention.head_count", 0);

@@ -96,6 +96,11 @@ typedef struct hr_weight_spec {
      * the layer prefix, "%lld" the expert, each [rows / n, cols], stacked
      * along the rows in this order (gate, then up). NULL: never split. */
     const char *per_expert[2];
+    /* ... or as stacked parts [experts, rows / n, cols] by these names
+     * (what a GGUF file's ffn_{gate,up}_exps become: gguf_parts), stacked
+     * along the rows in this order. */
+    const char *parts[2];
+    const char *gguf_parts[2];
     hr_weight_stored stored;
 } hr_weight_spec;
 

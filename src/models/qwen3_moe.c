@@ -6,7 +6,11 @@
  * experts; a dense MLP of intermediate_size elsewhere. The experts are read stacked, [E, 2I,
  * H] and [E, H, I]: as transformers holds them, or stacked at load from
  * the per-expert tensors transformers saves. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
 #include "core/error.h"
+#include "io/gguf.h"
 #include "models/qwen3_layer.h"
 
 #define MAX_MLP_ONLY 256
@@ -39,11 +43,14 @@ static const hr_weight_spec weights[N_WEIGHTS] = {
     [GATE] = {"mlp.gate_proj.weight", NULL, {HR_DIM_INTER, HR_DIM_HIDDEN}, HR_WEIGHT_LINEAR, .when = dense_layer},
     [UP] = {"mlp.up_proj.weight", NULL, {HR_DIM_INTER, HR_DIM_HIDDEN}, HR_WEIGHT_LINEAR, .when = dense_layer},
     [DOWN] = {"mlp.down_proj.weight", NULL, {HR_DIM_HIDDEN, HR_DIM_INTER}, HR_WEIGHT_LINEAR, .when = dense_layer},
-    [ROUTER] = {"mlp.gate.weight", NULL, {HR_DIM_EXPERTS, HR_DIM_HIDDEN}, HR_WEIGHT_LINEAR, .when = moe_layer},
+    [ROUTER] = {"mlp.gate.weight", "ffn_gate_inp.weight", {HR_DIM_EXPERTS, HR_DIM_HIDDEN}, HR_WEIGHT_LINEAR,
+                .when = moe_layer},
     [GATE_UP] = {"mlp.experts.gate_up_proj", NULL, {HR_DIM_EXPERTS, HR_DIM_MOE_INTER2, HR_DIM_HIDDEN},
                  .when = moe_layer,
-                 .per_expert = {"mlp.experts.%lld.gate_proj.weight", "mlp.experts.%lld.up_proj.weight"}},
-    [EXP_DOWN] = {"mlp.experts.down_proj", NULL, {HR_DIM_EXPERTS, HR_DIM_HIDDEN, HR_DIM_MOE_INTER},
+                 .per_expert = {"mlp.experts.%lld.gate_proj.weight", "mlp.experts.%lld.up_proj.weight"},
+                 .parts = {"mlp.experts.gate_proj", "mlp.experts.up_proj"},
+                 .gguf_parts = {"ffn_gate_exps.weight", "ffn_up_exps.weight"}},
+    [EXP_DOWN] = {"mlp.experts.down_proj", "ffn_down_exps.weight", {HR_DIM_EXPERTS, HR_DIM_HIDDEN, HR_DIM_MOE_INTER},
                   .when = moe_layer, .per_expert = {"mlp.experts.%lld.down_proj.weight"}},
 };
 
@@ -74,6 +81,31 @@ static hr_status qwen3_moe_configure(hr_json_obj root, hr_model_config *cfg, voi
         return hr_error(HR_ERR_FORMAT, "config.json: decoder_sparse_step is %lld, not a positive count",
                         (long long)c->decoder_sparse_step);
     return hr_json_get_i64_list(root, "mlp_only_layers", c->mlp_only, MAX_MLP_ONLY, &c->n_mlp_only);
+}
+
+static hr_status set_num(cJSON *o, const char *key, double v) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    return cJSON_AddNumberToObject(o, key, v) ? HR_OK : hr_error(HR_ERR_OOM, "out of memory");
+}
+
+/* What llama.cpp keeps of a Qwen3-MoE config: the experts' count, top-k and
+ * size. Its qwen3moe graph has experts on every layer and renormalises the
+ * top-k weights (norm_w), whatever the HF config said; so does this. */
+static hr_status qwen3_moe_gguf_config(const hr_gguf *g, cJSON *c) {
+    static const char *const keys[][2] = {{"expert_count", "num_experts"},
+                                          {"expert_used_count", "num_experts_per_tok"},
+                                          {"expert_feed_forward_length", "moe_intermediate_size"}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        char key[64];
+        double v;
+        snprintf(key, sizeof key, "qwen3moe.%s", keys[i][0]);
+        if (!hr_gguf_find(g, key) || hr_gguf_get_num(g, key, &v) != HR_OK)
+            return hr_error(HR_ERR_FORMAT, "GGUF: no '%s' (a qwen3moe file's experts)", key);
+        HR_TRY(set_num(c, keys[i][1], v));
+    }
+    HR_TRY(set_num(c, "decoder_sparse_step", 1));
+    cJSON_DeleteItemFromObjectCaseSensitive(c, "norm_topk_prob");
+    return cJSON_AddBoolToObject(c, "norm_topk_prob", 1) ? HR_OK : hr_error(HR_ERR_OOM, "out of memory");
 }
 
 #define W(il, i) hr_layer_w(m, (il), (i))
@@ -109,4 +141,6 @@ const hr_arch hr_arch_qwen3_moe = {
     .layer_weights = weights,
     .n_layer_weights = N_WEIGHTS,
     .forward = qwen3_moe_forward,
+    .gguf_arch = "qwen3moe",
+    .gguf_config = qwen3_moe_gguf_config,
 };

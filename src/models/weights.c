@@ -40,40 +40,54 @@ typedef struct weight_ref {
     const char *layer_prefix;
 } weight_ref;
 
+/* Whether r is a stacked experts weight that the checkpoint holds in
+ * parts stacked by expert (spec->parts: a GGUF file's) rather than whole. */
+static bool held_in_parts(const hr_model *m, const weight_ref *r) {
+    if (!r->spec || !r->spec->parts[0] || hr_checkpoint_has(m->ckpt, r->name)) return false;
+    char name[256];
+    snprintf(name, sizeof name, "%s%s", r->layer_prefix, r->spec->parts[0]);
+    return hr_checkpoint_has(m->ckpt, name);
+}
+
 /* Whether r is a stacked experts weight that the checkpoint holds per
- * expert (the stacked name absent). */
+ * expert or in stacked parts (the stacked name absent). */
 static bool held_per_expert(const hr_model *m, const weight_ref *r) {
-    return r->spec && r->spec->per_expert[0] && !hr_checkpoint_has(m->ckpt, r->name);
+    return r->spec && (r->spec->per_expert[0] || r->spec->parts[0]) && !hr_checkpoint_has(m->ckpt, r->name);
 }
 
-static int n_parts(const hr_weight_spec *w) { return w->per_expert[1] ? 2 : 1; }
+static int n_parts(const hr_weight_spec *w) { return w->per_expert[1] || w->parts[1] ? 2 : 1; }
 
-static void part_name(const weight_ref *r, int p, int64_t e, char *buf, size_t n) {
+/* The name of part p (of expert e, when held per expert). */
+static void part_name(const hr_model *m, const weight_ref *r, int p, int64_t e, char *buf, size_t n) {
     int used = snprintf(buf, n, "%s", r->layer_prefix);
-    if (used >= 0 && (size_t)used < n) snprintf(buf + used, n - (size_t)used, r->spec->per_expert[p], (long long)e);
+    if (used < 0 || (size_t)used >= n) return;
+    if (held_in_parts(m, r)) snprintf(buf + used, n - (size_t)used, "%s", r->spec->parts[p]);
+    else snprintf(buf + used, n - (size_t)used, r->spec->per_expert[p], (long long)e);
 }
 
-/* A stacked experts weight from its per-expert parts: [experts, rows,
- * cols] in the model dtype on the host, each part cast and copied into
- * its rows and its file pages dropped, so memory holds the stacked copy
- * and one part at a time, never a second full copy. */
+/* A stacked experts weight from its parts, per expert or stacked by
+ * expert: [experts, rows, cols] in the model dtype on the host, each part
+ * cast and copied into its rows and its file pages dropped, so memory holds
+ * the stacked copy and one part at a time, never a second full copy. */
 static hr_status load_stacked(hr_model *m, const weight_ref *r, hr_tensor **out) {
     int np = n_parts(r->spec);
     int64_t shape[3] = {hr_model_dim(m, r->dims[0]), hr_model_dim(m, r->dims[1]), hr_model_dim(m, r->dims[2])};
     int64_t rows = shape[1] / np;
+    bool whole_parts = held_in_parts(m, r);
     hr_device *host = NULL;
     HR_TRY(hr_device_get("cpu", &host));
     hr_tensor *t = NULL;
     HR_TRY(hr_tensor_empty(host, m->dtype, 3, shape, &t));
     hr_status s = HR_OK;
     char name[256];
-    for (int64_t e = 0; s == HR_OK && e < shape[0]; e++)
+    for (int64_t e = 0; s == HR_OK && e < (whole_parts ? 1 : shape[0]); e++)
         for (int p = 0; s == HR_OK && p < np; p++) {
-            part_name(r, p, e, name, sizeof name);
+            part_name(m, r, p, e, name, sizeof name);
             hr_tensor *src = NULL, *expert = NULL, *dst = NULL;
             s = hr_checkpoint_tensor_as(m->ckpt, name, m->dtype, &src);
-            if (s == HR_OK) s = hr_tensor_select(t, 0, e, &expert);
-            if (s == HR_OK) s = hr_tensor_narrow(expert, 0, p * rows, rows, &dst);
+            /* a stacked part fills rows [p rows, (p + 1) rows) of every expert */
+            if (s == HR_OK) s = whole_parts ? hr_tensor_alias(t, &expert) : hr_tensor_select(t, 0, e, &expert);
+            if (s == HR_OK) s = hr_tensor_narrow(expert, whole_parts ? 1 : 0, p * rows, rows, &dst);
             if (s == HR_OK) {
                 hr_tensor *o[1] = {dst};
                 s = hr_op_run(HR_OP_copy, NULL, (const hr_tensor *const[]){src}, 1, o, 1);
@@ -333,16 +347,18 @@ static void dim_fields(const hr_model *m, hr_dim d, char *buf, size_t n) {
 static const char *config_source(const hr_model *m) { return m->cfg.from_gguf ? "the GGUF metadata" : "config.json"; }
 
 /* A tensor's presence, shape and dtype as the config states them ([ndim]
- * dims), from the checkpoint's index alone: a refusal names the tensor and
+ * dims, dim div_dim divided by div: one of a stacked weight's parts), from
+ * the checkpoint's index alone: a refusal names the tensor and
  * the config fields, and nothing sized by the config has been allocated. */
-static hr_status check_tensor(hr_model *m, const char *name, int ndim, const hr_dim *dims, int64_t rows_div) {
+static hr_status check_tensor(hr_model *m, const char *name, int ndim, const hr_dim *dims, int div_dim,
+                              int64_t div) {
     hr_tensor_info info;
     hr_status s = hr_checkpoint_info(m->ckpt, name, &info);
     if (s == HR_ERR_NOT_FOUND) return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s'", name);
     HR_TRY(s);
     int64_t want[3];
     for (int i = 0; i < ndim; i++) want[i] = hr_model_dim(m, dims[i]);
-    want[0] /= rows_div;
+    want[div_dim] /= div;
     bool same = info.ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = info.shape[i] == want[i];
     if (same && !hr_dtype_is_float(info.dtype))
@@ -355,31 +371,41 @@ static hr_status check_tensor(hr_model *m, const char *name, int ndim, const hr_
         dim_fields(m, dims[i], f, sizeof f);
         size_t used = strlen(fields);
         snprintf(fields + used, sizeof fields - used, "%s%s%s", used ? " and " : "", f,
-                 i == 0 && rows_div > 1 ? " / 2" : "");
+                 i == div_dim && div > 1 ? " / 2" : "");
     }
     return hr_error(HR_ERR_SHAPE, "%s: the checkpoint's tensor '%s' is %s, not the %s computed from %s",
                     config_source(m), name, hr_shape_str(info.ndim, info.shape, a, sizeof a),
                     hr_shape_str(ndim, want, b, sizeof b), fields);
 }
 
-/* A weight, or each per-expert part of a stacked experts weight the
- * checkpoint holds per expert. */
+/* A weight, or each part of a stacked experts weight the checkpoint holds
+ * per expert or in stacked parts. */
 static hr_status check_weight(hr_model *m, const weight_ref *r, hr_tensor **slot) {
     (void)slot;
     if (!held_per_expert(m, r)) {
         hr_dim dims[3];
         stored_dims(r, dims);
-        return check_tensor(m, r->name, dims_rank(dims), dims, 1);
+        return check_tensor(m, r->name, dims_rank(dims), dims, 0, 1);
     }
     char name[256];
     int np = n_parts(r->spec);
-    for (int64_t e = 0; e < hr_model_dim(m, r->dims[0]); e++)
+    if (held_in_parts(m, r)) {
         for (int p = 0; p < np; p++) {
-            part_name(r, p, e, name, sizeof name);
+            part_name(m, r, p, 0, name, sizeof name);
             if (!hr_checkpoint_has(m->ckpt, name))
                 return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s' (nor the stacked '%s')", name,
                                 r->name);
-            HR_TRY(check_tensor(m, name, 2, r->dims + 1, np));
+            HR_TRY(check_tensor(m, name, 3, r->dims, 1, np)); /* [experts, rows / np, cols] */
+        }
+        return HR_OK;
+    }
+    for (int64_t e = 0; e < hr_model_dim(m, r->dims[0]); e++)
+        for (int p = 0; p < np; p++) {
+            part_name(m, r, p, e, name, sizeof name);
+            if (!hr_checkpoint_has(m->ckpt, name))
+                return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s' (nor the stacked '%s')", name,
+                                r->name);
+            HR_TRY(check_tensor(m, name, 2, r->dims + 1, 0, np));
         }
     return HR_OK;
 }
