@@ -46,7 +46,7 @@ static void test_attr_fields_fit(void **state) {
     }
     int n;
     hr_op_attr_fields(HR_OP_sdpa, &n);
-    assert_int_equal(n, 6); /* scale, softcap, window, is_causal, exact, exact_from */
+    assert_int_equal(n, 7); /* scale, softcap, window, is_causal, exact, exact_from, sinks */
     hr_op_attr_fields(HR_OP_add, &n);
     assert_int_equal(n, 0);
 }
