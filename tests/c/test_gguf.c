@@ -499,7 +499,7 @@ static void test_config_json(void **state) {
     header(&m, 3, 0, 1);
     kv_str(&m, "general.architecture", "falcon");
     assert_null(config_of(&m, HR_ERR_UNSUPPORTED));
-    assert_non_null(strstr(hr_last_error(), "architecture 'falcon' is not supported (llama, qwen2, qwen3, gemma3)"));
+    assert_non_null(strstr(hr_last_error(), "architecture 'falcon' is not supported (llama, qwen2, qwen3, qwen3moe, gemma3)"));
 }
 
 /* A qwen3 image (no tensors) with rope.scaling keys: type, factor, the
