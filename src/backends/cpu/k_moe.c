@@ -1,13 +1,16 @@
-/* CPU kernel for experts (ops.h): the tokens grouped by expert (a
- * counting sort of the router's slots, stable: tokens ascending), then,
- * one touched expert after another in ascending order, its rows gathered
- * into one block and taken through gate_up -> act -> down while they are
- * in cache, each product on the GEMM engine (gemm.h), which spreads its
- * columns over the thread pool: a decode step reads the weights of the
- * experts its tokens touch once (few rows: the GEMV route streams them),
- * and no others. Each weighted row is added into its token's f32 sum as
- * the expert finishes, so a row's result depends on its own slots only:
- * never on the other rows of the call, nor on the threads. */
+/* CPU kernel for experts (ops.h): the router's slots grouped by expert (a
+ * counting sort, stable: tokens ascending); each touched expert's rows
+ * gathered into one block and taken through gate_up -> act -> down while
+ * they are in cache, each product on the GEMM engine (gemm.h; few rows take
+ * its GEMV route, which streams the weights once). A step reads the weights
+ * of the experts its tokens touch, once, and no others. With at least two
+ * touched experts per thread, the threads take whole experts one at a time
+ * (each GEMM then on its own thread: no barrier between experts); with
+ * fewer, the experts run one after another with each GEMM split over the
+ * threads. Every slot's output row is kept, then each token sums its slots
+ * in ascending expert order (per_expert: with transformers' roundings), so
+ * a row's result depends on its own slots only: never on the other rows of
+ * the call, nor on the threads. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -190,38 +193,36 @@ static void experts_task(void *arg, int ith, int nth) {
     scratch_free(&sc);
 }
 
-/* Row t's sum: its slots' rows of d weighted, in ascending expert order. */
-static void combine_row(const moe_call *c, int64_t t, float *acc, float *tmp) {
-    int64_t h = c->h, order[64], n = 0;
+/* Row t's sum: its slots' rows of d weighted, in ascending expert order
+ * (order: k scratch entries). */
+static void combine_row(const moe_call *c, int64_t t, float *acc, float *tmp, int64_t *order) {
+    int64_t h = c->h, n = 0;
     hr_dtype dt = c->x->dtype;
     size_t esz = hr_dtype_size(dt), wsz = hr_dtype_size(c->w->dtype);
     int64_t ws = c->w->strides[c->w->ndim - 1];
     memset(acc, 0, (size_t)h * sizeof *acc);
-    for (int64_t j0 = 0; j0 < c->k; j0 += 64) {
-        /* slots [j0, j0 + 64) by expert, insertion-sorted: their rows of d ascend with the expert */
-        n = 0;
-        for (int64_t j = j0; j < c->k && j < j0 + 64; j++) {
-            int64_t r = c->row[t * c->k + j];
-            if (r < 0) continue;
-            int64_t q = n++;
-            for (; q > 0 && c->row[t * c->k + order[q - 1]] > r; q--) order[q] = order[q - 1];
-            order[q] = j;
-        }
-        for (int64_t q = 0; q < n; q++) {
-            int64_t j = order[q];
-            float wt;
-            hr_k_load_f32(&wt, row_ptr(c->w, t) + j * ws * (int64_t)wsz, c->w->dtype, 1, 1, false);
-            hr_k_load_f32(tmp, c->d + c->row[t * c->k + j] * h * (int64_t)esz, dt, h, 1, c->simd);
-            if (c->a->per_expert) {
-                /* transformers: (y * w) in x's dtype, index_add_ into x's dtype */
-                hr_k_round_f32(&wt, dt, 1, false);
-                for (int64_t p = 0; p < h; p++) tmp[p] *= wt;
-                hr_k_round_f32(tmp, dt, h, c->simd);
-                for (int64_t p = 0; p < h; p++) acc[p] += tmp[p];
-                hr_k_round_f32(acc, dt, h, c->simd);
-            } else {
-                for (int64_t p = 0; p < h; p++) acc[p] += wt * tmp[p];
-            }
+    /* the slots by expert, insertion-sorted: their rows of d ascend with the expert */
+    for (int64_t j = 0; j < c->k; j++) {
+        int64_t r = c->row[t * c->k + j];
+        if (r < 0) continue;
+        int64_t q = n++;
+        for (; q > 0 && c->row[t * c->k + order[q - 1]] > r; q--) order[q] = order[q - 1];
+        order[q] = j;
+    }
+    for (int64_t q = 0; q < n; q++) {
+        int64_t j = order[q];
+        float wt;
+        hr_k_load_f32(&wt, row_ptr(c->w, t) + j * ws * (int64_t)wsz, c->w->dtype, 1, 1, false);
+        hr_k_load_f32(tmp, c->d + c->row[t * c->k + j] * h * (int64_t)esz, dt, h, 1, c->simd);
+        if (c->a->per_expert) {
+            /* transformers: (y * w) in x's dtype, index_add_ into x's dtype */
+            hr_k_round_f32(&wt, dt, 1, false);
+            for (int64_t p = 0; p < h; p++) tmp[p] *= wt;
+            hr_k_round_f32(tmp, dt, h, c->simd);
+            for (int64_t p = 0; p < h; p++) acc[p] += tmp[p];
+            hr_k_round_f32(acc, dt, h, c->simd);
+        } else {
+            for (int64_t p = 0; p < h; p++) acc[p] += wt * tmp[p];
         }
     }
 }
@@ -238,17 +239,21 @@ static void combine_task(void *arg, int ith, int nth) {
     int64_t t0, t1;
     hr_split_range(c->t, ith, nth, &t0, &t1);
     float *acc = malloc((size_t)(2 * c->h + 1) * sizeof *acc);
-    if (!acc) {
+    int64_t *order = malloc((size_t)(c->k + 1) * sizeof *order);
+    if (!acc || !order) {
+        free(acc);
+        free(order);
         atomic_store(&x->status, HR_ERR_OOM);
         return;
     }
     size_t esz = hr_dtype_size(x->y->dtype);
     for (int64_t t = t0; t < t1; t++) {
-        combine_row(c, t, acc, acc + c->h);
+        combine_row(c, t, acc, acc + c->h, order);
         hr_k_store_f32((char *)hr_tensor_ptr(x->y) + row_offset(x->y, t) * (int64_t)esz, x->y->dtype, acc, c->h,
                        x->y->strides[x->y->ndim - 1], c->simd);
     }
     free(acc);
+    free(order);
 }
 
 /* The call handed to a kernel library's implementation (attr impl). */
