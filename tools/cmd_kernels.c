@@ -50,7 +50,7 @@ int hr_cmd_kernels(int argc, char **argv) {
         double num = 0;
         if (!strcmp(f, "--version")) {
             if (!hr_cli_number("kernels", f, v, &num)) return HR_EXIT_USAGE;
-            if (num < 1 || num != (double)(int64_t)num) {
+            if (!(num >= 1 && num <= 1e9) || num != (double)(int64_t)num) {
                 fprintf(stderr, "hubrt kernels: --version must be a positive integer\n");
                 return HR_EXIT_USAGE;
             }

@@ -27,6 +27,9 @@ typedef struct hr_hub_options {
 /* Whether `ref` names a Hub repository ("org/name") rather than a path: no
  * file or folder of that name exists and it is a valid repository id. */
 HR_API bool hr_hub_is_repo_id(const char *ref);
+/* Whether `id` is a valid repository id (huggingface_hub's rules), whatever
+ * the file system holds. */
+HR_API bool hr_hub_valid_repo_id(const char *id);
 
 /* The local folder of a model: `ref` itself when it is a path; for a
  * repository id, its snapshot folder in the cache, after fetching what is

@@ -37,7 +37,7 @@ typedef struct hr_kernel_experts_args {
     const void *gate_up;    /* [e, 2i, h]: the gate's i rows, then the up's */
     const void *down;       /* [e, h, i] */
     const void *gate_up_bias, *down_bias; /* [e, 2i], [e, h], or both NULL */
-    void *out;              /* [t, h] */
+    void *out;              /* [t, h]; may be x itself: read all of x before writing out */
     int32_t isa;
     int32_t threads;        /* threads the kernel may use */
     char *error;            /* a message on failure, NUL-terminated, at most error_cap bytes */

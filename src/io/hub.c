@@ -452,6 +452,8 @@ hr_status hr_hub_cached_snapshot(const char *repo_id, const hr_hub_options *opts
 
 /* ---- a model's files --------------------------------------------------- */
 
+bool hr_hub_valid_repo_id(const char *id) { return id && valid_repo_id(id); }
+
 bool hr_hub_is_repo_id(const char *ref) {
     struct stat sb;
     return ref && lstat(ref, &sb) != 0 && valid_repo_id(ref);

@@ -35,7 +35,7 @@
 static hr_status read_file(const char *path, size_t cap, unsigned char **out, size_t *len) {
     *out = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO in a folder never blocks us */
     if (fd < 0) return hr_error(errno == ENOENT ? HR_ERR_NOT_FOUND : HR_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) || !S_ISREG(sb.st_mode) || (size_t)sb.st_size > cap) {
@@ -61,11 +61,13 @@ static hr_status read_file(const char *path, size_t cap, unsigned char **out, si
     return HR_OK;
 }
 
-static void sha256_hex(const unsigned char *p, size_t n, char out[65]) {
+static hr_status sha256_hex(const unsigned char *p, size_t n, char out[65]) {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdlen = 0;
-    EVP_Digest(p, n, md, &mdlen, EVP_sha256(), NULL);
+    if (!EVP_Digest(p, n, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32)
+        return hr_error(HR_ERR_INTERNAL, "kernel: sha256 failed (OpenSSL)");
     for (unsigned i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+    return HR_OK;
 }
 
 /* ---- the snapshot and its variant --------------------------------------------- */
@@ -75,21 +77,26 @@ static void wanted_variant(char *out, size_t cap) {
     snprintf(out, cap, "hubrt%d-cpu-%s-linux", HR_KERNEL_ABI_VERSION, uname(&u) == 0 ? u.machine : "unknown");
 }
 
-/* Why `name` is not this machine's variant ("" when it is). */
+/* Why `name` (a folder name from the repository: untrusted) is not this
+ * machine's variant ("" when it is). */
 static void variant_reason(const char *name, const char *want, char *out, size_t cap) {
-    int abi = 0, used = 0;
     out[0] = 0;
     if (!strcmp(name, want)) return;
-    if (sscanf(name, "hubrt%d%n", &abi, &used) != 1 || (name[used] && name[used] != '-')) {
+    /* "hubrt" then 1 to 6 digits */
+    size_t digits = 0;
+    while (digits < 7 && name[5 + digits] >= '0' && name[5 + digits] <= '9' && !strncmp(name, "hubrt", 5)) digits++;
+    const char *rest = name + 5 + digits;
+    const char *want_rest = strchr(want, '-'); /* "-cpu-<arch>-linux" */
+    if (strncmp(name, "hubrt", 5) || digits == 0 || digits > 6 || (*rest && *rest != '-')) {
         snprintf(out, cap, "not a hubrt variant (a build for another runtime)");
-    } else if (abi != HR_KERNEL_ABI_VERSION) {
-        snprintf(out, cap, "ABI hubrt%d; this hubrt loads hubrt%d", abi, HR_KERNEL_ABI_VERSION);
-    } else if (!strncmp(name + used, "-pjrt", 5)) {
+    } else if (atoi(name + 5) != HR_KERNEL_ABI_VERSION) {
+        snprintf(out, cap, "ABI hubrt%d; this hubrt loads hubrt%d", atoi(name + 5), HR_KERNEL_ABI_VERSION);
+    } else if (!strncmp(rest, "-pjrt", 5)) {
         snprintf(out, cap, "StableHLO for PJRT devices, which hubrt does not load yet");
-    } else if (strncmp(name + used, "-cpu-", 5)) {
+    } else if (strncmp(rest, "-cpu-", 5)) {
         snprintf(out, cap, "not for the cpu device");
     } else {
-        snprintf(out, cap, "built for %s; this machine takes %s", name + used + 5, want + used + 5);
+        snprintf(out, cap, "built for %.60s; this machine takes %s", rest + 5, want_rest ? want_rest + 5 : want);
     }
 }
 
@@ -123,47 +130,82 @@ static hr_status pick_variant(const char *snapshot, hr_kernel_info *info) {
     return HR_OK;
 }
 
-static bool is_dir(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+/* Where a kernel comes from: a folder the caller named by path (trusted:
+ * the caller chose the files), or a Hub repository at a revision. */
+typedef struct kernel_src {
+    bool folder;
+    char rev[64];
+    hr_hub_options ho;
+} kernel_src;
+
+/* A folder only when named as a path ("/...", "./...", "../..."): a
+ * relative folder that happens to be named like "org/name" is not taken
+ * for that repository. */
+static bool names_a_folder(const char *repo) {
+    return repo[0] == '/' || !strncmp(repo, "./", 2) || !strncmp(repo, "../", 3);
 }
 
 /* The snapshot folder of repo (malloc'd), with info's repo, publisher and
  * revision: a folder as it is, a repository id from the cache (its
  * metadata fetched when missing and the network is allowed). */
-static hr_status find_snapshot(const char *repo, const hr_kernel_options *o, hr_kernel_info *info, char **dir) {
+static hr_status find_snapshot(const char *repo, const hr_kernel_options *o, hr_kernel_info *info, kernel_src *src,
+                               char **dir) {
     *dir = NULL;
+    if (strlen(repo) >= sizeof info->repo)
+        return hr_error(HR_ERR_INVALID_ARG, "kernel '%.64s...': the name is over %zu bytes", repo, sizeof info->repo - 1);
     snprintf(info->repo, sizeof info->repo, "%s", repo);
-    if (is_dir(repo)) {
+    src->folder = names_a_folder(repo);
+    if (src->folder) {
         snprintf(info->publisher, sizeof info->publisher, "local");
         snprintf(info->revision, sizeof info->revision, "local");
         *dir = realpath(repo, NULL);
-        return *dir ? HR_OK : hr_error(HR_ERR_IO, "%s: %s", repo, strerror(errno));
+        struct stat sb;
+        if (*dir && (stat(*dir, &sb) || !S_ISDIR(sb.st_mode))) {
+            free(*dir);
+            *dir = NULL;
+            errno = ENOTDIR;
+        }
+        return *dir ? HR_OK : hr_error(HR_ERR_NOT_FOUND, "kernel folder %s: %s", repo, strerror(errno));
     }
-    if (!hr_hub_is_repo_id(repo) || !strchr(repo, '/'))
-        return hr_error(HR_ERR_INVALID_ARG, "kernel '%s' is neither a folder nor a Hub repository id (org/name)", repo);
     const char *slash = strchr(repo, '/');
+    if (!slash || !hr_hub_valid_repo_id(repo))
+        return hr_error(HR_ERR_INVALID_ARG, "kernel '%s' is neither a folder path (/..., ./...) nor a Hub repository "
+                        "id (org/name)", repo);
     snprintf(info->publisher, sizeof info->publisher, "%.*s", (int)(slash - repo), repo);
-    char rev[64], want[96], file[160];
-    if (o && o->version > 0) snprintf(rev, sizeof rev, "v%lld", (long long)o->version);
-    else snprintf(rev, sizeof rev, "%s", o && o->revision ? o->revision : "main");
-    hr_hub_options ho = {.revision = rev, .cache_dir = o ? o->cache_dir : NULL, .offline = -1, .progress = -1};
+    char want[96], file[160];
+    if (o && o->version > 0) snprintf(src->rev, sizeof src->rev, "v%lld", (long long)o->version);
+    else snprintf(src->rev, sizeof src->rev, "%s", o && o->revision ? o->revision : "main");
+    src->ho = (hr_hub_options){.revision = src->rev, .cache_dir = o ? o->cache_dir : NULL, .offline = -1,
+                               .progress = -1};
     wanted_variant(want, sizeof want);
     snprintf(file, sizeof file, "build/%s/metadata.json", want);
     char *meta = NULL;
-    hr_status s = hr_hub_file(repo, file, &ho, &meta);
+    hr_status s = hr_hub_file(repo, file, &src->ho, &meta);
     free(meta);
     if (s != HR_OK && s != HR_ERR_NOT_FOUND) return hr_error_context(s, "kernel %s", repo);
     /* the snapshot's other variants explain a missing one */
-    hr_status c = hr_hub_cached_snapshot(repo, &ho, dir, info->revision, sizeof info->revision);
-    if (c != HR_OK) return hr_error_context(c, "kernel %s at %s", repo, rev);
+    hr_status c = hr_hub_cached_snapshot(repo, &src->ho, dir, info->revision, sizeof info->revision);
+    if (c != HR_OK) return hr_error_context(c, "kernel %s at %s", repo, src->rev);
+    return HR_OK;
+}
+
+/* The files metadata.json lists, fetched into the cache where missing (a
+ * repository's; a folder has them or not). */
+static hr_status fetch_files(const char *repo, kernel_src *src, const hr_kernel_info *info, const hr_kernel_meta *m) {
+    for (int i = 0; !src->folder && i < m->n_files; i++) {
+        char file[512], *path = NULL;
+        snprintf(file, sizeof file, "build/%s/%s", info->variant, m->files[i].name);
+        hr_status s = hr_hub_file(repo, file, &src->ho, &path);
+        free(path);
+        if (s != HR_OK) return hr_error_context(s, "kernel %s", repo);
+    }
     return HR_OK;
 }
 
 /* ---- the checks ------------------------------------------------------------------ */
 
 static hr_status read_meta(const char *vdir, const hr_kernel_info *info, hr_kernel_meta *m) {
-    char path[PATH_MAX + 32];
+    char path[PATH_MAX + 232];
     snprintf(path, sizeof path, "%s/metadata.json", vdir);
     unsigned char *text;
     size_t len;
@@ -208,7 +250,11 @@ static hr_status check_digests(const char *vdir, const hr_kernel_meta *m, hr_ker
         size_t len;
         hr_status s = read_file(path, LIB_MAX, &bytes, &len);
         if (s != HR_OK) return hr_error_context(s, "kernel %s", info->repo);
-        sha256_hex(bytes, len, got);
+        s = sha256_hex(bytes, len, got);
+        if (s != HR_OK) {
+            free(bytes);
+            return s;
+        }
         if (strcmp(got, m->files[i].sha256)) {
             free(bytes);
             return hr_error(HR_ERR_FORMAT, "kernel %s: digest mismatch: %s has sha256 %s, metadata.json says %s",
@@ -233,18 +279,24 @@ static hr_status check_digests(const char *vdir, const hr_kernel_meta *m, hr_ker
 
 /* The trusted publishers: "hubrt" (this project's), and the lines of
  * $HUBRT_KERNELS_TRUSTED, else ~/.config/hubrt/kernels-trusted.txt. */
-static hr_status check_trust(const hr_kernel_info *info, const hr_kernel_options *o) {
-    if ((o && o->trust_remote_code) || !strcmp(info->publisher, "local") || !strcmp(info->publisher, "hubrt"))
-        return HR_OK;
-    char path[PATH_MAX];
+static hr_status check_trust(const hr_kernel_info *info, const kernel_src *src, const hr_kernel_options *o) {
+    if ((o && o->trust_remote_code) || src->folder || !strcmp(info->publisher, "hubrt")) return HR_OK;
+    char path[PATH_MAX] = "";
     const char *env = getenv("HUBRT_KERNELS_TRUSTED"), *home = getenv("HOME");
     if (env) snprintf(path, sizeof path, "%s", env);
-    else snprintf(path, sizeof path, "%s/.config/hubrt/kernels-trusted.txt", home ? home : "");
-    FILE *f = fopen(path, "r");
-    for (char line[256]; f && fgets(line, sizeof line, f);) {
+    else if (home && *home) snprintf(path, sizeof path, "%s/.config/hubrt/kernels-trusted.txt", home);
+    FILE *f = path[0] ? fopen(path, "r") : NULL;
+    /* one publisher per line; a line longer than the buffer is skipped whole */
+    for (char line[512]; f && fgets(line, sizeof line, f);) {
+        size_t n = strlen(line);
+        if (n && line[n - 1] != '\n' && !feof(f)) {
+            for (int c; (c = fgetc(f)) != EOF && c != '\n';) {
+            }
+            continue;
+        }
         char *p = line, *end;
         while (*p == ' ' || *p == '\t') p++;
-        for (end = p + strlen(p); end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ');) *--end = 0;
+        for (end = p + strlen(p); end > p && strchr("\n\r \t", end[-1]);) *--end = 0;
         if (*p && *p != '#' && !strcmp(p, info->publisher)) {
             fclose(f);
             return HR_OK;
@@ -267,7 +319,8 @@ static hr_status verify(const char *repo, const hr_kernel_options *o, bool use_l
     memset(info, 0, sizeof *info);
     *lib = NULL;
     char *snap = NULL, vdir[PATH_MAX + 200];
-    hr_status s = find_snapshot(repo, o, info, &snap);
+    kernel_src src = {0};
+    hr_status s = find_snapshot(repo, o, info, &src, &snap);
     if (s == HR_OK) s = pick_variant(snap, info);
     if (s == HR_OK) {
         snprintf(vdir, sizeof vdir, "%s/build/%s", snap, info->variant);
@@ -277,8 +330,9 @@ static hr_status verify(const char *repo, const hr_kernel_options *o, bool use_l
     if (s == HR_OK) {
         snprintf(info->name, sizeof info->name, "%s", m->name);
         info->version = m->version;
-        s = check_trust(info, o);
+        s = check_trust(info, &src, o);
     }
+    if (s == HR_OK) s = fetch_files(repo, &src, info, m);
     if (s == HR_OK) s = check_digests(vdir, m, info, lib, lib_len);
     if (s == HR_OK && use_lock && lock_path(o)) s = hr_kernel_lock_check(lock_path(o), info, m);
     if (s != HR_OK) {
@@ -336,6 +390,66 @@ static int64_t impl_id_of(const hr_kernel_info *info) {
     return id ? id : 1;
 }
 
+/* Section `i`'s header, or NULL when it lies outside the file. */
+static const unsigned char *section(const unsigned char *p, size_t n, const Elf64_Ehdr *eh, unsigned i,
+                                    Elf64_Shdr *out) {
+    if (!eh->e_shoff || i >= eh->e_shnum) return NULL;
+    memcpy(out, p + eh->e_shoff + (size_t)i * sizeof *out, sizeof *out);
+    if (out->sh_type == SHT_NOBITS || out->sh_offset > n || n - out->sh_offset < out->sh_size) return NULL;
+    return p + out->sh_offset;
+}
+
+/* A NUL-terminated name at offset `off` of a string table of `size`
+ * bytes, or NULL. */
+static const char *str_at(const unsigned char *tab, uint64_t size, uint64_t off) {
+    if (off >= size || !memchr(tab + off, 0, size - off)) return NULL;
+    return (const char *)tab + off;
+}
+
+/* What the loader would act on before hubrt sees the ABI struct: the
+ * dynamic section (only libc, libm and the loader needed; no RPATH or
+ * RUNPATH, which could pull a library from beside the private copy; not
+ * NODELETE, so a refused library unloads) and the dynamic symbols (the ABI
+ * symbol defined). NULL when fine, else why not. */
+static const char *check_dynamic(const unsigned char *p, size_t n, const Elf64_Ehdr *eh) {
+    static const char *const allowed[] = {"libc.so.6", "libm.so.6", "ld-linux-x86-64.so.2", "libpthread.so.0",
+                                          "libdl.so.2", "ld-linux-aarch64.so.1"};
+    bool dynamic = false, symbol = false;
+    for (unsigned i = 0; i < eh->e_shnum; i++) {
+        Elf64_Shdr sh, link;
+        const unsigned char *body = section(p, n, eh, i, &sh);
+        if (!body || (sh.sh_type != SHT_DYNAMIC && sh.sh_type != SHT_DYNSYM)) continue;
+        const unsigned char *strtab = section(p, n, eh, sh.sh_link, &link);
+        if (!strtab || link.sh_type != SHT_STRTAB) return "a dynamic section without its string table";
+        if (sh.sh_type == SHT_DYNAMIC) {
+            dynamic = true;
+            for (uint64_t off = 0; off + sizeof(Elf64_Dyn) <= sh.sh_size; off += sizeof(Elf64_Dyn)) {
+                Elf64_Dyn d;
+                memcpy(&d, body + off, sizeof d);
+                if (d.d_tag == DT_NULL) break;
+                if (d.d_tag == DT_RPATH || d.d_tag == DT_RUNPATH) return "it names a library search path (RPATH)";
+                if (d.d_tag == DT_FLAGS_1 && (d.d_un.d_val & DF_1_NODELETE)) return "it asks never to be unloaded";
+                if (d.d_tag != DT_NEEDED) continue;
+                const char *need = str_at(strtab, link.sh_size, d.d_un.d_val);
+                /* and the sanitizer runtimes a sanitized build's kernel needs (already in such a process) */
+                bool ok = need && (!strncmp(need, "libasan.so", 10) || !strncmp(need, "libubsan.so", 11));
+                for (size_t a = 0; need && a < sizeof allowed / sizeof allowed[0]; a++) ok |= !strcmp(need, allowed[a]);
+                if (!ok) return "it needs a library other than libc and libm";
+            }
+        } else {
+            for (uint64_t off = sizeof(Elf64_Sym); off + sizeof(Elf64_Sym) <= sh.sh_size; off += sizeof(Elf64_Sym)) {
+                Elf64_Sym sym;
+                memcpy(&sym, body + off, sizeof sym);
+                const char *name = str_at(strtab, link.sh_size, sym.st_name);
+                symbol |= name && sym.st_shndx != SHN_UNDEF && !strcmp(name, HR_KERNEL_ABI_SYMBOL);
+            }
+        }
+    }
+    if (!dynamic) return "no dynamic section: not a shared library";
+    if (!symbol) return "it has no symbol '" HR_KERNEL_ABI_SYMBOL "'";
+    return NULL;
+}
+
 /* The library's ELF headers against its length, before the loader maps
  * it: a truncated file (every segment and the section table must lie in
  * it) or one for another machine is refused by name, where the loader
@@ -371,6 +485,7 @@ static hr_status check_elf(const hr_kernel_info *info, const unsigned char *p, s
         if ((ph.p_type == PT_LOAD || ph.p_type == PT_DYNAMIC) && (ph.p_offset > n || n - ph.p_offset < ph.p_filesz))
             why = "truncated: a segment ends past the file";
     }
+    if (!why) why = check_dynamic(p, n, &eh);
     if (why) return hr_error(HR_ERR_FORMAT, "kernel %s: %s does not load: %s", info->repo, info->library, why);
     return HR_OK;
 }
@@ -381,13 +496,19 @@ static hr_status check_elf(const hr_kernel_info *info, const unsigned char *p, s
  * because the loader takes a name it has seen for the library it loaded
  * under it (a memfd's /proc/self/fd/N recurs). */
 static hr_status open_bytes(const hr_kernel_info *info, const unsigned char *lib, size_t len, void **handle) {
-    const char *dir = getenv("TMPDIR");
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/hubrt-kernel-XXXXXX.so", dir && *dir ? dir : "/tmp");
+    const char *tmp = getenv("TMPDIR");
+    char dir[PATH_MAX], path[PATH_MAX + 32];
     HR_TRY(check_elf(info, lib, len));
-    int fd = mkostemps(path, 3, O_CLOEXEC);
-    if (fd < 0) return hr_error(HR_ERR_IO, "kernel %s: cannot stage the library in %s: %s", info->repo, path,
-                                strerror(errno));
+    snprintf(dir, sizeof dir, "%s/hubrt-kernel-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) /* 0700: nobody else can swap the copy */
+        return hr_error(HR_ERR_IO, "kernel %s: cannot make a private folder in %s: %s", info->repo,
+                        tmp && *tmp ? tmp : "/tmp", strerror(errno));
+    snprintf(path, sizeof path, "%s/kernel.so", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        rmdir(dir);
+        return hr_error(HR_ERR_IO, "kernel %s: cannot stage the library in %s: %s", info->repo, dir, strerror(errno));
+    }
     size_t put = 0;
     while (put < len) {
         ssize_t n = write(fd, lib + put, len - put);
@@ -398,6 +519,7 @@ static hr_status open_bytes(const hr_kernel_info *info, const unsigned char *lib
     *handle = put == len ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
     const char *e = put == len ? dlerror() : "cannot write the private copy";
     unlink(path);
+    rmdir(dir);
     if (!*handle)
         return hr_error(HR_ERR_FORMAT, "kernel %s: %s does not load: %s", info->repo, info->library,
                         e ? e : "unknown error");
@@ -451,6 +573,7 @@ hr_status hr_kernel_load(const char *repo, const hr_kernel_options *o, hr_kernel
     }
     pthread_mutex_unlock(&g_lock);
     free(lib);
+    if (s != HR_OK) info->impl_id = 0;
     return s;
 }
 

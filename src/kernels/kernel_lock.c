@@ -91,9 +91,12 @@ hr_status hr_kernel_lock_write(const char *path, const hr_kernel_info *info, con
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text) return hr_error(HR_ERR_OOM, "kernels lock: out of memory");
+    /* a fresh file beside it (mkstemp: never an existing name or a link), renamed over it */
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+    int fd = strlen(path) < sizeof tmp - 8 ? mkstemp(tmp) : -1;
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f) close(fd);
     size_t n = strlen(text);
     bool wrote = f && fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF;
     if (f) wrote = (fflush(f) == 0 && fsync(fileno(f)) == 0 && fclose(f) == 0) && wrote;

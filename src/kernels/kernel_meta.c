@@ -24,7 +24,8 @@ static hr_status get_int(const char *label, const cJSON *root, const char *key, 
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!v) return hr_error(HR_ERR_FORMAT, "%s: no '%s'", label, key);
     double d = cJSON_IsNumber(v) ? v->valuedouble : -1e300;
-    if (!cJSON_IsNumber(v) || d != (double)(int64_t)d || d < (double)lo || d > (double)hi)
+    /* the range first: the cast of a double outside int64 is undefined */
+    if (!cJSON_IsNumber(v) || !(d >= (double)lo && d <= (double)hi) || d != (double)(int64_t)d)
         return hr_error(HR_ERR_FORMAT, "%s: '%s' must be an integer from %lld to %lld", label, key, (long long)lo,
                         (long long)hi);
     *out = (int64_t)d;

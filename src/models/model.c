@@ -52,7 +52,9 @@ hr_status hr_model_set_experts_kernel(hr_model *m, int64_t impl_id, bool per_exp
 static hr_status load_hub_kernel(hr_model *m, const char *name) {
     char repo[256], rev[128] = "";
     snprintf(repo, sizeof repo, "%s", name);
-    char *at = strrchr(repo, '@');
+    /* a folder path is taken whole; a repository id may end in @revision */
+    bool folder = repo[0] == '/' || !strncmp(repo, "./", 2) || !strncmp(repo, "../", 3);
+    char *at = folder ? NULL : strrchr(repo, '@');
     if (at) {
         snprintf(rev, sizeof rev, "%s", at + 1);
         *at = 0;

@@ -62,7 +62,8 @@ static void part_name(const hr_model *m, const weight_ref *r, int p, int64_t e, 
     int used = snprintf(buf, n, "%s", r->layer_prefix);
     if (used < 0 || (size_t)used >= n) return;
     if (held_in_parts(m, r)) snprintf(buf + used, n - (size_t)used, "%s", r->spec->parts[p]);
-    else snprintf(buf + used, n - (size_t)used, r->spec->per_expert[p], (long long)e);
+    else if (r->spec->per_expert[p]) snprintf(buf + used, n - (size_t)used, r->spec->per_expert[p], (long long)e);
+    else snprintf(buf + used, n - (size_t)used, "%s", r->spec->parts[p] ? r->spec->parts[p] : "?");
 }
 
 /* A stacked experts weight from its parts, per expert or stacked by

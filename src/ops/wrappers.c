@@ -152,6 +152,9 @@ hr_status hr_sdpa(const hr_tensor *q, const hr_tensor *k, const hr_tensor *v, co
                   const hr_attrs_sdpa *attrs, hr_tensor **out) {
     hr_attrs_sdpa a = {0};
     if (attrs) a = *attrs;
+    if (a.sinks)
+        return hr_error(HR_ERR_INVALID_ARG, "hr_sdpa: attr sinks takes a sinks input: call hr_op_run(HR_OP_sdpa, ...) "
+                        "with q, k, v, [mask], sinks");
     return run1(HR_OP_sdpa, &a, IN_(q, k, v, mask), mask ? 4 : 3, out);
 }
 

@@ -267,7 +267,54 @@ def test_lock_file_pins_revision_and_digests(tmp_path):
 
 def test_not_in_the_cache(tmp_path):
     refused(r"hubrt/experts-grouped", REPO, version=3, cache_dir=tmp_path)
-    refused(r"neither a folder nor a Hub repository id", "not a repo", cache_dir=tmp_path)
+    refused(r"neither a folder path \(/\.\.\., \./\.\.\.\) nor a Hub repository id", "not a repo", cache_dir=tmp_path)
+
+
+def test_a_folder_named_like_a_repo_is_not_trusted(tmp_path, monkeypatch):
+    """./someone/experts in the working directory is not taken for the
+    repository someone/experts (which would skip the publisher check); a
+    folder is one only when named as a path."""
+    cache_with(tmp_path / "hub", repo="someone/experts")
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(PKG, tmp_path / "someone" / "experts")
+    monkeypatch.setenv("HUBRT_KERNELS_TRUSTED", str(tmp_path / "none.txt"))
+    refused(r"untrusted publisher 'someone'", "someone/experts", version=1, cache_dir=tmp_path / "hub")
+    assert hubrt.verify_kernel("./someone/experts").publisher == "local"
+
+
+def test_hostile_variant_names_are_reported_safely(tmp_path):
+    """Folder names from the repository are untrusted: digits past any
+    buffer, another ABI, odd suffixes, each reported with a reason."""
+    vdir = cache_with(tmp_path)
+    build = vdir.parent
+    os.rename(vdir, build / "hubrt1-cpu-riscv64-linux")
+    for name in ("hubrt" + "0" * 200 + "1-cpu-x", "hubrt99999999999-cpu-x86_64-linux", "hubrt1", "hubrt1-gpu-x",
+                 "hubrtx-cpu"):
+        (build / name).mkdir()
+    with pytest.raises(hubrt.HubrtError) as e:
+        hubrt.get_kernel(REPO, version=1, cache_dir=tmp_path)
+    msg = str(e.value)
+    assert "hubrt1-gpu-x: not for the cpu device" in msg and "hubrtx-cpu: not a hubrt variant" in msg
+    assert "built for riscv64-linux" in msg
+
+
+def test_a_library_needing_other_libraries_is_refused(tmp_path):
+    """Before the loader runs anything of it: a library that needs a library
+    other than libc/libm (here libz), or carries a search path, is refused."""
+    lib = tmp_path / "libk.so"
+    src = tmp_path / "k.c"
+    src.write_text("""
+        #include <stdint.h>
+        typedef struct { uint32_t v, size; const char *name; int (*f)(const void *); } abi;
+        static int f(const void *a) { (void)a; return 0; }
+        const abi hubrt_kernel_abi_v1 = {1, sizeof(abi), "experts", f};
+    """)
+    for extra, why in ((["-Wl,--no-as-needed", "-lz"], "needs a library other than libc and libm"),
+                       (["-Wl,-rpath,/tmp"], "names a library search path")):
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src), *extra], check=True)
+        vdir = cache_with(tmp_path / f"hub-{len(extra)}-{why[:5]}")
+        swap_library(vdir, lib)
+        refused(why, REPO, version=1, cache_dir=vdir.parents[4])
 
 
 # ---- the CLI -------------------------------------------------------------------------------------

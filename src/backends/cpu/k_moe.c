@@ -286,8 +286,8 @@ static hr_status run_external(const hr_attrs_experts *a, const hr_tensor *const 
     int rc = fn(&k);
     if (rc == 0) return HR_OK;
     err[sizeof err - 1] = 0;
-    return hr_error(rc > 0 ? (hr_status)rc : HR_ERR_INTERNAL, "experts: the kernel '%s' failed: %s", name,
-                    err[0] ? err : "(no message)");
+    hr_status code = rc > 0 && rc < HR_STATUS_COUNT ? (hr_status)rc : HR_ERR_INTERNAL;
+    return hr_error(code, "experts: the kernel '%s' failed: %s", name, err[0] ? err : "(no message)");
 }
 
 static hr_status k_experts(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
