@@ -108,12 +108,14 @@ def test_batch_of_4_with_left_padding(ckpts):
     check_padded_logits(path, TOL)
 
 
+@pytest.mark.slow  # long under the sanitizers; the main test pass runs it
 @pytest.mark.parametrize("name", ["top2", "topE", "tight-limit"])
 def test_greedy_generation_matches_transformers(ckpts, name):
     path = ckpts(name, **VARIANTS[name])
     check_greedy(path)
 
 
+@pytest.mark.slow  # long under the sanitizers; the main test pass runs it
 def test_greedy_batch_with_left_padding(ckpts):
     check_greedy(ckpts("top2"), batch_pads=[0, 2, 5, 8])
 
@@ -126,6 +128,7 @@ def test_eager_and_grouped_agree(ckpts):
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # long under the sanitizers; the main test pass runs it
 def test_compiled_generation_and_steps_match_eager(ckpts, private_plan_cache):
     path = ckpts("top2")
     model = hr_model(path)
@@ -139,6 +142,7 @@ def test_compiled_generation_and_steps_match_eager(ckpts, private_plan_cache):
     check_compiled_steps(path, TOL, seed=9)
 
 
+@pytest.mark.slow  # long under the sanitizers; the main test pass runs it
 def test_bf16_as_close_to_f32_as_torch_bf16(ckpts):
     """bf16 against the float32 truth: hubrt's error and top-1 agreement
     are no worse than transformers' own bf16 run (on this tiny random model

@@ -119,12 +119,14 @@ def test_batch_of_4_with_left_padding(ckpts, name):
     check_padded_logits(path, TOL)
 
 
+@pytest.mark.slow  # long under the sanitizers; the main test pass runs it
 @pytest.mark.parametrize("name", ["top2", "topE-norm", "tied-bias"])
 def test_greedy_generation_matches_transformers(ckpts, name):
     path = ckpts(name, **VARIANTS[name])
     check_greedy(path)
 
 
+@pytest.mark.slow  # long under the sanitizers; the main test pass runs it
 def test_greedy_batch_with_left_padding(ckpts):
     check_greedy(ckpts("top2"), batch_pads=[0, 2, 5, 8])
 
@@ -153,6 +155,7 @@ def test_grouped_and_eager_implementations(ckpts):
         hr_model(path, experts_implementation="nope")
 
 
+@pytest.mark.slow  # long under the sanitizers; the main test pass runs it
 def test_bf16_eager_is_nearer_transformers_bf16_than_grouped(ckpts):
     """In bf16 the implementations differ as transformers' loop rounds;
     both agree with transformers' bf16 top-1 on nearly every position."""
@@ -167,6 +170,7 @@ def test_bf16_eager_is_nearer_transformers_bf16_than_grouped(ckpts):
 
 # ---- 3. compiled forward ------------------------------------------------------------------------
 
+@pytest.mark.slow  # long under the sanitizers; the main test pass runs it
 def test_compiled_generation_and_steps_match_eager(ckpts, private_plan_cache):
     path = ckpts("sparse2-mlponly", **VARIANTS["sparse2-mlponly"])
     model = hr_model(path)
@@ -180,6 +184,7 @@ def test_compiled_generation_and_steps_match_eager(ckpts, private_plan_cache):
     check_compiled_steps(path, TOL, seed=10)
 
 
+@pytest.mark.slow  # long under the sanitizers; the main test pass runs it
 def test_compiled_plans_follow_the_implementation(ckpts, private_plan_cache):
     path = ckpts("top2")
     model = hr_model(path)
@@ -232,6 +237,7 @@ def test_missing_expert_is_named(ckpts, tmp_path):
 
 # ---- 6. the CLI -----------------------------------------------------------------------------------
 
+@pytest.mark.slow  # long under the sanitizers; the main test pass runs it
 def test_cli_run_with_each_experts_implementation(tmp_path):
     """hubrt run on a Qwen3-MoE with the real Qwen3 tokenizer: the greedy
     text transformers gives, under --experts grouped and eager; an unknown
@@ -267,6 +273,7 @@ def test_cli_run_with_each_experts_implementation(tmp_path):
 
 # ---- 7. GGUF files from llama.cpp's converter -------------------------------------------------------
 
+@pytest.mark.slow  # long under the sanitizers; the main test pass runs it
 def test_gguf_from_llama_cpp_converter(tmp_path):
     """A Qwen3-MoE with the real Qwen3 tokenizer, converted by llama.cpp's
     own converter (its *_exps tensors: experts stacked, gate and up apart):
