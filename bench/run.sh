@@ -212,8 +212,6 @@ if [[ " $MODELS " == *" $MOE_MODEL "* ]] && (( $(date +%s) - START <= BUDGET )) 
   timeout "$RUN_TIMEOUT" "$ROOT/$BUILD/bench_moe" --samples 5 --threads "$THREADS" > "$WORK/moe-layer.out" \
     2> "$WORK/moe-layer.err" || log "bench_moe failed (see $WORK/moe-layer.err)"
 fi
-# the MoE checkpoint and its GGUF go (BENCH_KEEP_MOE=1 keeps them): the disk holds one such model at a time
-if [[ -z ${BENCH_KEEP_MOE:-} ]]; then rm -rf "$FIX/$MOE_MODEL" "$FIX/$MOE_MODEL.bf16.gguf"; fi
 
 # Again at the end: other load on a shared machine only lowers a measured limit, so
 # the report takes the highest of the probes (the fractions of the limit are not flattered).
@@ -226,4 +224,6 @@ meta["elapsed_s"] = round(time.time() - int(sys.argv[2]))
 json.dump(meta, open(sys.argv[1], "w"))
 PYEOF
 "$PY" bench/report.py merge "$WORK" --results "$RESULTS"
+# the MoE checkpoint and its GGUF go once the report has read its shape (BENCH_KEEP_MOE=1 keeps them): the disk holds one such model at a time
+if [[ -z ${BENCH_KEEP_MOE:-} ]]; then rm -rf "$FIX/$MOE_MODEL" "$FIX/$MOE_MODEL.bf16.gguf"; fi
 cat "$RESULTS/latest.md"
