@@ -9,8 +9,9 @@
  * fewer, the experts run one after another with each GEMM split over the
  * threads. Every slot's output row is kept, then each token sums its slots
  * in ascending expert order (per_expert: with transformers' roundings), so
- * a row's result depends on its own slots only: never on the other rows of
- * the call, nor on the threads. */
+ * the sum never depends on the threads; an expert's products may differ in
+ * their last bits with how many rows share the expert (the GEMM engine
+ * picks its route by row count), so a row's bits can depend on the batch. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
