@@ -106,6 +106,10 @@ typedef struct hr_attrs_experts {
      * that the kernel hub loaded (hubrt/kernels.h: hr_kernel_impl_id),
      * on the CPU; other devices run their own lowering. */
     int64_t impl;
+    /* CPU: each row through the experts on its own (one-row products), so
+     * its bits do not depend on the other rows of the call (hubrt serve
+     * --deterministic); slower with many rows per expert. */
+    bool batch_invariant;
 } hr_attrs_experts;
 
 /* rms_norm: y = x / sqrt(mean(x^2) + eps) * (weight + weight_offset)

@@ -125,7 +125,7 @@ EXPERTS_ACTS = {"silu": 0, "gelu_tanh": 1, "gpt_oss": 2}
 
 
 def experts(x, weights, indices, gate_up, down, gate_up_bias=None, down_bias=None, act="silu",
-            per_expert=False, limit=0.0, alpha=0.0, out=None):
+            per_expert=False, limit=0.0, alpha=0.0, batch_invariant=False, out=None):
     """A mixture-of-experts layer's experts given the router's choice:
     row t's sum over its slots j of weights[t, j] * down_e(act(gate) * up),
     e = indices[t, j], gate_up [E, 2I, H] (gate rows, then up), down
@@ -133,7 +133,8 @@ def experts(x, weights, indices, gate_up, down, gate_up_bias=None, down_bias=Non
     if (gate_up_bias is None) != (down_bias is None):
         raise ValueError("experts: give both biases or neither")
     ins = [x, weights, indices, gate_up, down] + ([gate_up_bias, down_bias] if gate_up_bias is not None else [])
-    return call("experts", *ins, out=out, act=EXPERTS_ACTS[act], per_expert=per_expert, limit=limit, alpha=alpha)
+    return call("experts", *ins, out=out, act=EXPERTS_ACTS[act], per_expert=per_expert, limit=limit, alpha=alpha,
+                batch_invariant=batch_invariant)
 
 
 def gelu(x, approximate="none"):

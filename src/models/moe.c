@@ -22,8 +22,9 @@ static hr_status run1(hr_op op, const void *attrs, const hr_tensor *const *in, i
 static hr_status experts(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o, const hr_tensor *h,
                          const hr_tensor *wts, const hr_tensor *topi, hr_tensor *out) {
     const hr_model *m = f->m;
+    /* the forward's batch-invariant steps (hubrt serve --deterministic) take the rows one at a time */
     hr_attrs_experts ea = {.act = o->act, .per_expert = m->experts_per_expert, .impl = m->experts_impl,
-                           .limit = o->limit, .alpha = o->alpha};
+                           .limit = o->limit, .alpha = o->alpha, .batch_invariant = f->kv[HR_LAYER_FULL].exact};
     if (w->gate_up_bias)
         return run1(HR_OP_experts, &ea, IN_(h, wts, topi, w->gate_up, w->down, w->gate_up_bias, w->down_bias), 7, out);
     return run1(HR_OP_experts, &ea, IN_(h, wts, topi, w->gate_up, w->down), 5, out);

@@ -44,6 +44,7 @@ static_assert(sizeof ops / sizeof ops[0] == HR_OP_COUNT, "op info table out of s
     F(experts, I64, hr_attrs_experts, act) F(experts, BOOL, hr_attrs_experts, per_expert)  \
     F(experts, I64, hr_attrs_experts, impl)                                              \
     F(experts, F64, hr_attrs_experts, limit) F(experts, F64, hr_attrs_experts, alpha)      \
+    F(experts, BOOL, hr_attrs_experts, batch_invariant)                                  \
     F(sdpa, F64, hr_attrs_sdpa, scale) F(sdpa, F64, hr_attrs_sdpa, softcap)              \
     F(sdpa, I64, hr_attrs_sdpa, window) F(sdpa, BOOL, hr_attrs_sdpa, is_causal)          \
     F(sdpa, BOOL, hr_attrs_sdpa, exact) F(sdpa, I64, hr_attrs_sdpa, exact_from)          \

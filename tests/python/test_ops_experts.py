@@ -265,3 +265,24 @@ def test_gpt_oss_act_needs_a_limit():
     x, w, idx, gu, dn, _, _ = case(4, 32, 16, 8, 2)
     with pytest.raises(HubrtError, match=r"gpt_oss needs a finite limit > 0"):
         run(x, w, idx, gu, dn, act="gpt_oss", limit=0.0, alpha=1.702)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_batch_invariant_rows_equal_their_own_call(dtype, isa):  # noqa: F811
+    """batch_invariant (what the forward sets for hubrt serve
+    --deterministic's steps): each row's bits are what it gets alone,
+    whatever other rows share its experts; without it, f32 products of an
+    expert with over 16 rows take the tiled GEMM instead of the GEMV, and
+    the row's bits change with the batch."""
+    x, w, idx, gu, dn, _, _ = case(40, 256, 64, 8, 4, seed=31)
+    idx[:, 0] = 3  # every row shares expert 3: 40 rows there
+    td = TORCH_DTYPE[dtype]
+    full = run(x, w, idx, gu, dn, dtype=dtype, batch_invariant=True).numpy(raw=True)
+    for t in (0, 7, 39):
+        alone = run(x[t:t + 1], w[t:t + 1], idx[t:t + 1], gu, dn, dtype=dtype, batch_invariant=True)
+        assert np.array_equal(alone.numpy(raw=True)[0], full[t]), t
+    if dtype == "f32" and isa != "scalar":
+        plain = run(x, w, idx, gu, dn).numpy()
+        assert not np.array_equal(run(x[:1], w[:1], idx[:1], gu, dn).numpy()[0], plain[0])
+    assert_close(run(x, w, idx, gu, dn, dtype=dtype, batch_invariant=True), torch_loop(
+        x.to(td), w.to(td), idx, gu.to(td), dn.to(td)).float(), dtype=dtype, **tol(dtype, 256))

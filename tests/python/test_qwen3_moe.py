@@ -305,3 +305,4 @@ def test_gguf_from_llama_cpp_converter(tmp_path):
     model = hubrt.AutoModelForCausalLM.from_pretrained(gguf, dtype="float32")
     assert model.architecture == "Qwen3MoeForCausalLM"
     assert rel_err(model(ids).logits, hf_logits(src, ids)) <= TOL
+

@@ -11,7 +11,8 @@
  * in ascending expert order (per_expert: with transformers' roundings), so
  * the sum never depends on the threads; an expert's products may differ in
  * their last bits with how many rows share the expert (the GEMM engine
- * picks its route by row count), so a row's bits can depend on the batch. */
+ * picks its route by row count), so a row's bits can depend on the batch,
+ * unless batch_invariant takes the rows one at a time. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -160,7 +161,11 @@ static hr_status run_expert(const moe_call *c, int64_t e, expert_scratch *sc) {
     int64_t xs = c->x->strides[c->x->ndim - 1];
     for (int64_t r = 0; r < n; r++)
         hr_k_copy_row(sc->xs + r * h * (int64_t)esz, 1, row_ptr(c->x, slots[r] / c->k), xs, h, esz);
-    HR_TRY(expert_linear(sc->xs, n, h, c->gu, e, c->bgu, sc->gus, 2 * i));
+    /* batch-invariant: one-row products, whose route never changes with the expert's row count */
+    int64_t step = c->a->batch_invariant ? 1 : n;
+    for (int64_t r0 = 0; r0 < n; r0 += step)
+        HR_TRY(expert_linear(sc->xs + r0 * h * (int64_t)esz, step, h, c->gu, e, c->bgu,
+                             sc->gus + r0 * 2 * i * (int64_t)esz, 2 * i));
     hr_ew_op act = c->a->act == HR_EXPERTS_GELU_TANH ? HR_EW_GELU_TANH_MUL : HR_EW_SILU_MUL;
     for (int64_t r = 0; r < n; r++) {
         const char *g = sc->gus + r * 2 * i * (int64_t)esz;
@@ -172,7 +177,10 @@ static hr_status run_expert(const moe_call *c, int64_t e, expert_scratch *sc) {
             hr_k_eltwise_f32(act, 0, 0, sc->f0, sc->f0, sc->f1, i, c->simd);
         hr_k_store_f32(sc->as + r * i * (int64_t)esz, dt, sc->f0, i, 1, c->simd);
     }
-    return expert_linear(sc->as, n, i, c->dn, e, c->bdn, c->d + c->start[e] * h * (int64_t)esz, h);
+    for (int64_t r0 = 0; r0 < n; r0 += step)
+        HR_TRY(expert_linear(sc->as + r0 * i * (int64_t)esz, step, i, c->dn, e, c->bdn,
+                             c->d + (c->start[e] + r0) * h * (int64_t)esz, h));
+    return HR_OK;
 }
 
 static void fail(moe_call *c, hr_status s) {
