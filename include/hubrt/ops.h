@@ -318,12 +318,14 @@ typedef enum hr_rope_type {
     HR_ROPE_YARN,
     HR_ROPE_LLAMA3,
     HR_ROPE_LONGROPE,
+    HR_ROPE_PROPORTIONAL, /* Gemma 4: the first rotated_dim/2 frequencies of a full-width rope, the rest 0 */
 } hr_rope_type;
 
 typedef struct hr_rope_config {
     hr_rope_type type;
     double theta;           /* rope_theta */
-    int64_t rotary_dim;     /* head_dim * partial_rotary_factor */
+    int64_t rotary_dim;     /* head_dim * partial_rotary_factor (proportional: head_dim) */
+    int64_t rotated_dim;    /* proportional: 2 x int(partial_rotary_factor * head_dim / 2), the dims that turn */
     double factor;          /* linear, dynamic, yarn, llama3 */
     int64_t max_position_embeddings;
     int64_t original_max_position_embeddings; /* yarn, llama3, longrope */

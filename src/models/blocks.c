@@ -3,6 +3,7 @@
  * nothing and a compiled forward captures the same ops. */
 #include "models/blocks.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -45,7 +46,7 @@ static hr_status split_heads(const hr_tensor *t, int64_t n, int64_t d, hr_tensor
  * -> [b, n, s, d] view, roped into dst. */
 static hr_status project_rope(hr_fwd *f, const hr_tensor *proj, int64_t n, const char *normed,
                               const hr_tensor *norm_w, double offset, hr_layer_kind kind, hr_tensor *dst) {
-    int64_t d = f->m->cfg.head_dim;
+    int64_t d = f->m->cfg.kind_head_dim[kind];
     hr_tensor *heads = NULL, *bnsd = NULL, *nt = NULL;
     hr_status s = split_heads(proj, n, d, &heads);
     if (s == HR_OK && norm_w) {
@@ -63,6 +64,20 @@ static hr_status project_rope(hr_fwd *f, const hr_tensor *proj, int64_t n, const
     hr_tensor_free(heads);
     hr_tensor_free(bnsd);
     return s;
+}
+
+/* The name of an attention activation of layers of `kind` (buf: 24
+ * bytes). Where the kinds' heads differ in shape, the full layers' have
+ * their own names, so alternating layers do not reshape one scratch slot
+ * each time; where layers read another's keys, the ring's concatenations
+ * are the kind's own, kept for them. */
+static const char *kind_name(const hr_fwd *f, hr_layer_kind kind, const char *base, char *buf) {
+    const hr_model_config *c = &f->m->cfg;
+    bool own = c->kind_head_dim[0] != c->kind_head_dim[1] || c->kind_kv_heads[0] != c->kind_kv_heads[1] ||
+               c->kv_source;
+    if (!own || kind != HR_LAYER_FULL) return base;
+    snprintf(buf, 24, "%s.full", base);
+    return buf;
 }
 
 /* The views a call's attention reads and writes, freed together. */
@@ -137,13 +152,17 @@ static hr_status cache_step(hr_fwd *f, int64_t il, const hr_kv_plan *p, const hr
                             const hr_tensor **k_all, const hr_tensor **v_all) {
     const hr_model_config *c = &f->m->cfg;
     hr_layer_kind kind = hr_model_layer_kind(f->m, il);
+    int64_t hkv = c->kind_kv_heads[kind], d = c->kind_head_dim[kind];
+    char nb[4][24];
+    const char *kn = kind_name(f, kind, "kn", nb[0]), *kcat = kind_name(f, kind, "kcat", nb[1]),
+               *vcat = kind_name(f, kind, "vcat", nb[2]);
     hr_tensor *kc = f->cache->k[il], *vc = f->cache->v[il], *dst = NULL, *kv[2] = {0};
     switch (p->mode) {
     case HR_KV_APPEND:
     case HR_KV_RING_STEP:
         /* the new keys are roped straight into their cache slots */
         HR_TRY(slots_of(kc, p->at, f->s, v, &dst));
-        HR_TRY(project_rope(f, k_proj, c->n_kv_heads, "kn", k_norm, offset, kind, dst));
+        HR_TRY(project_rope(f, k_proj, hkv, kn, k_norm, offset, kind, dst));
         HR_TRY(slots_of(vc, p->at, f->s, v, &dst));
         HR_TRY(hr_copy_(dst, vt));
         if (p->mode == HR_KV_RING_STEP) {
@@ -158,8 +177,8 @@ static hr_status cache_step(hr_fwd *f, int64_t il, const hr_kv_plan *p, const hr
         break;
     }
     hr_tensor *kr = NULL;
-    HR_TRY(ACT_(f, "kr", &kr, f->b, c->n_kv_heads, f->s, c->head_dim));
-    HR_TRY(project_rope(f, k_proj, c->n_kv_heads, "kn", k_norm, offset, kind, kr));
+    HR_TRY(ACT_(f, kind_name(f, kind, "kr", nb[3]), &kr, f->b, hkv, f->s, d));
+    HR_TRY(project_rope(f, k_proj, hkv, kn, k_norm, offset, kind, kr));
     if (p->mode == HR_KV_INDEX) {
         HR_TRY(hr_index_copy_(kc, 2, p->slots, kr));
         HR_TRY(hr_index_copy_(vc, 2, p->slots, vt));
@@ -167,14 +186,14 @@ static hr_status cache_step(hr_fwd *f, int64_t il, const hr_kv_plan *p, const hr
         return HR_OK;
     }
     if (p->mode == HR_KV_RING_CAT) {
-        HR_TRY(ring_cat(f, p, kc, kr, "kcat", v, &kv[0]));
-        HR_TRY(ring_cat(f, p, vc, vt, "vcat", v, &kv[1]));
+        HR_TRY(ring_cat(f, p, kc, kr, kcat, v, &kv[0]));
+        HR_TRY(ring_cat(f, p, vc, vt, vcat, v, &kv[1]));
         /* read before the ring is overwritten: the cats copied it */
         HR_TRY(ring_write(f, kc, kr, p->keep, p->keep_at, v));
         HR_TRY(ring_write(f, vc, vt, p->keep, p->keep_at, v));
     } else { /* HR_KV_INDEX_CAT */
-        HR_TRY(whole_cat(f, kc, kr, "kcat", &kv[0]));
-        HR_TRY(whole_cat(f, vc, vt, "vcat", &kv[1]));
+        HR_TRY(whole_cat(f, kc, kr, kcat, &kv[0]));
+        HR_TRY(whole_cat(f, vc, vt, vcat, &kv[1]));
         hr_tensor *kk = NULL, *vk = NULL;
         HR_TRY(slots_of(kr, f->s - p->keep, p->keep, v, &kk));
         HR_TRY(slots_of(vt, f->s - p->keep, p->keep, v, &vk));
@@ -185,32 +204,87 @@ static hr_status cache_step(hr_fwd *f, int64_t il, const hr_kv_plan *p, const hr
     return HR_OK;
 }
 
+/* The keys and values a layer that reads its source layer's (kv_source)
+ * attends over: what the source attended over in this call, the cache's
+ * slots or the kind's concatenations it left, written by nobody since
+ * (sources are the last of their kind before the sharing layers). */
+static hr_status shared_step(hr_fwd *f, int64_t il, const hr_kv_plan *p, attn_views *v, const hr_tensor **k_all,
+                             const hr_tensor **v_all) {
+    const hr_model_config *c = &f->m->cfg;
+    hr_layer_kind kind = hr_model_layer_kind(f->m, il);
+    int64_t hkv = c->kind_kv_heads[kind], d = c->kind_head_dim[kind];
+    hr_tensor *kc = f->cache->k[il], *vc = f->cache->v[il], *kv[2] = {0};
+    char nb[2][24];
+    switch (p->mode) {
+    case HR_KV_APPEND:
+        HR_TRY(slots_of(kc, 0, p->n_attend, v, &kv[0]));
+        HR_TRY(slots_of(vc, 0, p->n_attend, v, &kv[1]));
+        break;
+    case HR_KV_RING_STEP:
+    case HR_KV_INDEX: *k_all = kc, *v_all = vc; return HR_OK;
+    case HR_KV_RING_CAT:
+    case HR_KV_INDEX_CAT: {
+        int64_t keys = (p->mode == HR_KV_RING_CAT ? p->n_ring : kc->shape[2]) + f->s;
+        HR_TRY(ACT_(f, kind_name(f, kind, "kcat", nb[0]), &kv[0], f->b, hkv, keys, d));
+        HR_TRY(ACT_(f, kind_name(f, kind, "vcat", nb[1]), &kv[1], f->b, hkv, keys, d));
+        break;
+    }
+    }
+    *k_all = kv[0], *v_all = kv[1];
+    return HR_OK;
+}
+
 hr_status hr_build_attention(hr_fwd *f, int64_t il, const hr_attn_weights *w, const hr_attn_opts *o,
                              const hr_tensor *h, hr_tensor *out) {
     const hr_model_config *c = &f->m->cfg;
-    int64_t b = f->b, s = f->s, d = c->head_dim, hq = c->n_heads, hkv = c->n_kv_heads;
     hr_layer_kind kind = hr_model_layer_kind(f->m, il);
+    int64_t b = f->b, s = f->s, d = c->kind_head_dim[kind], hq = c->n_heads, hkv = c->kind_kv_heads[kind];
     const hr_kv_plan *p = &f->kv[kind];
+    bool shared = f->cache->source[il] != il;
+    char nb[7][24];
     hr_tensor *q = NULL, *k = NULL, *vp = NULL, *qr = NULL, *attn = NULL;
-    HR_TRY(ACT_(f, "q", &q, b, s, hq * d));
-    HR_TRY(ACT_(f, "k", &k, b, s, hkv * d));
-    HR_TRY(ACT_(f, "v", &vp, b, s, hkv * d));
-    HR_TRY(ACT_(f, "qr", &qr, b, hq, s, d));
-    HR_TRY(ACT_(f, "attn", &attn, b, s, hq, d));
-    /* q, k and v in one op: decode rows stream the three weights in one pass */
-    hr_attrs_linear_group g = {.n = 3, .epilogue = HR_LINEAR_STORE, .bias = w->bq != NULL};
-    hr_tensor *qkv[3] = {q, k, vp};
-    if (w->bq)
-        HR_TRY(hr_op_run(HR_OP_linear_group, &g, IN_(h, w->wq, w->wk, w->wv, w->bq, w->bk, w->bv), 7, qkv, 3));
-    else
-        HR_TRY(hr_op_run(HR_OP_linear_group, &g, IN_(h, w->wq, w->wk, w->wv), 4, qkv, 3));
+    HR_TRY(ACT_(f, kind_name(f, kind, "q", nb[0]), &q, b, s, hq * d));
+    HR_TRY(ACT_(f, kind_name(f, kind, "qr", nb[1]), &qr, b, hq, s, d));
+    HR_TRY(ACT_(f, kind_name(f, kind, "attn", nb[2]), &attn, b, s, hq, d));
+    if (shared) {
+        /* the queries alone: keys and values are the source layer's */
+        hr_tensor *qo[1] = {q};
+        if (w->bq) HR_TRY(hr_op_run(HR_OP_linear, NULL, IN_(h, w->wq, w->bq), 3, qo, 1));
+        else HR_TRY(hr_op_run(HR_OP_linear, NULL, IN_(h, w->wq), 2, qo, 1));
+    } else {
+        HR_TRY(ACT_(f, kind_name(f, kind, "k", nb[3]), &k, b, s, hkv * d));
+        if (w->wv) HR_TRY(ACT_(f, kind_name(f, kind, "v", nb[4]), &vp, b, s, hkv * d));
+        /* q, k and v in one op: decode rows stream the three weights in one
+         * pass; without wv (attention_k_eq_v) the values are k's projection */
+        int n = w->wv ? 3 : 2;
+        hr_attrs_linear_group g = {.n = n, .epilogue = HR_LINEAR_STORE, .bias = w->bq != NULL};
+        hr_tensor *qkv[3] = {q, k, vp};
+        const hr_tensor *in[7] = {h, w->wq, w->wk, w->wv, w->bq, w->bk, w->bv};
+        if (!w->wv) in[3] = w->bq, in[4] = w->bk;
+        HR_TRY(hr_op_run(HR_OP_linear_group, &g, in, 1 + n * (w->bq ? 2 : 1), qkv, n));
+        if (!w->wv) vp = k;
+    }
     attn_views v = {0};
-    hr_tensor *v_heads = NULL, *vt = NULL, *attn_t = NULL, *attn_flat = NULL;
+    hr_tensor *v_heads = NULL, *vn = NULL, *vt = NULL, *attn_t = NULL, *attn_flat = NULL;
     const hr_tensor *k_all = NULL, *v_all = NULL;
-    hr_status st = project_rope(f, q, hq, "qn", w->q_norm, o->norm_offset, kind, qr);
-    if (st == HR_OK) st = split_heads(vp, hkv, d, &v_heads);
-    if (st == HR_OK) st = hr_tensor_transpose(v_heads, 1, 2, &vt);
-    if (st == HR_OK) st = cache_step(f, il, p, k, w->k_norm, o->norm_offset, vt, &v, &k_all, &v_all);
+    hr_status st = project_rope(f, q, hq, kind_name(f, kind, "qn", nb[5]), w->q_norm, o->norm_offset, kind, qr);
+    if (shared) {
+        if (st == HR_OK) st = shared_step(f, il, p, &v, &k_all, &v_all);
+    } else {
+        if (st == HR_OK) st = split_heads(vp, hkv, d, &v_heads);
+        if (st == HR_OK && o->v_norm) {
+            /* Gemma 4's v_norm: each value head RMS-normalised, no weight */
+            hr_attrs_norm na = {.eps = c->rms_norm_eps};
+            st = ACT_(f, kind_name(f, kind, "vn", nb[6]), &vn, b, s, hkv, d);
+            hr_tensor *no[1] = {vn};
+            if (st == HR_OK) st = hr_op_run(HR_OP_rms_norm, &na, IN_(v_heads), 1, no, 1);
+            hr_tensor_free(v_heads);
+            v_heads = NULL;
+            if (st == HR_OK) st = hr_tensor_alias(vn, &v_heads);
+        }
+        if (st == HR_OK) st = hr_tensor_transpose(v_heads, 1, 2, &vt);
+        if (st == HR_OK) st = cache_step(f, il, p, k, w->k_norm, o->norm_offset, vt, &v, &k_all, &v_all);
+    }
     /* sdpa writes [b, hq, s, d] through a transposed view of [b, s, hq, d],
      * so o_proj reads heads already concatenated */
     if (st == HR_OK) st = hr_tensor_transpose(attn, 1, 2, &attn_t);
@@ -245,7 +319,9 @@ hr_status hr_build_attention(hr_fwd *f, int64_t il, const hr_attn_weights *w, co
 hr_status hr_build_gated_mlp(hr_fwd *f, const hr_mlp_weights *w, hr_linear_epilogue act, const hr_tensor *h,
                              hr_tensor *out) {
     hr_tensor *a = NULL, *o[1] = {NULL};
-    HR_TRY(ACT_(f, "act", &a, f->b, f->s, f->m->cfg.intermediate_size));
+    /* the gate's rows: a layer may be wider than intermediate_size (Gemma 4's double-wide MLPs) */
+    int64_t inter = w->gate->shape[0];
+    HR_TRY(ACT_(f, inter == f->m->cfg.intermediate_size ? "act" : "act.wide", &a, f->b, f->s, inter));
     /* gate and up in one op, the activation applied before either is stored */
     hr_attrs_linear_group g = {.n = 2, .epilogue = act, .bias = w->b_gate != NULL};
     o[0] = a;
@@ -268,12 +344,16 @@ static double dtype_rounded(double v, hr_dtype dt) {
     return dt == HR_F32 ? (double)(float)v : v;
 }
 
-hr_status hr_build_embedding(hr_fwd *f, const hr_tensor *ids, double scale) {
-    hr_tensor *o[1] = {f->x};
-    HR_TRY(hr_op_run(HR_OP_embedding, NULL, IN_(f->m->embed, ids), 2, o, 1));
+hr_status hr_build_lookup(hr_fwd *f, const hr_tensor *table, const hr_tensor *ids, double scale, hr_tensor *out) {
+    hr_tensor *o[1] = {out};
+    HR_TRY(hr_op_run(HR_OP_embedding, NULL, IN_(table, ids), 2, o, 1));
     if (scale == 1) return HR_OK;
     hr_attrs_scale a = {.mul = dtype_rounded(scale, f->m->dtype)};
-    return hr_op_run(HR_OP_scale, &a, IN_(f->x), 1, o, 1);
+    return hr_op_run(HR_OP_scale, &a, IN_(out), 1, o, 1);
+}
+
+hr_status hr_build_embedding(hr_fwd *f, const hr_tensor *ids, double scale) {
+    return hr_build_lookup(f, f->m->embed, ids, scale, f->x);
 }
 
 hr_status hr_build_head(hr_fwd *f, const hr_tensor *h, double softcap, hr_tensor *out) {

@@ -31,7 +31,11 @@ hr_status hr_build_add_norm(hr_fwd *f, hr_tensor *x, const hr_tensor *y, const h
                             hr_tensor *out);
 
 typedef struct hr_attn_weights {
-    const hr_tensor *wq, *wk, *wv, *wo; /* [hq*d, hidden], [hkv*d, hidden] x2, [hidden, hq*d] */
+    /* [hq*d, hidden], [hkv*d, hidden] x2, [hidden, hq*d]; wv NULL: the
+     * values are the key projection (Gemma 4's attention_k_eq_v), before
+     * k_norm and rope. A layer reading another's keys (kv_source) needs
+     * only wq and wo. */
+    const hr_tensor *wq, *wk, *wv, *wo;
     const hr_tensor *bq, *bk, *bv, *bo; /* or NULL; q/k/v all or none */
     const hr_tensor *q_norm, *k_norm;   /* [d] per-head rms norms before rope, or NULL */
     const hr_tensor *sinks;             /* [hq] each head's sink logit (gpt-oss), or NULL */
@@ -41,10 +45,13 @@ typedef struct hr_attn_opts {
     double scale;       /* of q.k; 0: 1/sqrt(head_dim) */
     double softcap;     /* tanh soft-capping of the scores; 0: none */
     double norm_offset; /* of q_norm / k_norm's weights */
+    bool v_norm;        /* each value head RMS-normalised without a weight (Gemma 4) */
 } hr_attn_opts;
 
 /* Self-attention of layer il over the normed rows h [b, s, hidden] and the
- * cache, as the call's plan for the layer's kind says; into out. */
+ * cache, as the call's plan for the layer's kind says, with the kind's
+ * head_dim and kv heads; into out. A layer with a kv_source attends over
+ * what its source attended over in this call, writing no keys. */
 hr_status hr_build_attention(hr_fwd *f, int64_t il, const hr_attn_weights *w, const hr_attn_opts *o,
                              const hr_tensor *h, hr_tensor *out);
 
@@ -87,10 +94,17 @@ typedef struct hr_moe_opts {
  * them), then the experts op in the model's experts implementation; into
  * out. */
 hr_status hr_build_moe(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o, const hr_tensor *h, hr_tensor *out);
+/* The experts op alone, over a router's weights wts and indices topi [b,
+ * s, k] computed by the caller (an architecture's own router), in the
+ * model's experts implementation; into out. */
+hr_status hr_build_experts(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o, const hr_tensor *h,
+                           const hr_tensor *wts, const hr_tensor *topi, hr_tensor *out);
 
 /* f->x = embed[ids] * scale (scale 1: the lookup alone; otherwise rounded
  * to the model dtype first, as a tensor of that dtype multiplies it). */
 hr_status hr_build_embedding(hr_fwd *f, const hr_tensor *ids, double scale);
+/* The same lookup in any table [rows, n] into out [b, s, n]. */
+hr_status hr_build_lookup(hr_fwd *f, const hr_tensor *table, const hr_tensor *ids, double scale, hr_tensor *out);
 /* out = h @ lm_head^T, then tanh(out / cap) * cap when cap > 0. */
 hr_status hr_build_head(hr_fwd *f, const hr_tensor *h, double softcap, hr_tensor *out);
 

@@ -4,6 +4,7 @@
  * model's. The architecture named in "architectures" reads its own fields
  * (hr_arch.configure) and supplies the class defaults a sparse config
  * leaves out. Eos and pad ids also come from generation_config.json. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,16 +29,17 @@ static hr_status read_factors(hr_json_obj rp, const char *key, int64_t n, double
 }
 
 hr_status hr_config_rope(hr_json_obj root, hr_json_obj rp, double theta, hr_model_config *cfg, hr_rope_config *r) {
+    return hr_config_rope_dim(root, rp, theta, cfg->head_dim, cfg, r);
+}
+
+hr_status hr_config_rope_dim(hr_json_obj root, hr_json_obj rp, double theta, int64_t head_dim, hr_model_config *cfg,
+                             hr_rope_config *r) {
     memset(r, 0, sizeof *r);
     double theta_top, partial_top, partial, omax;
     HR_TRY(hr_json_get_f64(root, "rope_theta", theta, &theta_top));
     HR_TRY(hr_json_get_f64(rp, "rope_theta", theta_top, &r->theta));
     HR_TRY(hr_json_get_f64(root, "partial_rotary_factor", 1.0, &partial_top));
     HR_TRY(hr_json_get_f64(rp, "partial_rotary_factor", partial_top, &partial));
-    r->rotary_dim = (int64_t)((double)cfg->head_dim * partial);
-    if (r->rotary_dim < 2 || r->rotary_dim > cfg->head_dim || r->rotary_dim % 2)
-        return hr_error(HR_ERR_FORMAT, "config.json: partial_rotary_factor %g gives rotary dim %lld for head_dim %lld",
-                        partial, (long long)r->rotary_dim, (long long)cfg->head_dim);
     r->max_position_embeddings = cfg->max_position_embeddings;
     const char *ty = NULL;
     HR_TRY(hr_json_get_str(rp, "rope_type", NULL, &ty));
@@ -46,7 +48,20 @@ hr_status hr_config_rope(hr_json_obj root, hr_json_obj rp, double theta, hr_mode
     r->type = hr_rope_type_parse(ty, &ok);
     if (!ok)
         return hr_error(HR_ERR_UNSUPPORTED, "config.json: rope type '%s' is not supported "
-                        "(default, linear, dynamic, yarn, llama3, longrope)", ty);
+                        "(default, linear, dynamic, yarn, llama3, longrope, proportional)", ty);
+    if (r->type == HR_ROPE_PROPORTIONAL) {
+        /* the rope spans the whole head; only the first int(partial *
+         * head_dim // 2) frequency pairs turn */
+        if (!(partial >= 0 && partial <= 1))
+            return hr_error(HR_ERR_FORMAT, "config.json: partial_rotary_factor %g must be in [0, 1]", partial);
+        r->rotary_dim = head_dim;
+        r->rotated_dim = 2 * (int64_t)floor(partial * (double)head_dim / 2);
+    } else {
+        r->rotary_dim = (int64_t)((double)head_dim * partial);
+    }
+    if (r->rotary_dim < 2 || r->rotary_dim > head_dim || r->rotary_dim % 2)
+        return hr_error(HR_ERR_FORMAT, "config.json: partial_rotary_factor %g gives rotary dim %lld for head_dim %lld",
+                        partial, (long long)r->rotary_dim, (long long)head_dim);
     HR_TRY(hr_json_get_f64(rp, "original_max_position_embeddings", (double)cfg->max_position_embeddings, &omax));
     r->original_max_position_embeddings = (int64_t)omax;
     /* longrope without "factor" derives it from the two lengths */
@@ -90,6 +105,15 @@ hr_status hr_config_layer_types(hr_json_obj root, hr_model_config *cfg, const ch
                             "'sliding_attention' or 'full_attention'", (long long)i, v, arch);
     }
     *listed = true;
+    return HR_OK;
+}
+
+hr_status hr_config_window(hr_json_obj root, int64_t def, hr_model_config *cfg) {
+    HR_TRY(hr_json_get_i64(root, "sliding_window", def, &cfg->sliding_window));
+    if (cfg->sliding_window < 1 || cfg->sliding_window > cfg->max_position_embeddings)
+        return hr_error(HR_ERR_FORMAT, "config.json: sliding_window %lld must be in 1..%lld "
+                        "(max_position_embeddings, the context)", (long long)cfg->sliding_window,
+                        (long long)cfg->max_position_embeddings);
     return HR_OK;
 }
 
@@ -166,6 +190,7 @@ static hr_status parse_common(const char *dir, hr_json_obj root, hr_json_obj tex
     if (!act) HR_TRY(hr_json_get_str(text, "hidden_act", "silu", &act));
     snprintf(cfg->hidden_act, sizeof cfg->hidden_act, "%s", act);
     HR_TRY(parse_dtype(dir, root, text, cfg));
+    for (int k = 0; k < HR_LAYER_KINDS; k++) cfg->kind_head_dim[k] = cfg->head_dim, cfg->kind_kv_heads[k] = cfg->n_kv_heads;
     /* every layer full, with one rope, unless the architecture says more */
     cfg->layer_kind = calloc((size_t)cfg->n_layers, 1);
     if (!cfg->layer_kind) return hr_error(HR_ERR_OOM, "config: layer kinds");
@@ -302,6 +327,8 @@ void hr_model_config_free(hr_model_config *cfg) {
     free(cfg->rope_short);
     free(cfg->rope_long);
     free(cfg->layer_kind);
+    free(cfg->kv_source);
     cfg->rope_short = cfg->rope_long = NULL;
     cfg->layer_kind = NULL;
+    cfg->kv_source = NULL;
 }

@@ -56,9 +56,12 @@ static uint64_t fingerprint(const hr_model *m) {
     int64_t dims[] = {c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads,
                       c->n_kv_heads, c->head_dim, c->rope[0].rotary_dim, c->rope[1].rotary_dim, m->dtype,
                       c->tie_word_embeddings, c->sliding_window, c->from_gguf, c->n_experts,
-                      c->n_experts_per_tok, c->moe_intermediate_size, m->experts_per_expert, m->experts_impl, 3};
+                      c->n_experts_per_tok, c->moe_intermediate_size, m->experts_per_expert, m->experts_impl,
+                      c->kind_head_dim[0], c->kind_head_dim[1], c->kind_kv_heads[0], c->kind_kv_heads[1],
+                      c->rope[0].type, c->rope[1].type, c->rope[0].rotated_dim, c->rope[1].rotated_dim, 3};
     uint64_t h = hr_fnv1a(HR_FNV_OFFSET, c->arch, strlen(c->arch));
     h = hr_fnv1a(h, dims, sizeof dims);
+    if (c->kv_source) h = hr_fnv1a(h, c->kv_source, sizeof *c->kv_source * (size_t)c->n_layers);
     h = hr_fnv1a(h, m->arch_cfg, m->arch->cfg_size);
     h = hr_fnv1a(h, c->layer_kind, (size_t)c->n_layers);
     return hr_fnv1a(h, &c->rms_norm_eps, sizeof c->rms_norm_eps);

@@ -123,11 +123,7 @@ static hr_status gemma3_configure(hr_json_obj root, hr_model_config *cfg, void *
         return hr_error(HR_ERR_UNSUPPORTED, "config.json: use_bidirectional_attention (EmbeddingGemma) is not "
                         "supported");
     c->norm_offset = cfg->from_gguf ? 0 : 1;
-    HR_TRY(hr_json_get_i64(root, "sliding_window", 4096, &cfg->sliding_window));
-    if (cfg->sliding_window < 1 || cfg->sliding_window > cfg->max_position_embeddings)
-        return hr_error(HR_ERR_FORMAT, "config.json: sliding_window %lld must be in 1..%lld "
-                        "(max_position_embeddings, the context)", (long long)cfg->sliding_window,
-                        (long long)cfg->max_position_embeddings);
+    HR_TRY(hr_config_window(root, 4096, cfg));
     HR_TRY(read_layer_kinds(root, cfg));
     return read_ropes(root, cfg);
 }

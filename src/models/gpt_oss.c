@@ -84,10 +84,7 @@ static hr_status gpt_oss_configure(hr_json_obj root, hr_model_config *cfg, void 
     if (cfg->n_experts_per_tok < 1 || cfg->n_experts_per_tok > cfg->n_experts)
         return hr_error(HR_ERR_FORMAT, "config.json: num_experts_per_tok is %lld, not 1 to num_local_experts (%lld)",
                         (long long)cfg->n_experts_per_tok, (long long)cfg->n_experts);
-    HR_TRY(hr_json_get_i64(root, "sliding_window", 128, &cfg->sliding_window));
-    if (cfg->sliding_window < 1 || cfg->sliding_window > cfg->max_position_embeddings)
-        return hr_error(HR_ERR_FORMAT, "config.json: sliding_window %lld must be in 1..%lld (max_position_embeddings)",
-                        (long long)cfg->sliding_window, (long long)cfg->max_position_embeddings);
+    HR_TRY(hr_config_window(root, 128, cfg));
     bool listed = false;
     HR_TRY(hr_config_layer_types(root, cfg, "gpt-oss", &listed));
     /* transformers' default: sliding, full, sliding, ... */

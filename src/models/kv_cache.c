@@ -17,20 +17,34 @@ static hr_kv_cache *cache_shell(int64_t n_layers) {
         c->k = calloc((size_t)n_layers, sizeof *c->k);
         c->v = calloc((size_t)n_layers, sizeof *c->v);
         c->kind = malloc((size_t)n_layers);
+        c->source = malloc(sizeof *c->source * (size_t)n_layers);
     }
-    if (c && (!c->k || !c->v || !c->kind)) {
+    if (c && (!c->k || !c->v || !c->kind || !c->source)) {
         hr_kv_cache_free(c);
         c = NULL;
     }
     return c;
 }
 
-/* Each layer's [batch, kv_heads, slots, head_dim] views of its kind's buffers. */
+/* A layer that reads an earlier layer's keys and values has no cache of
+ * its own (kv_source; a source is always of the same kind). */
+static int64_t source_of(const hr_model *m, int64_t l) {
+    return m->cfg.kv_source && m->cfg.kv_source[l] >= 0 ? m->cfg.kv_source[l] : l;
+}
+
+/* Each layer's [batch, kv_heads, slots, head_dim] views of its kind's
+ * buffers; a sharing layer's are views of its source's. */
 static hr_status layer_views(hr_kv_cache *c) {
     int64_t at[HR_LAYER_KINDS] = {0};
     hr_status s = HR_OK;
     for (int64_t l = 0; s == HR_OK && l < c->n_layers; l++) {
         int k = c->kind[l];
+        int64_t src = c->source[l];
+        if (src != l) {
+            s = hr_tensor_alias(c->k[src], &c->k[l]);
+            if (s == HR_OK) s = hr_tensor_alias(c->v[src], &c->v[l]);
+            continue;
+        }
         s = hr_tensor_select(c->k_all[k], 0, at[k], &c->k[l]);
         if (s == HR_OK) s = hr_tensor_select(c->v_all[k], 0, at[k], &c->v[l]);
         at[k]++;
@@ -51,14 +65,15 @@ hr_status hr_kv_cache_create(const hr_model *m, int64_t batch, int64_t max_len, 
     c->capacity = max_len;
     c->window = m->cfg.sliding_window;
     memcpy(c->kind, m->cfg.layer_kind, (size_t)L);
+    for (int64_t l = 0; l < L; l++) c->source[l] = source_of(m, l);
     c->slots[HR_LAYER_FULL] = max_len;
     c->slots[HR_LAYER_SLIDING] = c->window > 0 && c->window < max_len ? c->window : max_len;
     int64_t per_kind[HR_LAYER_KINDS] = {0};
-    for (int64_t l = 0; l < L; l++) per_kind[c->kind[l]]++;
+    for (int64_t l = 0; l < L; l++) per_kind[c->kind[l]] += c->source[l] == l;
     hr_status s = HR_OK;
     for (int k = 0; k < HR_LAYER_KINDS && s == HR_OK; k++) {
         if (!per_kind[k]) continue;
-        int64_t shape[5] = {per_kind[k], batch, m->cfg.n_kv_heads, c->slots[k], m->cfg.head_dim};
+        int64_t shape[5] = {per_kind[k], batch, m->cfg.kind_kv_heads[k], c->slots[k], m->cfg.kind_head_dim[k]};
         /* Zeroed: a compiled forward attends over every slot under a mask,
          * and a masked slot still enters P V with weight 0, which garbage
          * (NaN) would poison. */
@@ -83,6 +98,7 @@ void hr_kv_cache_free(hr_kv_cache *c) {
     free(c->k);
     free(c->v);
     free(c->kind);
+    free(c->source);
     for (int k = 0; k < HR_LAYER_KINDS; k++) {
         hr_tensor_free(c->k_all[k]);
         hr_tensor_free(c->v_all[k]);
@@ -390,6 +406,7 @@ hr_status hr_kv_cache_rows(const hr_kv_cache *c, int64_t rows, hr_kv_cache **out
     hr_kv_cache *v = cache_shell(c->n_layers);
     if (!v) return hr_error(HR_ERR_OOM, "hr_kv_cache_rows: out of memory");
     memcpy(v->kind, c->kind, (size_t)c->n_layers);
+    memcpy(v->source, c->source, sizeof *v->source * (size_t)c->n_layers);
     v->batch = rows;
     v->capacity = c->capacity;
     v->len = c->len;

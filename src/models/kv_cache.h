@@ -4,7 +4,10 @@
  * head_dim]. Sliding-window layers keep the last `ring` tokens (the window,
  * or the capacity when that is smaller) in a ring buffer: token position p
  * lives in slot p % ring. All layers of one kind share one buffer for keys
- * and one for values, so a compiled forward takes each as one input. */
+ * and one for values, so a compiled forward takes each as one input; each
+ * kind has its own kv heads and head_dim. A layer that reads an earlier
+ * layer's keys and values (Gemma 4's shared KV layers) has no slot there:
+ * its views are its source's. */
 #ifndef HR_MODELS_KV_CACHE_H
 #define HR_MODELS_KV_CACHE_H
 
@@ -20,6 +23,7 @@ struct hr_kv_cache {
     hr_tensor *k_all[HR_LAYER_KINDS], *v_all[HR_LAYER_KINDS];
     hr_tensor **k, **v;                     /* [layer] -> views [batch, kv_heads, slots, head_dim] */
     uint8_t *kind;                          /* [layer] hr_layer_kind */
+    int64_t *source;                        /* [layer] the layer whose keys it reads (itself, or a kv_source) */
 };
 
 /* How a call's layers of one kind use the cache. */

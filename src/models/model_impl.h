@@ -21,6 +21,13 @@ typedef struct hr_model_config {
     char arch[64];
     int64_t vocab_size, hidden_size, intermediate_size;
     int64_t n_layers, n_heads, n_kv_heads, head_dim;
+    /* each layer kind's head_dim and kv heads: head_dim and n_kv_heads,
+     * unless the architecture gives a kind its own (Gemma 4's global layers) */
+    int64_t kind_head_dim[HR_LAYER_KINDS], kind_kv_heads[HR_LAYER_KINDS];
+    /* [n_layers]: the earlier layer whose keys and values layer il reads
+     * instead of its own (Gemma 4's shared KV layers), or -1; NULL: none.
+     * Owned. */
+    int64_t *kv_source;
     int64_t max_position_embeddings;
     double rms_norm_eps;
     bool tie_word_embeddings;
@@ -53,6 +60,9 @@ typedef enum hr_dim {
     HR_DIM_MOE_INTER,  /* moe_intermediate_size */
     HR_DIM_MOE_INTER2, /* 2 x moe_intermediate_size: gate and up stacked */
     HR_DIM_HEADS,      /* num_attention_heads */
+    HR_DIM_ONE,        /* 1: a scalar held as a [1] tensor */
+    /* sizes an architecture defines from its own fields (hr_arch.dim) */
+    HR_DIM_ARCH0, HR_DIM_ARCH1, HR_DIM_ARCH2,
 } hr_dim;
 
 typedef enum hr_weight_role {
@@ -135,6 +145,16 @@ typedef struct hr_arch {
      * (models/gguf_config.c). */
     const char *gguf_arch;
     hr_status (*gguf_config)(const struct hr_gguf *g, struct cJSON *config);
+    /* Weights outside the layers beyond the embedding, final norm and head
+     * (Gemma 4's per-layer embeddings): names after the decoder's prefix,
+     * `when` called with il -1; loaded into m->model_w in table order. */
+    const hr_weight_spec *model_weights;
+    int n_model_weights;
+    /* A size from the architecture's own fields: the HR_DIM_ARCH* dims, or a
+     * common dim it sizes differently for layer il (-1: outside the
+     * layers); -1 leaves the common size. With field non-NULL, writes the
+     * config fields it comes from there. NULL: only common sizes. */
+    int64_t (*dim)(const hr_model *m, hr_dim d, int64_t il, char *field, size_t n);
 } hr_arch;
 
 /* Every architecture, in registry.c. */
@@ -155,6 +175,7 @@ struct hr_model {
     hr_tensor *final_norm;      /* [hidden] */
     hr_tensor *lm_head;         /* [vocab, hidden], the embedding's alias when tied */
     hr_tensor **layer_w;        /* [n_layers * arch->n_layer_weights]; NULL where absent */
+    hr_tensor **model_w;        /* [arch->n_model_weights]; NULL where absent */
     /* The experts implementation MoE layers run (hr_model_set_experts_implementation):
      * "grouped" (the default) or "eager", transformers' per-expert loop's rounding. */
     bool experts_per_expert;
@@ -173,6 +194,9 @@ struct hr_model {
 static inline const hr_tensor *hr_layer_w(const hr_model *m, int64_t il, int idx) {
     return m->layer_w[il * m->arch->n_layer_weights + idx];
 }
+
+/* The architecture's model-level weight `idx` (hr_arch.model_weights), or NULL. */
+static inline const hr_tensor *hr_model_w(const hr_model *m, int idx) { return m->model_w ? m->model_w[idx] : NULL; }
 
 static inline hr_layer_kind hr_model_layer_kind(const hr_model *m, int64_t il) {
     return (hr_layer_kind)m->cfg.layer_kind[il];
@@ -194,10 +218,16 @@ void hr_model_config_free(hr_model_config *cfg);
  * or `theta` when neither has one; for head_dim and the context of cfg.
  * longrope's factors are stored in cfg. */
 hr_status hr_config_rope(hr_json_obj root, hr_json_obj rp, double theta, hr_model_config *cfg, hr_rope_config *out);
+/* The same for heads of head_dim (a layer kind's own, hr_model_config.kind_head_dim). */
+hr_status hr_config_rope_dim(hr_json_obj root, hr_json_obj rp, double theta, int64_t head_dim, hr_model_config *cfg,
+                             hr_rope_config *out);
 /* layer_types, when the config lists them, into cfg->layer_kind
  * ("sliding_attention" or "full_attention"; errors name `arch`); *listed
  * says whether it did. */
 hr_status hr_config_layer_types(hr_json_obj root, hr_model_config *cfg, const char *arch, bool *listed);
+/* sliding_window (def when absent) into cfg, checked to lie in 1 ..
+ * max_position_embeddings. */
+hr_status hr_config_window(hr_json_obj root, int64_t def, hr_model_config *cfg);
 /* Checks hidden_act is `want` (errors name the field and the value). */
 hr_status hr_config_require_act(const hr_model_config *cfg, const char *want);
 
@@ -214,8 +244,9 @@ hr_status hr_model_load_weights(hr_model *m);
 void hr_model_free_weights(hr_model *m);
 /* The weight named `name`, or NULL (the compile cache's constants). */
 const hr_tensor *hr_model_find_weight(const hr_model *m, const char *name);
-/* The size `d` stands for. */
-int64_t hr_model_dim(const hr_model *m, hr_dim d);
+/* The size `d` stands for in layer il (-1: outside the layers, where the
+ * attention dims are the full layers'). */
+int64_t hr_model_dim(const hr_model *m, hr_dim d, int64_t il);
 
 /* ---- forward (forward.c, forward_compiled.c) ----------------------------- */
 

@@ -17,10 +17,8 @@ static hr_status run1(hr_op op, const void *attrs, const hr_tensor *const *in, i
     return hr_op_run(op, attrs, in, n_in, o, 1);
 }
 
-/* The experts op over the router's weights and indices, in the model's
- * experts implementation. */
-static hr_status experts(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o, const hr_tensor *h,
-                         const hr_tensor *wts, const hr_tensor *topi, hr_tensor *out) {
+hr_status hr_build_experts(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o, const hr_tensor *h,
+                           const hr_tensor *wts, const hr_tensor *topi, hr_tensor *out) {
     const hr_model *m = f->m;
     /* the forward's batch-invariant steps (hubrt serve --deterministic) take the rows one at a time */
     hr_attrs_experts ea = {.act = o->act, .per_expert = m->experts_per_expert, .impl = m->experts_impl,
@@ -49,7 +47,7 @@ hr_status hr_build_moe(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o,
         HR_TRY(hr_op_run(HR_OP_topk, &ta, IN_(logits), 1, outs, 2));
         HR_TRY(act_of(f, "top_w_dt", dt, k, &wt));
         HR_TRY(run1(HR_OP_softmax, &(hr_attrs_dim){.dim = -1}, IN_(outs[0]), 1, wt));
-        return experts(f, w, o, h, wt, topi, out);
+        return hr_build_experts(f, w, o, h, wt, topi, out);
     }
     /* Qwen3-MoE: softmax(dtype=float) over every expert, then top-k */
     if (dt != HR_F32) {
@@ -70,5 +68,5 @@ hr_status hr_build_moe(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o,
         HR_TRY(act_of(f, "top_w_dt", dt, k, &wt));
         HR_TRY(run1(HR_OP_cast, &(hr_attrs_cast){.dtype = dt}, IN_(topv), 1, wt));
     }
-    return experts(f, w, o, h, wt ? wt : topv, topi, out);
+    return hr_build_experts(f, w, o, h, wt ? wt : topv, topi, out);
 }

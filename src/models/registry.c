@@ -7,7 +7,7 @@
 #include "models/model_impl.h"
 
 /* Each architecture file defines hr_arch_<name>. */
-#define HR_ARCHS(X) X(llama) X(mistral) X(qwen2) X(qwen3) X(qwen3_moe) X(gemma3) X(gpt_oss)
+#define HR_ARCHS(X) X(llama) X(mistral) X(qwen2) X(qwen3) X(qwen3_moe) X(gemma3) X(gemma4) X(gpt_oss)
 
 #define DECLARE_(name) extern const hr_arch hr_arch_##name;
 HR_ARCHS(DECLARE_)

@@ -8,7 +8,7 @@
 
 #include "core/tensor_impl.h"
 
-#define HR_SCRATCH_SLOTS 32
+#define HR_SCRATCH_SLOTS 64
 
 typedef struct hr_scratch {
     int n;

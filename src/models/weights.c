@@ -10,19 +10,25 @@
 #include "io/st_internal.h"
 #include "models/model_impl.h"
 
-int64_t hr_model_dim(const hr_model *m, hr_dim d) {
+int64_t hr_model_dim(const hr_model *m, hr_dim d, int64_t il) {
     const hr_model_config *c = &m->cfg;
+    if (m->arch->dim) {
+        int64_t v = m->arch->dim(m, d, il, NULL, 0);
+        if (v >= 0) return v;
+    }
+    int k = il >= 0 ? hr_model_layer_kind(m, il) : HR_LAYER_FULL;
     switch (d) {
     case HR_DIM_HIDDEN: return c->hidden_size;
-    case HR_DIM_Q: return c->n_heads * c->head_dim;
-    case HR_DIM_KV: return c->n_kv_heads * c->head_dim;
-    case HR_DIM_HEAD: return c->head_dim;
+    case HR_DIM_Q: return c->n_heads * c->kind_head_dim[k];
+    case HR_DIM_KV: return c->kind_kv_heads[k] * c->kind_head_dim[k];
+    case HR_DIM_HEAD: return c->kind_head_dim[k];
     case HR_DIM_INTER: return c->intermediate_size;
     case HR_DIM_VOCAB: return c->vocab_size;
     case HR_DIM_EXPERTS: return c->n_experts;
     case HR_DIM_MOE_INTER: return c->moe_intermediate_size;
     case HR_DIM_MOE_INTER2: return 2 * c->moe_intermediate_size;
     case HR_DIM_HEADS: return c->n_heads;
+    case HR_DIM_ONE: return 1;
     default: return 0;
     }
 }
@@ -38,6 +44,7 @@ typedef struct weight_ref {
     const hr_dim *dims;
     const hr_weight_spec *spec;
     const char *layer_prefix;
+    int64_t il; /* its layer, or -1 */
 } weight_ref;
 
 /* Whether r is a stacked experts weight that the checkpoint holds in
@@ -72,7 +79,8 @@ static void part_name(const hr_model *m, const weight_ref *r, int p, int64_t e, 
  * the stacked copy and one part at a time, never a second full copy. */
 static hr_status load_stacked(hr_model *m, const weight_ref *r, hr_tensor **out) {
     int np = n_parts(r->spec);
-    int64_t shape[3] = {hr_model_dim(m, r->dims[0]), hr_model_dim(m, r->dims[1]), hr_model_dim(m, r->dims[2])};
+    int64_t shape[3] = {hr_model_dim(m, r->dims[0], r->il), hr_model_dim(m, r->dims[1], r->il),
+                        hr_model_dim(m, r->dims[2], r->il)};
     int64_t rows = shape[1] / np;
     bool whole_parts = held_in_parts(m, r);
     hr_device *host = NULL;
@@ -166,7 +174,7 @@ static hr_status rearrange(const hr_tensor *src, hr_weight_stored st, hr_tensor 
 static hr_status load_rearranged(hr_model *m, const weight_ref *r, hr_tensor **out) {
     int nd = dims_rank(r->dims);
     int64_t shape[3];
-    for (int i = 0; i < nd; i++) shape[i] = hr_model_dim(m, r->dims[i]);
+    for (int i = 0; i < nd; i++) shape[i] = hr_model_dim(m, r->dims[i], r->il);
     hr_device *host = NULL;
     hr_tensor *src = NULL, *t = NULL;
     HR_TRY(hr_device_get("cpu", &host));
@@ -266,17 +274,24 @@ static hr_status walk_weights(hr_model *m, weight_visit visit) {
     char name[256], layer[192];
     static const hr_dim embed[3] = {HR_DIM_VOCAB, HR_DIM_HIDDEN}, norm[3] = {HR_DIM_HIDDEN};
     snprintf(name, sizeof name, "%sembed_tokens.weight", m->prefix);
-    HR_TRY(visit(m, &(weight_ref){.name = name, .dims = embed}, &m->embed));
+    HR_TRY(visit(m, &(weight_ref){.name = name, .dims = embed, .il = -1}, &m->embed));
     snprintf(name, sizeof name, "%snorm.weight", m->prefix);
-    HR_TRY(visit(m, &(weight_ref){.name = name, .dims = norm}, &m->final_norm));
-    if (!c->tie_word_embeddings) HR_TRY(visit(m, &(weight_ref){.name = head_name(m), .dims = embed}, &m->lm_head));
+    HR_TRY(visit(m, &(weight_ref){.name = name, .dims = norm, .il = -1}, &m->final_norm));
+    if (!c->tie_word_embeddings)
+        HR_TRY(visit(m, &(weight_ref){.name = head_name(m), .dims = embed, .il = -1}, &m->lm_head));
+    for (int j = 0; j < a->n_model_weights; j++) {
+        const hr_weight_spec *w = &a->model_weights[j];
+        if (w->when && !w->when(m, -1)) continue;
+        snprintf(name, sizeof name, "%s%s", m->prefix, w->hf);
+        HR_TRY(visit(m, &(weight_ref){name, w->shape, NULL, NULL, -1}, m->model_w ? &m->model_w[j] : NULL));
+    }
     for (int64_t il = 0; il < c->n_layers; il++)
         for (int j = 0; j < a->n_layer_weights; j++) {
             const hr_weight_spec *w = &a->layer_weights[j];
             if (w->when && !w->when(m, il)) continue;
             snprintf(layer, sizeof layer, "%slayers.%lld.", m->prefix, (long long)il);
             snprintf(name, sizeof name, "%s%s", layer, w->hf);
-            HR_TRY(visit(m, &(weight_ref){name, w->shape, w, layer},
+            HR_TRY(visit(m, &(weight_ref){name, w->shape, w, layer, il},
                          m->layer_w ? &m->layer_w[il * a->n_layer_weights + j] : NULL));
         }
     return HR_OK;
@@ -294,12 +309,14 @@ static hr_status prepare_on_device(hr_model *m) {
     if (!vt->prepare_weights) return HR_OK;
     const hr_arch *a = m->arch;
     size_t n_layer = (size_t)(m->cfg.n_layers * a->n_layer_weights), n = 0;
-    hr_weight_ref *w = malloc(sizeof *w * (n_layer + 3));
+    hr_weight_ref *w = malloc(sizeof *w * (n_layer + 3 + (size_t)a->n_model_weights));
     if (!w) return hr_error(HR_ERR_OOM, "weights: out of memory");
     bool tied = m->cfg.tie_word_embeddings;
     w[n++] = (hr_weight_ref){&m->embed, tied};
     w[n++] = (hr_weight_ref){&m->final_norm, false};
     if (!tied) w[n++] = (hr_weight_ref){&m->lm_head, true};
+    for (int j = 0; j < a->n_model_weights; j++)
+        w[n++] = (hr_weight_ref){&m->model_w[j], a->model_weights[j].role == HR_WEIGHT_LINEAR};
     for (size_t i = 0; i < n_layer; i++)
         w[n++] = (hr_weight_ref){&m->layer_w[i], a->layer_weights[i % (size_t)a->n_layer_weights].role ==
                                                      HR_WEIGHT_LINEAR};
@@ -317,18 +334,24 @@ static hr_status prepare_on_device(hr_model *m) {
 /* ---- the config checked against the checkpoint, before any weight loads ---- */
 
 /* The config fields a dimension comes from, with their values. */
-static void dim_fields(const hr_model *m, hr_dim d, char *buf, size_t n) {
+static void dim_fields(const hr_model *m, hr_dim d, int64_t il, char *buf, size_t n) {
     const hr_model_config *c = &m->cfg;
+    if (m->arch->dim && m->arch->dim(m, d, il, buf, n) >= 0) return;
+    int k = il >= 0 ? hr_model_layer_kind(m, il) : HR_LAYER_FULL;
+    /* a kind's own geometry names the kind */
+    bool own = c->kind_head_dim[k] != c->head_dim || c->kind_kv_heads[k] != c->n_kv_heads;
+    const char *hd = own ? "the full layers' head_dim" : "head_dim", *kv = own ? "their num_key_value_heads" : "num_key_value_heads";
     switch (d) {
     case HR_DIM_HIDDEN: snprintf(buf, n, "hidden_size (%lld)", (long long)c->hidden_size); break;
     case HR_DIM_Q:
-        snprintf(buf, n, "num_attention_heads x head_dim (%lld x %lld)", (long long)c->n_heads, (long long)c->head_dim);
+        snprintf(buf, n, "num_attention_heads x %s (%lld x %lld)", hd, (long long)c->n_heads,
+                 (long long)c->kind_head_dim[k]);
         break;
     case HR_DIM_KV:
-        snprintf(buf, n, "num_key_value_heads x head_dim (%lld x %lld)", (long long)c->n_kv_heads,
-                 (long long)c->head_dim);
+        snprintf(buf, n, "%s x %s (%lld x %lld)", kv, hd, (long long)c->kind_kv_heads[k],
+                 (long long)c->kind_head_dim[k]);
         break;
-    case HR_DIM_HEAD: snprintf(buf, n, "head_dim (%lld)", (long long)c->head_dim); break;
+    case HR_DIM_HEAD: snprintf(buf, n, "%s (%lld)", hd, (long long)c->kind_head_dim[k]); break;
     case HR_DIM_INTER: snprintf(buf, n, "intermediate_size (%lld)", (long long)c->intermediate_size); break;
     case HR_DIM_VOCAB: snprintf(buf, n, "vocab_size (%lld)", (long long)c->vocab_size); break;
     case HR_DIM_EXPERTS: snprintf(buf, n, "num_experts (%lld)", (long long)c->n_experts); break;
@@ -341,6 +364,7 @@ static void dim_fields(const hr_model *m, hr_dim d, char *buf, size_t n) {
                  (long long)(2 * c->moe_intermediate_size));
         break;
     case HR_DIM_HEADS: snprintf(buf, n, "num_attention_heads (%lld)", (long long)c->n_heads); break;
+    case HR_DIM_ONE: snprintf(buf, n, "a scalar (1)"); break;
     default: snprintf(buf, n, "?"); break;
     }
 }
@@ -351,14 +375,14 @@ static const char *config_source(const hr_model *m) { return m->cfg.from_gguf ? 
  * dims, dim div_dim divided by div: one of a stacked weight's parts), from
  * the checkpoint's index alone: a refusal names the tensor and
  * the config fields, and nothing sized by the config has been allocated. */
-static hr_status check_tensor(hr_model *m, const char *name, int ndim, const hr_dim *dims, int div_dim,
+static hr_status check_tensor(hr_model *m, const char *name, int64_t il, int ndim, const hr_dim *dims, int div_dim,
                               int64_t div) {
     hr_tensor_info info;
     hr_status s = hr_checkpoint_info(m->ckpt, name, &info);
     if (s == HR_ERR_NOT_FOUND) return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s'", name);
     HR_TRY(s);
     int64_t want[3];
-    for (int i = 0; i < ndim; i++) want[i] = hr_model_dim(m, dims[i]);
+    for (int i = 0; i < ndim; i++) want[i] = hr_model_dim(m, dims[i], il);
     want[div_dim] /= div;
     bool same = info.ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = info.shape[i] == want[i];
@@ -369,7 +393,7 @@ static hr_status check_tensor(hr_model *m, const char *name, int ndim, const hr_
     char fields[384] = "", f[128], a[160], b[160];
     for (int i = 0; i < ndim; i++) {
         if (info.ndim == ndim && info.shape[i] == want[i]) continue;
-        dim_fields(m, dims[i], f, sizeof f);
+        dim_fields(m, dims[i], il, f, sizeof f);
         size_t used = strlen(fields);
         snprintf(fields + used, sizeof fields - used, "%s%s%s", used ? " and " : "", f,
                  i == div_dim && div > 1 ? " / 2" : "");
@@ -386,7 +410,7 @@ static hr_status check_weight(hr_model *m, const weight_ref *r, hr_tensor **slot
     if (!held_per_expert(m, r)) {
         hr_dim dims[3];
         stored_dims(r, dims);
-        return check_tensor(m, r->name, dims_rank(dims), dims, 0, 1);
+        return check_tensor(m, r->name, r->il, dims_rank(dims), dims, 0, 1);
     }
     char name[256];
     int np = n_parts(r->spec);
@@ -396,17 +420,17 @@ static hr_status check_weight(hr_model *m, const weight_ref *r, hr_tensor **slot
             if (!hr_checkpoint_has(m->ckpt, name))
                 return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s' (nor the stacked '%s')", name,
                                 r->name);
-            HR_TRY(check_tensor(m, name, 3, r->dims, 1, np)); /* [experts, rows / np, cols] */
+            HR_TRY(check_tensor(m, name, r->il, 3, r->dims, 1, np)); /* [experts, rows / np, cols] */
         }
         return HR_OK;
     }
-    for (int64_t e = 0; e < hr_model_dim(m, r->dims[0]); e++)
+    for (int64_t e = 0; e < hr_model_dim(m, r->dims[0], r->il); e++)
         for (int p = 0; p < np; p++) {
             part_name(m, r, p, e, name, sizeof name);
             if (!hr_checkpoint_has(m->ckpt, name))
                 return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s' (nor the stacked '%s')", name,
                                 r->name);
-            HR_TRY(check_tensor(m, name, 2, r->dims + 1, 0, np));
+            HR_TRY(check_tensor(m, name, r->il, 2, r->dims + 1, 0, np));
         }
     return HR_OK;
 }
@@ -439,7 +463,8 @@ hr_status hr_model_load_weights(hr_model *m) {
     const hr_model_config *c = &m->cfg;
     size_t n = (size_t)(c->n_layers * m->arch->n_layer_weights);
     m->layer_w = calloc(n ? n : 1, sizeof *m->layer_w);
-    if (!m->layer_w) return hr_error(HR_ERR_OOM, "model layers");
+    m->model_w = calloc((size_t)m->arch->n_model_weights + 1, sizeof *m->model_w);
+    if (!m->layer_w || !m->model_w) return hr_error(HR_ERR_OOM, "model layers");
     HR_TRY(walk_weights(m, load_weight));
     if (c->tie_word_embeddings) HR_TRY(hr_tensor_alias(m->embed, &m->lm_head));
     /* Weights on a device that is not host memory went to it as they
@@ -454,6 +479,10 @@ void hr_model_free_weights(hr_model *m) {
         for (int64_t i = 0; i < m->cfg.n_layers * m->arch->n_layer_weights; i++) hr_tensor_free(m->layer_w[i]);
     free(m->layer_w);
     m->layer_w = NULL;
+    if (m->model_w)
+        for (int j = 0; j < m->arch->n_model_weights; j++) hr_tensor_free(m->model_w[j]);
+    free(m->model_w);
+    m->model_w = NULL;
     hr_tensor_free(m->embed);
     hr_tensor_free(m->final_norm);
     hr_tensor_free(m->lm_head);
@@ -470,5 +499,6 @@ const hr_tensor *hr_model_find_weight(const hr_model *m, const char *name) {
     if (!t) t = named(m->lm_head, name);
     int64_t n = m->layer_w ? m->cfg.n_layers * m->arch->n_layer_weights : 0;
     for (int64_t i = 0; !t && i < n; i++) t = named(m->layer_w[i], name);
+    for (int j = 0; !t && m->model_w && j < m->arch->n_model_weights; j++) t = named(m->model_w[j], name);
     return t;
 }

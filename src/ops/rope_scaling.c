@@ -28,7 +28,7 @@
 #endif
 
 hr_rope_type hr_rope_type_parse(const char *name, bool *ok) {
-    static const char *const names[] = {"default", "linear", "dynamic", "yarn", "llama3", "longrope"};
+    static const char *const names[] = {"default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional"};
     if (ok) *ok = true;
     if (!name) return HR_ROPE_DEFAULT;
     for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
@@ -141,8 +141,8 @@ static void longrope_inv_freq(const hr_rope_config *c, double factor, int64_t se
 }
 
 static hr_status check_config(const hr_rope_config *c) {
-    static const char *const names[] = {"default", "linear", "dynamic", "yarn", "llama3", "longrope"};
-    if ((unsigned)c->type > HR_ROPE_LONGROPE)
+    static const char *const names[] = {"default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional"};
+    if ((unsigned)c->type > HR_ROPE_PROPORTIONAL)
         return hr_error(HR_ERR_INVALID_ARG, "rope: unknown rope type %d", (int)c->type);
     const char *ty = names[c->type];
     if (c->rotary_dim < 2 || c->rotary_dim % 2)
@@ -164,6 +164,11 @@ static hr_status check_config(const hr_rope_config *c) {
                                        c->high_freq_factor > 0))
         return hr_error(HR_ERR_INVALID_ARG, "rope (llama3): low_freq_factor %g and high_freq_factor %g must be "
                         "positive and differ", c->low_freq_factor, c->high_freq_factor);
+    if (c->type == HR_ROPE_PROPORTIONAL && (c->rotated_dim < 0 || c->rotated_dim > c->rotary_dim || c->rotated_dim % 2))
+        return hr_error(HR_ERR_INVALID_ARG, "rope (proportional): rotated_dim %lld must be even and in 0..%lld",
+                        (long long)c->rotated_dim, (long long)c->rotary_dim);
+    if (c->type == HR_ROPE_PROPORTIONAL && !(c->factor > 0))
+        return hr_error(HR_ERR_INVALID_ARG, "rope (proportional): factor must be > 0, got %g", c->factor);
     if (c->type == HR_ROPE_LONGROPE && (!c->short_factor || !c->long_factor))
         return hr_error(HR_ERR_INVALID_ARG, "rope (longrope): short_factor and long_factor are required");
     return HR_OK;
@@ -191,6 +196,13 @@ hr_status hr_rope_inv_freq(const hr_rope_config *cfg, int64_t seq_len, float *in
     case HR_ROPE_YARN: yarn_inv_freq(cfg, derived_factor(cfg), inv_freq, attention_scaling); break;
     case HR_ROPE_LLAMA3: llama3_inv_freq(cfg, inv_freq); break;
     case HR_ROPE_LONGROPE: longrope_inv_freq(cfg, derived_factor(cfg), seq_len, inv_freq, attention_scaling); break;
+    case HR_ROPE_PROPORTIONAL:
+        /* the frequencies of the whole head's rope for the first
+         * rotated_dim / 2 pairs, 0 (no turn) for the rest, all / factor */
+        for (int64_t i = 0; i < dim / 2; i++)
+            inv_freq[i] = (i < cfg->rotated_dim / 2 ? rdiv_f32(1.0f, pos_freq((float)cfg->theta, i, dim)) : 0.0f) /
+                          (float)cfg->factor;
+        break;
     }
     return HR_OK;
 }
