@@ -124,7 +124,7 @@ def model_shape(model_dir):
             hdr = json.loads(fh.read(n))
         tensors.update({k: v for k, v in hdr.items() if k != "__metadata__"})
     numel = {k: _prod(v["shape"]) for k, v in tensors.items()}
-    experts = sum(n for k, n in numel.items() if ".mlp.experts." in k)
+    experts = sum(n for k, n in numel.items() if ".experts." in k)  # Qwen3-MoE's mlp.experts, Gemma 4's experts
     embed = sum(n for k, n in numel.items() if "embed_tokens" in k)
     head = sum(n for k, n in numel.items() if k.startswith("lm_head")) or embed  # tied: the table is the head
     body = sum(n for k, n in numel.items() if "embed_tokens" not in k and not k.startswith("lm_head")) - experts
@@ -132,13 +132,20 @@ def model_shape(model_dir):
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     kv_heads = cfg.get("num_key_value_heads", heads)
+    # Gemma 4's full layers: their own head_dim and (with attention_k_eq_v) kv heads
+    full = [t == "full_attention" for t in cfg.get("layer_types") or []] if "global_head_dim" in cfg else []
+    g_dim = cfg.get("global_head_dim", head_dim)
+    g_kv = cfg.get("num_global_key_value_heads") if cfg.get("attention_k_eq_v") else None
+    kv_elems = sum(2 * ((g_kv or kv_heads) * g_dim if f else kv_heads * head_dim) for f in full) \
+        if full else n_layers * 2 * kv_heads * head_dim
+    q_dims = sum(g_dim if f else head_dim for f in full) if full else n_layers * head_dim
     return {"params": sum(numel.values()), "checkpoint_bytes": sum(numel.values()) * BF16_BYTES,
             "body_params": body, "head_params": head, "layers": n_layers, "heads": heads,
-            "kv_heads": kv_heads, "head_dim": head_dim,
-            "kv_bytes_per_token": n_layers * 2 * kv_heads * head_dim * BF16_BYTES,
+            "kv_heads": kv_heads, "head_dim": head_dim, "q_dims": q_dims,
+            "kv_bytes_per_token": kv_elems * BF16_BYTES,
             # a mixture of experts: the experts' parameters (all layers), their count and top-k
             "expert_params": experts, "experts": cfg.get("num_experts") or cfg.get("num_local_experts") or 0,
-            "experts_per_tok": cfg.get("num_experts_per_tok") or 0}
+            "experts_per_tok": cfg.get("num_experts_per_tok") or cfg.get("top_k_experts") or 0}
 
 
 def _touched(shape, tokens):
@@ -162,7 +169,8 @@ def _prod(xs):
 
 def bound(shape, kind, batch, plen, gen, bw_gbs, peak_gflops):
     """Best tok/s the limits allow for a case, and which limit binds."""
-    attn = 4 * shape["layers"] * shape["heads"] * shape["head_dim"]  # FLOP per attended position
+    # FLOP per attended position (q_dims: the layers' head dims summed)
+    attn = 4 * shape["heads"] * shape.get("q_dims", shape["layers"] * shape["head_dim"])
     weights = (shape["body_params"] + shape["head_params"]) * BF16_BYTES
     bw, peak = bw_gbs * 1e9, peak_gflops * 1e9
     if kind == "prefill":
@@ -248,9 +256,10 @@ def merge(a):
     models = {}
     for name in meta.get("models", sorted({p["model"] for p in pieces})):
         d = ROOT / "fixtures" / name
-        if not (d / "config.json").exists():
+        kept = _read_json(work / f"shape-{name}.json")  # a MoE shape deleted before the next one was written
+        if not kept and not (d / "config.json").exists():
             continue
-        shape = model_shape(d)
+        shape = kept or model_shape(d)
         bounds = {}
         if bw and peak:
             for key, case, field, _ in METRICS:
@@ -611,10 +620,15 @@ def main():
     m = sub.add_parser("merge")
     m.add_argument("workdir")
     m.add_argument("--results", default=str(ROOT / "bench" / "results"))
+    s = sub.add_parser("shape", help="a checkpoint's shape as merge reads it, as JSON (kept before a MoE "
+                                     "checkpoint is deleted)")
+    s.add_argument("model_dir", type=Path)
     a = ap.parse_args()
     if a.cmd == "case":
         cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
         run_case(a, cmd)
+    elif a.cmd == "shape":
+        print(json.dumps(model_shape(a.model_dir)))
     else:
         merge(a)
 

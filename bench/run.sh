@@ -6,10 +6,10 @@
 #
 # Knobs (environment): PY (the Python with torch and transformers, default
 # .venv/bin/python), HUBRT_BUILD (build folder with the hubrt CLI and
-# libhubrt.so, default build), BENCH_MODELS (default: the three dense shapes and the MoE one), BENCH_ENGINES (default: all),
+# libhubrt.so, default build), BENCH_MODELS (default: the three dense shapes and the two MoE ones), BENCH_ENGINES (default: all),
 # BENCH_CASE_SPEC (name:batch:prompt:gen list), BENCH_RUN_TIMEOUT (seconds per engine
 # process, default 420), BENCH_BUDGET (seconds for all model cases, default
-# 4500: later runs are recorded as skipped), BENCH_THREADS (default 2),
+# 6300: later runs are recorded as skipped), BENCH_THREADS (default 2),
 # BENCH_RESULTS (output folder, default bench/results), BENCH_SKIP_INSTALL=1
 # (use the packages already in .venv), BENCH_REPEATS (rounds of each case,
 # default 3) and BENCH_REPEAT_ENGINES (the engines run in every round, default
@@ -26,10 +26,13 @@ BUILD=${HUBRT_BUILD:-build}
 HUBRT=$ROOT/$BUILD/hubrt
 THREADS=${BENCH_THREADS:-2}
 RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-420}
-BUDGET=${BENCH_BUDGET:-4500}
-# the MoE shape: Qwen3-30B-A3B's layers cut to 12 (bench/make_moe_checkpoint.py)
+BUDGET=${BENCH_BUDGET:-6300}
+# the MoE shapes (bench/make_moe_checkpoint.py): Qwen3-30B-A3B's layers cut to 12, and Gemma 4
+# 26B-A4B's cut to 8, whose rows come last, once the first one's files are gone
 MOE_MODEL=qwen3-30b-a3b-12l-shaped
-MODELS=${BENCH_MODELS:-"qwen3-0.6b-shaped llama-3.2-1b-shaped smollm2-135m-shaped $MOE_MODEL"}
+G4_MODEL=gemma4-26b-a4b-8l-shaped
+MODELS=${BENCH_MODELS:-"qwen3-0.6b-shaped llama-3.2-1b-shaped smollm2-135m-shaped $MOE_MODEL $G4_MODEL"}
+FIRST_MODELS=$(tr ' ' '\n' <<< "$MODELS" | grep -vx "$G4_MODEL" | tr '\n' ' ')
 ENGINES=${BENCH_ENGINES:-"hubrt hubrt-compiled hubrt-xla_cpu transformers-eager transformers-compile llama.cpp"}
 RESULTS=${BENCH_RESULTS:-$ROOT/bench/results}
 REPEATS=${BENCH_REPEATS:-3}
@@ -70,23 +73,30 @@ if [[ -z ${BENCH_SKIP_INSTALL:-} ]]; then
 fi
 
 # --- checkpoints: random-weight bf16 checkpoints in the Hub layout, and their BF16 GGUFs
-"$PY" scripts/make_fixtures.py bench --only $MODELS > "$WORK/fixtures.log" 2>&1 \
+# shellcheck disable=SC2086
+"$PY" scripts/make_fixtures.py bench --only $FIRST_MODELS > "$WORK/fixtures.log" 2>&1 \
   || log "make_fixtures failed (see $WORK/fixtures.log)"
-# the MoE shape (~15 GB) is written layer by layer, never whole in memory, and deleted after its rows
-if [[ " $MODELS " == *" $MOE_MODEL "* && ! -d $FIX/$MOE_MODEL ]]; then
-  log "writing $MOE_MODEL (bench/make_moe_checkpoint.py, ~15 GB)"
-  "$PY" bench/make_moe_checkpoint.py "$FIX/$MOE_MODEL" > "$WORK/moe-fixture.log" 2>&1 \
-    || log "make_moe_checkpoint failed (see $WORK/moe-fixture.log)"
-fi
-for m in $MODELS; do
-  [[ " $ENGINES " == *" llama.cpp "* ]] || break
-  gguf=$FIX/$m.bf16.gguf
-  if [[ ! -f $gguf || $FIX/$m/model.safetensors -nt $gguf ]]; then
-    log "converting $m to $gguf with llama.cpp's convert_hf_to_gguf.py"
-    "$PY" bench/bench_llamacpp.py convert "$FIX/$m" "$gguf" > "$WORK/convert-$m.log" 2>&1 \
-      || log "GGUF conversion of $m failed (see $WORK/convert-$m.log)"
-  fi
-done
+# a MoE shape (~15 GB) is written layer by layer, never whole in memory, and deleted after its rows
+make_moe() {  # model shape
+  [[ -d $FIX/$1 ]] && return
+  log "writing $1 (bench/make_moe_checkpoint.py --shape $2, ~15 GB)"
+  "$PY" bench/make_moe_checkpoint.py "$FIX/$1" --shape "$2" > "$WORK/moe-fixture-$1.log" 2>&1 \
+    || log "make_moe_checkpoint failed (see $WORK/moe-fixture-$1.log)"
+}
+[[ " $MODELS " == *" $MOE_MODEL "* ]] && make_moe "$MOE_MODEL" qwen3-30b-a3b-12l
+to_gguf() {  # models
+  [[ " $ENGINES " == *" llama.cpp "* ]] || return
+  for m in "$@"; do
+    gguf=$FIX/$m.bf16.gguf
+    if [[ ! -f $gguf || $FIX/$m/model.safetensors -nt $gguf || $FIX/$m/config.json -nt $gguf ]]; then
+      log "converting $m to $gguf with llama.cpp's convert_hf_to_gguf.py"
+      "$PY" bench/bench_llamacpp.py convert "$FIX/$m" "$gguf" > "$WORK/convert-$m.log" 2>&1 \
+        || log "GGUF conversion of $m failed (see $WORK/convert-$m.log)"
+    fi
+  done
+}
+# shellcheck disable=SC2086
+to_gguf $FIRST_MODELS
 
 # --- machine description, versions and cases for the report
 "$PY" - "$WORK/meta.json" "$THREADS" "$MODELS" "$CASE_SPEC" <<'PYEOF'
@@ -151,51 +161,54 @@ record_skip() {  # engine model case why
   printf '{"engine":"%s","model":"%s","case":"%s","error":"%s"}\n' "$1" "$2" "$3" "$4" > "$WORK/case-$2.$3.$1.json"
 }
 # b1 of every model first, then the batch cases: if the budget runs out, the headline cases are in.
-for spec in $CASE_SPEC; do
-  c=${spec%%:*}
-  # limits again between the headline cases and the batch cases (the report keeps the highest)
-  [[ $spec != "${CASE_SPEC%% *}" && ! -f $WORK/limits-middle.json ]] && measure_limits middle
-  for m in $MODELS; do
-   for rep in $(seq 1 "$REPEATS"); do
-    # rounds after the first: only the engines close enough for the spread to matter; a run that
-    # cannot happen was recorded in the first round
-    out=$WORK/case-$m.$c
-    (( rep > 1 )) && out=$out.r$rep
-    for e in $ENGINES; do
-      if (( rep > 1 )) && { [[ " $REPEAT_ENGINES " != *" $e "* ]] || (( $(date +%s) - START > BUDGET )) ||
-                            [[ ! -f $WORK/case-$m.$c.$e.json ]] || grep -q '"error": ' "$WORK/case-$m.$c.$e.json"; }; then
-        continue
-      fi
-      # xla_cpu compiles one StableHLO module per shape (the warm-up's two, then prefill 512 and decode:
-      # ~11 s each on 2 quiet cores, b1 150 s in all; 370 s at load 6): only the headline case of the first model fits
-      if [[ $e == hubrt-xla_cpu && ( $c != b1 || $m != ${MODELS%% *} ) ]]; then continue; fi
-      if (( $(date +%s) - START > BUDGET )); then
-        record_skip "$e" "$m" "$c" "skipped: the run's time budget (BENCH_BUDGET=${BUDGET} s) was spent"
-        continue
-      fi
-      if [[ $e == llama.cpp && ! -f $FIX/$m.bf16.gguf ]]; then
-        why=$(grep -h "Error: " "$WORK/convert-$m.log" 2>/dev/null | grep -v CalledProcessError | tail -n 1 | tr -d '"\\' | cut -c1-200)
-        record_skip "$e" "$m" "$c" "no GGUF: llama.cpp's converter failed (${why:-see convert-$m.log})"
-        continue
-      fi
-      cmd=$(engine_cmd "$e" "$FIX/$m" ${CASE_ARGS[$c]})
-      if [[ -z $cmd ]]; then
-        if [[ $e == *-base ]]; then
-          record_skip "$e" "$m" "$c" "not available: no hubrt in BENCH_BASELINE_BUILD (${BASE_BUILD:-unset})"
-        else
-          record_skip "$e" "$m" "$c" "not available: $BUILD/hubrt bench has no --compile option yet"
+run_cases() {  # models
+  for spec in $CASE_SPEC; do
+    c=${spec%%:*}
+    # limits again between the headline cases and the batch cases (the report keeps the highest)
+    [[ $spec != "${CASE_SPEC%% *}" && ! -f $WORK/limits-middle.json ]] && measure_limits middle
+    for m in $1; do
+     for rep in $(seq 1 "$REPEATS"); do
+      # rounds after the first: only the engines close enough for the spread to matter; a run that
+      # cannot happen was recorded in the first round
+      out=$WORK/case-$m.$c
+      (( rep > 1 )) && out=$out.r$rep
+      for e in $ENGINES; do
+        if (( rep > 1 )) && { [[ " $REPEAT_ENGINES " != *" $e "* ]] || (( $(date +%s) - START > BUDGET )) ||
+                              [[ ! -f $WORK/case-$m.$c.$e.json ]] || grep -q '"error": ' "$WORK/case-$m.$c.$e.json"; }; then
+          continue
         fi
-        continue
-      fi
-      probe=()
-      [[ $c == b1 && -n $PROBE ]] && probe=(--probe "$PROBE" --probe-threads "$THREADS")
-      # shellcheck disable=SC2086
-      "$PY" bench/report.py case --engine "$e" --model "$m" --case "$c" --timeout "$RUN_TIMEOUT" \
-        "${probe[@]}" --out "$out.$e.json" -- $cmd
+        # xla_cpu compiles one StableHLO module per shape (the warm-up's two, then prefill 512 and decode:
+        # ~11 s each on 2 quiet cores, b1 150 s in all; 370 s at load 6): only the headline case of the first model fits
+        if [[ $e == hubrt-xla_cpu && ( $c != b1 || $m != ${MODELS%% *} ) ]]; then continue; fi
+        if (( $(date +%s) - START > BUDGET )); then
+          record_skip "$e" "$m" "$c" "skipped: the run's time budget (BENCH_BUDGET=${BUDGET} s) was spent"
+          continue
+        fi
+        if [[ $e == llama.cpp && ! -f $FIX/$m.bf16.gguf ]]; then
+          why=$(grep -h "Error: " "$WORK/convert-$m.log" 2>/dev/null | grep -v CalledProcessError | tail -n 1 | tr -d '"\\' | cut -c1-200)
+          record_skip "$e" "$m" "$c" "no GGUF: llama.cpp's converter failed (${why:-see convert-$m.log})"
+          continue
+        fi
+        cmd=$(engine_cmd "$e" "$FIX/$m" ${CASE_ARGS[$c]})
+        if [[ -z $cmd ]]; then
+          if [[ $e == *-base ]]; then
+            record_skip "$e" "$m" "$c" "not available: no hubrt in BENCH_BASELINE_BUILD (${BASE_BUILD:-unset})"
+          else
+            record_skip "$e" "$m" "$c" "not available: $BUILD/hubrt bench has no --compile option yet"
+          fi
+          continue
+        fi
+        probe=()
+        [[ $c == b1 && -n $PROBE ]] && probe=(--probe "$PROBE" --probe-threads "$THREADS")
+        # shellcheck disable=SC2086
+        "$PY" bench/report.py case --engine "$e" --model "$m" --case "$c" --timeout "$RUN_TIMEOUT" \
+          "${probe[@]}" --out "$out.$e.json" -- $cmd
+      done
+     done
     done
-   done
   done
-done
+}
+run_cases "$FIRST_MODELS"
 
 # --- serving: hubrt serve and llama-cpp-python's server, 1 and 8 streaming clients (the smallest shape)
 if [[ " $MODELS " == *" smollm2-135m-shaped "* ]] && (( $(date +%s) - START <= BUDGET )); then
@@ -213,6 +226,18 @@ if [[ " $MODELS " == *" $MOE_MODEL "* ]] && (( $(date +%s) - START <= BUDGET )) 
     2> "$WORK/moe-layer.err" || log "bench_moe failed (see $WORK/moe-layer.err)"
 fi
 
+# --- Gemma 4's MoE shape last: the first MoE shape's files go first (its shape kept for the report), so
+# the disk holds one such model at a time
+if [[ " $MODELS " == *" $G4_MODEL "* ]] && (( $(date +%s) - START <= BUDGET )); then
+  if [[ -d $FIX/$MOE_MODEL ]]; then
+    "$PY" bench/report.py shape "$FIX/$MOE_MODEL" > "$WORK/shape-$MOE_MODEL.json"
+    [[ -z ${BENCH_KEEP_MOE:-} ]] && rm -rf "$FIX/$MOE_MODEL" "$FIX/$MOE_MODEL.bf16.gguf"
+  fi
+  make_moe "$G4_MODEL" gemma4-26b-a4b-8l
+  to_gguf "$G4_MODEL"
+  run_cases "$G4_MODEL"
+fi
+
 # Again at the end: other load on a shared machine only lowers a measured limit, so
 # the report takes the highest of the probes (the fractions of the limit are not flattered).
 measure_limits end
@@ -225,5 +250,7 @@ json.dump(meta, open(sys.argv[1], "w"))
 PYEOF
 "$PY" bench/report.py merge "$WORK" --results "$RESULTS"
 # the MoE checkpoint and its GGUF go once the report has read its shape (BENCH_KEEP_MOE=1 keeps them): the disk holds one such model at a time
-if [[ -z ${BENCH_KEEP_MOE:-} ]]; then rm -rf "$FIX/$MOE_MODEL" "$FIX/$MOE_MODEL.bf16.gguf"; fi
+if [[ -z ${BENCH_KEEP_MOE:-} ]]; then
+  rm -rf "$FIX/$MOE_MODEL" "$FIX/$MOE_MODEL.bf16.gguf" "$FIX/$G4_MODEL" "$FIX/$G4_MODEL.bf16.gguf"
+fi
 cat "$RESULTS/latest.md"

@@ -1,8 +1,10 @@
 /* libFuzzer target: config.json as a model reads it, through every
  * architecture's own configure (Gemma 3's layer types and per-type rope,
- * Mistral's window, the rope scalings, Qwen3-MoE's experts). A config that loads must hold
- * sizes inside their bounds and a layer kind for every layer (reading each
- * lets ASan prove the array); every refusal carries a message. */
+ * Mistral's window, the rope scalings, Qwen3-MoE's experts, Gemma 4's
+ * per-kind sizes and shared KV layers). A config that loads must hold
+ * sizes inside their bounds, a layer kind for every layer (reading each
+ * lets ASan prove the array) and KV sources earlier layers of the same
+ * kind; every refusal carries a message. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -27,8 +29,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     unsigned kinds = 0;
     for (int64_t i = 0; i < cfg.n_layers; i++) kinds |= 1u << (cfg.layer_kind[i] & 7);
     if (kinds & ~((1u << HR_LAYER_KINDS) - 1)) abort();
-    for (int k = 0; k < HR_LAYER_KINDS; k++)
-        if (cfg.rope[k].rotary_dim < 2 || cfg.rope[k].rotary_dim > cfg.head_dim) abort();
+    for (int k = 0; k < HR_LAYER_KINDS; k++) {
+        if (cfg.kind_head_dim[k] < 2 || cfg.kind_kv_heads[k] < 1 || cfg.n_heads % cfg.kind_kv_heads[k]) abort();
+        if (cfg.rope[k].rotary_dim < 2 || cfg.rope[k].rotary_dim > cfg.kind_head_dim[k]) abort();
+    }
+    for (int64_t i = 0; cfg.kv_source && i < cfg.n_layers; i++) {
+        int64_t src = cfg.kv_source[i];
+        if (src >= i || (src >= 0 && (cfg.kv_source[src] >= 0 || cfg.layer_kind[src] != cfg.layer_kind[i]))) abort();
+    }
     hr_model_config_free(&cfg);
     free(arch_cfg);
     return 0;

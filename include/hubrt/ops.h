@@ -325,7 +325,6 @@ typedef struct hr_rope_config {
     hr_rope_type type;
     double theta;           /* rope_theta */
     int64_t rotary_dim;     /* head_dim * partial_rotary_factor (proportional: head_dim) */
-    int64_t rotated_dim;    /* proportional: 2 x int(partial_rotary_factor * head_dim / 2), the dims that turn */
     double factor;          /* linear, dynamic, yarn, llama3 */
     int64_t max_position_embeddings;
     int64_t original_max_position_embeddings; /* yarn, llama3, longrope */
@@ -335,6 +334,9 @@ typedef struct hr_rope_config {
     double attention_factor;                  /* yarn, longrope (0 = unset) */
     bool no_truncate; /* yarn: true when config says truncate: false (zeroed = transformers default) */
     const double *short_factor, *long_factor; /* longrope, rotary_dim/2 each */
+    /* proportional: 2 x int(partial_rotary_factor * head_dim / 2), the
+     * leading dims that turn (factor: 0 = 1) */
+    int64_t rotated_dim;
 } hr_rope_config;
 
 HR_API hr_rope_type hr_rope_type_parse(const char *name, bool *ok);

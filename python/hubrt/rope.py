@@ -12,7 +12,7 @@ import numpy as np
 
 from ._lib import check, fn
 
-TYPES = ["default", "linear", "dynamic", "yarn", "llama3", "longrope"]
+TYPES = ["default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional"]
 _D = ctypes.c_double
 _DP = ctypes.POINTER(ctypes.c_double)
 
@@ -25,7 +25,7 @@ class RopeConfig(ctypes.Structure):
                 ("original_max_position_embeddings", ctypes.c_int64),
                 ("low_freq_factor", _D), ("high_freq_factor", _D), ("beta_fast", _D), ("beta_slow", _D),
                 ("mscale", _D), ("mscale_all_dim", _D), ("attention_factor", _D), ("no_truncate", ctypes.c_bool),
-                ("short_factor", _DP), ("long_factor", _DP)]
+                ("short_factor", _DP), ("long_factor", _DP), ("rotated_dim", ctypes.c_int64)]
 
 
 _inv_freq = fn("hr_rope_inv_freq", [ctypes.POINTER(RopeConfig), ctypes.c_int64,
@@ -44,8 +44,12 @@ def inv_freq(rope_parameters, head_dim, max_position_embeddings, seq_len=None):
     kind = _parse(name.encode(), ctypes.byref(ok))
     if not ok.value:
         raise ValueError(f"unknown rope_type {name!r}; hubrt knows {TYPES}")
-    rotary_dim = int(head_dim * rp.get("partial_rotary_factor", 1.0))
+    partial = rp.get("partial_rotary_factor", 1.0)
+    # proportional rope spans the head, the first int(partial * head_dim // 2) pairs turning
+    rotary_dim = head_dim if name == "proportional" else int(head_dim * partial)
+    rotated_dim = 2 * int(partial * head_dim // 2) if name == "proportional" else 0
     c = RopeConfig(type=kind, theta=float(rp.get("rope_theta", 10000.0)), rotary_dim=rotary_dim,
+                   rotated_dim=rotated_dim,
                    max_position_embeddings=max_position_embeddings,
                    original_max_position_embeddings=int(rp.get("original_max_position_embeddings")
                                                         or max_position_embeddings),

@@ -167,7 +167,7 @@ static hr_status check_config(const hr_rope_config *c) {
     if (c->type == HR_ROPE_PROPORTIONAL && (c->rotated_dim < 0 || c->rotated_dim > c->rotary_dim || c->rotated_dim % 2))
         return hr_error(HR_ERR_INVALID_ARG, "rope (proportional): rotated_dim %lld must be even and in 0..%lld",
                         (long long)c->rotated_dim, (long long)c->rotary_dim);
-    if (c->type == HR_ROPE_PROPORTIONAL && !(c->factor > 0))
+    if (c->type == HR_ROPE_PROPORTIONAL && c->factor < 0)
         return hr_error(HR_ERR_INVALID_ARG, "rope (proportional): factor must be > 0, got %g", c->factor);
     if (c->type == HR_ROPE_LONGROPE && (!c->short_factor || !c->long_factor))
         return hr_error(HR_ERR_INVALID_ARG, "rope (longrope): short_factor and long_factor are required");
@@ -201,7 +201,7 @@ hr_status hr_rope_inv_freq(const hr_rope_config *cfg, int64_t seq_len, float *in
          * rotated_dim / 2 pairs, 0 (no turn) for the rest, all / factor */
         for (int64_t i = 0; i < dim / 2; i++)
             inv_freq[i] = (i < cfg->rotated_dim / 2 ? rdiv_f32(1.0f, pos_freq((float)cfg->theta, i, dim)) : 0.0f) /
-                          (float)cfg->factor;
+                          (cfg->factor > 0 ? (float)cfg->factor : 1.0f);
         break;
     }
     return HR_OK;

@@ -69,6 +69,22 @@ def check_compiled_steps(path, tol, seed):
     assert rel_err(compiled, eager) <= 1e-5
 
 
+def check_compiled_generation(path, tol, seed):
+    """64 greedy tokens of a left-padded batch (0, 2, 5, 8 pads of 12) with
+    the static cache (compiled) equal the eager ones and transformers'; then
+    the compiled steps (check_compiled_steps)."""
+    from gemma3_util import hf_greedy
+    model = hr_model(path)
+    ids, mask = padded([0, 2, 5, 8], 12, seed=seed)
+    eager = model.generate(ids, attention_mask=mask, max_new_tokens=64, do_sample=False, eos_token_id=[])
+    static = model.generate(ids, attention_mask=mask, max_new_tokens=64, do_sample=False, eos_token_id=[],
+                            cache_implementation="static")
+    assert hubrt.compile_stats()["compiles"] > 0
+    np.testing.assert_array_equal(static, eager)
+    np.testing.assert_array_equal(static, hf_greedy(path, ids, 64, mask=mask))
+    check_compiled_steps(path, tol, seed=seed + 1)
+
+
 def check_padded_logits(path, tol):
     """A batch of 4 left-padded rows (0, 3, 9, 17 pads of 24): the real
     positions' logits within tol of transformers'."""

@@ -109,3 +109,28 @@ def test_moe_layer_rows_are_read_and_shown(tmp_path):
     assert rows == [{"rows": 1.0, "ms": 1.64, "ms_med": 1.68, "touched_mb": 75.5, "gbs": 46.0, "gbs_med": 45.0,
                      "read_gbs": 53.0, "read_med": 51.7, "pct": 87.0}]
     assert "| 1 | 1.64 · 1.68 | 76 MB | 46.0 | 53.0 | 87% |" in moe_layer_lines(rows)
+
+
+def test_gemma4_shape_counts_its_experts_and_each_kinds_cache(tmp_path):
+    """Gemma 4's experts (experts.gate_up_proj / down_proj, top_k_experts)
+    are the touched part of the bound, and the KV bytes per token add each
+    layer's own geometry: full layers with global_head_dim and, with
+    attention_k_eq_v, num_global_key_value_heads."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+    from report import model_shape
+    cfg = {"num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+           "global_head_dim": 32, "num_global_key_value_heads": 1, "attention_k_eq_v": True, "hidden_size": 64,
+           "layer_types": ["sliding_attention", "sliding_attention", "full_attention"], "num_experts": 8,
+           "top_k_experts": 2}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    save_file({"model.embed_tokens.weight": torch.zeros(10, 64), "model.layers.0.experts.gate_up_proj":
+               torch.zeros(8, 6, 64), "model.layers.0.experts.down_proj": torch.zeros(8, 64, 3),
+               "model.layers.0.mlp.gate_proj.weight": torch.zeros(5, 64)}, tmp_path / "model.safetensors")
+    shape = model_shape(tmp_path)
+    assert shape["expert_params"] == 8 * 6 * 64 + 8 * 64 * 3 and shape["experts_per_tok"] == 2
+    assert shape["body_params"] == 5 * 64 and shape["head_params"] == 10 * 64
+    assert shape["kv_bytes_per_token"] == 2 * (2 * 2 * 16 + 1 * 32) * 2
+    assert shape["q_dims"] == 16 + 16 + 32

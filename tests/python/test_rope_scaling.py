@@ -124,6 +124,24 @@ def test_cos_sin_and_rope_vs_transformers(name, dtype):
     assert torch.equal(to_torch(got), want)
 
 
+@pytest.mark.parametrize("partial,factor", [(0.25, None), (0.5, 2.0), (0.3, None), (0.0, None), (1.0, None)])
+@pytest.mark.parametrize("head_dim", [32, 512])
+def test_proportional_vs_rope_init_functions(partial, factor, head_dim):
+    """Gemma 4's full layers: the whole head's frequencies for the first
+    int(partial * head_dim // 2) pairs, 0 for the rest, all / factor."""
+    params = dict(rope_type="proportional", rope_theta=1e6, partial_rotary_factor=partial)
+    if factor:
+        params["factor"] = factor
+    cfg = LlamaConfig(hidden_size=head_dim * 4, num_attention_heads=4, head_dim=head_dim,
+                      max_position_embeddings=MAXP, rope_parameters=dict(params))
+    want, want_scaling = ROPE_INIT_FUNCTIONS["proportional"](cfg)
+    got, scaling = rope.inv_freq(params, head_dim, MAXP)
+    assert got.shape == (head_dim // 2,)
+    assert scaling == want_scaling
+    assert (got[int(partial * head_dim // 2):] == 0).all()
+    assert_freqs_match(got, want)
+
+
 def test_errors_name_the_rope_type_and_field():
     with pytest.raises(hubrt.HubrtError, match=r"rope \(llama3\): original_max_position_embeddings"):
         rope.inv_freq(dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
