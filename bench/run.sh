@@ -74,8 +74,8 @@ fi
 
 # --- checkpoints: random-weight bf16 checkpoints in the Hub layout, and their BF16 GGUFs
 # shellcheck disable=SC2086
-"$PY" scripts/make_fixtures.py bench --only $FIRST_MODELS > "$WORK/fixtures.log" 2>&1 \
-  || log "make_fixtures failed (see $WORK/fixtures.log)"
+[[ -n ${FIRST_MODELS// /} ]] && { "$PY" scripts/make_fixtures.py bench --only $FIRST_MODELS > "$WORK/fixtures.log" 2>&1 \
+  || log "make_fixtures failed (see $WORK/fixtures.log)"; }
 # a MoE shape (~15 GB) is written layer by layer, never whole in memory, and deleted after its rows
 make_moe() {  # model shape
   [[ -d $FIX/$1 ]] && return
