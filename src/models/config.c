@@ -108,6 +108,11 @@ hr_status hr_config_layer_types(hr_json_obj root, hr_model_config *cfg, const ch
     return HR_OK;
 }
 
+hr_status hr_config_json_set_num(struct cJSON *o, const char *key, double v) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    return cJSON_AddNumberToObject(o, key, v) ? HR_OK : hr_error(HR_ERR_OOM, "out of memory");
+}
+
 hr_status hr_config_window(hr_json_obj root, int64_t def, hr_model_config *cfg) {
     HR_TRY(hr_json_get_i64(root, "sliding_window", def, &cfg->sliding_window));
     if (cfg->sliding_window < 1 || cfg->sliding_window > cfg->max_position_embeddings)

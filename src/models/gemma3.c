@@ -169,11 +169,6 @@ static hr_status gemma3_head(hr_fwd *f, const hr_tensor *h, hr_tensor *out) {
 
 /* ---- GGUF --------------------------------------------------------------------- */
 
-static hr_status set_num(cJSON *o, const char *key, double v) {
-    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
-    return cJSON_AddNumberToObject(o, key, v) ? HR_OK : hr_error(HR_ERR_OOM, "out of memory");
-}
-
 static double meta_num(const hr_gguf *g, const char *key, double def) {
     double v;
     return hr_gguf_find(g, key) && hr_gguf_get_num(g, key, &v) == HR_OK ? v : def;
@@ -189,11 +184,12 @@ static hr_status gemma3_gguf_config(const hr_gguf *g, cJSON *c) {
     double layers = meta_num(g, "gemma3.block_count", 0), hidden = meta_num(g, "gemma3.embedding_length", 0);
     double heads = meta_num(g, "gemma3.attention.head_count", 1);
     double head_dim = meta_num(g, "gemma3.attention.key_length", hidden / heads);
-    HR_TRY(set_num(c, "sliding_window_pattern", window > 0 ? meta_num(g, "gemma3.attention.sliding_window_pattern", 6) : 1));
-    HR_TRY(set_num(c, "sliding_window", window > 0 ? window : meta_num(g, "gemma3.context_length", 2048)));
-    HR_TRY(set_num(c, "query_pre_attn_scalar", layers == 62 ? hidden / heads : head_dim));
+    double pattern = window > 0 ? meta_num(g, "gemma3.attention.sliding_window_pattern", 6) : 1;
+    HR_TRY(hr_config_json_set_num(c, "sliding_window_pattern", pattern));
+    HR_TRY(hr_config_json_set_num(c, "sliding_window", window > 0 ? window : meta_num(g, "gemma3.context_length", 2048)));
+    HR_TRY(hr_config_json_set_num(c, "query_pre_attn_scalar", layers == 62 ? hidden / heads : head_dim));
     double cap = meta_num(g, "gemma3.final_logit_softcapping", 0);
-    if (cap > 0) HR_TRY(set_num(c, "final_logit_softcapping", cap));
+    if (cap > 0) HR_TRY(hr_config_json_set_num(c, "final_logit_softcapping", cap));
     cJSON_DeleteItemFromObjectCaseSensitive(c, "hidden_act");
     cJSON_DeleteItemFromObjectCaseSensitive(c, "rope_theta");
     if (!cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh")) return hr_error(HR_ERR_OOM, "out of memory");
@@ -207,8 +203,8 @@ static hr_status gemma3_gguf_config(const hr_gguf *g, cJSON *c) {
         cJSON_Delete(local);
         return hr_error(HR_ERR_OOM, "out of memory");
     }
-    HR_TRY(set_num(global, "rope_theta", meta_num(g, "gemma3.rope.freq_base", 1e6)));
-    return set_num(local, "rope_theta", meta_num(g, "gemma3.rope.freq_base_swa", 1e4));
+    HR_TRY(hr_config_json_set_num(global, "rope_theta", meta_num(g, "gemma3.rope.freq_base", 1e6)));
+    return hr_config_json_set_num(local, "rope_theta", meta_num(g, "gemma3.rope.freq_base_swa", 1e4));
 }
 
 const hr_arch hr_arch_gemma3 = {

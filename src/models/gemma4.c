@@ -153,7 +153,8 @@ static hr_status read_layer_kinds(hr_json_obj root, hr_model_config *cfg) {
     bool listed = false;
     HR_TRY(hr_config_layer_types(root, cfg, "Gemma 4", &listed));
     if (!listed)
-        for (int64_t i = 0; i < cfg->n_layers; i++) cfg->layer_kind[i] = (i + 1) % 6 ? HR_LAYER_SLIDING : HR_LAYER_FULL;
+        for (int64_t i = 0; i < cfg->n_layers; i++)
+            cfg->layer_kind[i] = (i + 1) % 6 ? HR_LAYER_SLIDING : HR_LAYER_FULL;
     if (cfg->layer_kind[cfg->n_layers - 1] != HR_LAYER_FULL) {
         HR_LOG_WARN("config.json: Gemma 4's last layer must use full_attention, not sliding_attention; it does "
                     "(as transformers forces it)");
@@ -296,7 +297,8 @@ static hr_status read_ropes(hr_json_obj root, hr_model_config *cfg) {
         full = (hr_json_obj){.doc = rp.doc ? rp.doc : root.doc, .node = def};
         snprintf(full.prefix, sizeof full.prefix, "rope_parameters.full_attention");
     }
-    hr_status s = hr_config_rope_dim(none, full, 1e6, cfg->kind_head_dim[HR_LAYER_FULL], cfg, &cfg->rope[HR_LAYER_FULL]);
+    hr_status s =
+        hr_config_rope_dim(none, full, 1e6, cfg->kind_head_dim[HR_LAYER_FULL], cfg, &cfg->rope[HR_LAYER_FULL]);
     cJSON_Delete(def);
     HR_TRY(s);
     return hr_config_rope_dim(none, sliding, 1e4, cfg->kind_head_dim[HR_LAYER_SLIDING], cfg,

@@ -225,6 +225,9 @@ hr_status hr_config_rope_dim(hr_json_obj root, hr_json_obj rp, double theta, int
  * ("sliding_attention" or "full_attention"; errors name `arch`); *listed
  * says whether it did. */
 hr_status hr_config_layer_types(hr_json_obj root, hr_model_config *cfg, const char *arch, bool *listed);
+/* config[key] = v, replacing what it held: a GGUF file's config.json
+ * built from its metadata (hr_arch.gguf_config). */
+hr_status hr_config_json_set_num(struct cJSON *o, const char *key, double v);
 /* sliding_window (def when absent) into cfg, checked to lie in 1 ..
  * max_position_embeddings. */
 hr_status hr_config_window(hr_json_obj root, int64_t def, hr_model_config *cfg);

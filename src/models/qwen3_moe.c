@@ -83,11 +83,6 @@ static hr_status qwen3_moe_configure(hr_json_obj root, hr_model_config *cfg, voi
     return hr_json_get_i64_list(root, "mlp_only_layers", c->mlp_only, MAX_MLP_ONLY, &c->n_mlp_only);
 }
 
-static hr_status set_num(cJSON *o, const char *key, double v) {
-    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
-    return cJSON_AddNumberToObject(o, key, v) ? HR_OK : hr_error(HR_ERR_OOM, "out of memory");
-}
-
 /* What llama.cpp keeps of a Qwen3-MoE config: the experts' count, top-k and
  * size. Its qwen3moe graph has experts on every layer and renormalises the
  * top-k weights (norm_w), whatever the HF config said; so does this. */
@@ -101,9 +96,9 @@ static hr_status qwen3_moe_gguf_config(const hr_gguf *g, cJSON *c) {
         snprintf(key, sizeof key, "qwen3moe.%s", keys[i][0]);
         if (!hr_gguf_find(g, key) || hr_gguf_get_num(g, key, &v) != HR_OK)
             return hr_error(HR_ERR_FORMAT, "GGUF: no '%s' (a qwen3moe file's experts)", key);
-        HR_TRY(set_num(c, keys[i][1], v));
+        HR_TRY(hr_config_json_set_num(c, keys[i][1], v));
     }
-    HR_TRY(set_num(c, "decoder_sparse_step", 1));
+    HR_TRY(hr_config_json_set_num(c, "decoder_sparse_step", 1));
     cJSON_DeleteItemFromObjectCaseSensitive(c, "norm_topk_prob");
     return cJSON_AddBoolToObject(c, "norm_topk_prob", 1) ? HR_OK : hr_error(HR_ERR_OOM, "out of memory");
 }
