@@ -34,11 +34,12 @@ SHAPES = {
                               bos_token_id=151643, eos_token_id=151645),
     # Gemma 4 26B-A4B's text layers (the issue's shape: hidden 2816, 128 experts, top-8, moe_intermediate
     # 704, dense intermediate 2112; heads as google/gemma-4-26B-A4B's config), cut to 8 of its 30
-    # layers (5 sliding, 1 full, ...; the last full): ~14.5 GB in bf16
+    # layers (5 sliding, 1 full, ...; the last full): ~14.5 GB in bf16. The vocabulary is the Gemma 3
+    # tokenizer's 262,145 ids (Gemma 4's has 262,144): llama.cpp's loader wants the table to cover them
     "gemma4-26b-a4b-8l": dict(hidden_size=2816, intermediate_size=2112, moe_intermediate_size=704,
                               num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=8, head_dim=256,
                               global_head_dim=512, num_global_key_value_heads=2, attention_k_eq_v=True,
-                              num_experts=128, top_k_experts=8, enable_moe_block=True, vocab_size=262144,
+                              num_experts=128, top_k_experts=8, enable_moe_block=True, vocab_size=262145,
                               sliding_window=1024, final_logit_softcapping=30.0, hidden_size_per_layer_input=0,
                               num_kv_shared_layers=0, max_position_embeddings=262144, rms_norm_eps=1e-6,
                               tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh",
