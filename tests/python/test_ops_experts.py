@@ -178,15 +178,19 @@ def test_strided_inputs_and_output():
     assert_close(out, want, **tol("f32", 32))
 
 
-def test_on_xla_cpu():
+@pytest.mark.parametrize("rows", [6, 2])
+def test_on_xla_cpu(rows):
+    """6 rows x 3 slots over 8 experts: the dense lowering; 2 rows (6 slots
+    < 8 experts): each slot's expert gathered."""
     try:
         hubrt.from_numpy(np.zeros(1, np.float32)).to("xla_cpu")
     except HubrtError as e:
         pytest.skip(f"xla_cpu PJRT plugin unavailable: {e}")
-    for dtype, bias, act in [("f32", False, "silu"), ("f32", True, "gelu_tanh"), ("bf16", False, "silu")]:
-        x, w, idx, gu, dn, bgu, bdn = case(6, 32, 16, 8, 3, seed=17, bias=bias)
+    for dtype, bias, act in [("f32", False, "silu"), ("f32", True, "gelu_tanh"), ("bf16", False, "silu"),
+                             ("bf16", True, "gelu_tanh")]:
+        x, w, idx, gu, dn, bgu, bdn = case(rows, 32, 16, 8, 3, seed=17, bias=bias)
         idx = idx.clone()
-        idx[2, 2] = 8  # a sentinel
+        idx[1, 2] = 8  # a sentinel
         td = TORCH_DTYPE[dtype]
         ins = [to_hr(t.to(td)).to("xla_cpu") if t is not None else None for t in (x, w, gu, dn, bgu, bdn)]
         got = hubrt.ops.experts(ins[0], ins[1], to_hr(idx).to("xla_cpu"), ins[2], ins[3], ins[4], ins[5], act=act)
@@ -243,6 +247,11 @@ def to_op_layout(gu_t, bgu, dn_t):
 def test_gpt_oss_act_against_transformers_loop(limit):
     """limit 0.5 clamps most gates and ups, 7 (gpt-oss's) few."""
     t, h, i, e, k = 11, 64, 24, 8, 4
+    check_gpt_oss_act(t, h, i, e, k, limit)
+    check_gpt_oss_act(1, h, i, e, k, limit)  # 4 slots < 8 experts: gathered on xla_cpu
+
+
+def check_gpt_oss_act(t, h, i, e, k, limit):
     x = rand(t, h, seed=21)
     gu_t, dn_t = rand(e, h, 2 * i, seed=22, scale=2 / math.sqrt(h)), rand(e, i, h, seed=23, scale=1 / math.sqrt(i))
     bgu, bdn = rand(e, 2 * i, seed=24, scale=0.5), rand(e, h, seed=25, scale=0.5)
