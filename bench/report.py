@@ -286,9 +286,9 @@ def merge(a):
             row["load_s"], row["peak_rss_mb"], row["compile_s"] = p.get("load_s"), p.get("peak_rss_mb"), p.get("compile_s")
             row["loadavg"] = (p.get("loadavg_before") or [None])[0]
             row["plans"] = {k: p[k] for k in ("compiles", "cache_hits", "disk_hits") if k in p}
-    runs_of = {(p["model"], p["engine"]): beside_runs(p) for p in pieces if p["case"] == "b1"}
+    runs_of = {(p["model"], p["engine"], p["case"]): beside_runs(p) for p in pieces}
     for model, rows in table.items():
-        for key, *_ in METRICS:
+        for key, case, *_ in METRICS:
             peer_vals = [rows[e][key]["value"] for e in PEERS if e in rows and key in rows[e]
                          and rows[e][key]["value"] and not rows[e][key]["error"]]
             best = max(peer_vals) if peer_vals else None
@@ -299,9 +299,9 @@ def merge(a):
                     continue
                 cell["x_best_peer"] = round(cell["value"] / best, 3) if best else None
                 cell["of_limit"] = round(cell["value"] / b["tok_s"], 4) if b else None
-                if key == "decode_b1" and peak and model in models:
-                    cell["beside"] = of_limit_beside(models[model]["shape"], meta["cases"]["b1"],
-                                                     runs_of.get((model, e), []), peak)
+                if key.startswith("decode") and peak and model in models and case in meta.get("cases", {}):
+                    cell["beside"] = of_limit_beside(models[model]["shape"], meta["cases"][case],
+                                                     runs_of.get((model, e, case), []), peak)
     out = {"date_utc": meta.get("date_utc") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "machine": meta.get("machine", {}), "settings": {k: meta.get(k) for k in ("threads", "dtype", "cases")},
            "versions": meta.get("versions", {}), "limits": limits, "models": models, "table": table,
@@ -366,7 +366,7 @@ def mode_changed(before, after):
 
 
 def of_limit_beside(shape, c, runs, peak):
-    """The b1 decode figure as a fraction of the bound the probes beside each run put on it: the median over
+    """A decode figure (case c) as a fraction of the bound the probes beside each run put on it: the median over
     the runs of tok/s / bound(mean of the run's two probes), leaving out runs during which the bandwidth
     changed mode (their probes' mean is no measure of what the run met) unless every run did. Also the
     probes, and how many runs were left out."""
@@ -524,13 +524,16 @@ def markdown(r):
                                    for k, *_ in METRICS] + ["", "", "", ""]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-        beside = [(e, rows[e]["decode_b1"]["beside"]) for e in ENGINES
-                  if e in rows and (rows[e].get("decode_b1") or {}).get("beside")]
-        if beside:
-            lines.append("Bandwidth beside the b1 runs (GB/s, before-after): " + "; ".join(
-                f"{e} " + ", ".join(f"{b:.1f}-{a:.1f}" + ("~" if mode_changed(b, a) else "")
-                                    for b, a in x["read_gbs"]) for e, x in beside) + ".")
-            lines.append("")
+        for key, case, *_ in METRICS:
+            if not key.startswith("decode"):
+                continue
+            beside = [(e, rows[e][key]["beside"]) for e in ENGINES
+                      if e in rows and (rows[e].get(key) or {}).get("beside")]
+            if beside:
+                lines.append(f"Bandwidth beside the {case} runs (GB/s, before-after): " + "; ".join(
+                    f"{e} " + ", ".join(f"{b:.1f}-{a:.1f}" + ("~" if mode_changed(b, a) else "")
+                                        for b, a in x["read_gbs"]) for e, x in beside) + ".")
+                lines.append("")
     if cases:
         lines.append("Cases: " + "; ".join(
             f"{k}: batch {c['batch']}, prompt {c['prompt_len']}, {c['gen']} new tokens" for k, c in cases.items())
@@ -555,11 +558,11 @@ def markdown(r):
     lines += moe_layer_lines(r.get("moe_layer"))
     cells = [c for rows in r["table"].values() for row in rows.values() for c in row.values() if isinstance(c, dict)]
     if any(c.get("beside") for c in cells):
-        lines += ["§ Decode b1 is held against the read bandwidth probed right before and right after each of its "
-                  "runs (the median over the runs of tok/s ÷ the bound at the mean of the run's two probes), since "
-                  "this VM's bandwidth moves between two modes for minutes at a time; the *bound* row uses the "
-                  "run's median probe. The probes beside each engine's runs are under \"Bandwidth beside the b1 "
-                  "runs\"; ~ marks a run whose two probes differed by more than "
+        lines += ["§ A decode case is held against the read bandwidth probed right before and right after each of "
+                  "its runs (the median over the runs of tok/s ÷ the bound at the mean of the run's two probes), "
+                  "since this VM's bandwidth moves between two modes for minutes at a time; the *bound* row uses "
+                  "the run's median probe. The probes beside each engine's runs are under \"Bandwidth beside the "
+                  "... runs\"; ~ marks a run whose two probes differed by more than "
                   f"{100 * MODE_CHANGE:.0f}% (the mode changed during it), left out of the median unless every run "
                   "of the engine was.", ""]
     if any((_frac(c) or 0) > 1 for c in cells):

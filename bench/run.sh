@@ -133,8 +133,8 @@ measure_limits() {  # $1: start or end
   "$PY" bench/limits.py > "$WORK/limits-$1.json" 2> "$WORK/limits-$1.err" || log "limits.py failed (see $WORK/limits-$1.err)"
 }
 measure_limits start
-# the read-bandwidth probe again, run right before and after each b1 case (bench/report.py --probe)
-PROBE=$("$PY" bench/limits.py --build-readbw "$WORK" 2> "$WORK/probe.err") || { PROBE=; log "no bandwidth probe beside the b1 cases (see $WORK/probe.err)"; }
+# the read-bandwidth probe again, run right before and after each case (bench/report.py --probe)
+PROBE=$("$PY" bench/limits.py --build-readbw "$WORK" 2> "$WORK/probe.err") || { PROBE=; log "no bandwidth probe beside the cases (see $WORK/probe.err)"; }
 
 # --- tokenizers
 log "tokenizer throughput"
@@ -199,7 +199,7 @@ run_cases() {  # models
           continue
         fi
         probe=()
-        [[ $c == b1 && -n $PROBE ]] && probe=(--probe "$PROBE" --probe-threads "$THREADS")
+        [[ -n $PROBE ]] && probe=(--probe "$PROBE" --probe-threads "$THREADS")
         # shellcheck disable=SC2086
         "$PY" bench/report.py case --engine "$e" --model "$m" --case "$c" --timeout "$RUN_TIMEOUT" \
           "${probe[@]}" --out "$out.$e.json" -- $cmd

@@ -134,3 +134,15 @@ def test_gemma4_shape_counts_its_experts_and_each_kinds_cache(tmp_path):
     assert shape["body_params"] == 5 * 64 and shape["head_params"] == 10 * 64
     assert shape["kv_bytes_per_token"] == 2 * (2 * 2 * 16 + 1 * 32) * 2
     assert shape["q_dims"] == 16 + 16 + 32
+
+
+def test_batch_cases_are_held_against_their_own_probes():
+    """b16 and b64 runs carry probes too: each decode cell's fraction is
+    against the probes beside its own runs, listed per case."""
+    beside = {"of_limit": 0.81, "read_gbs": [[33.0, 34.0]], "left_out": 0}
+    r = {"date_utc": "2026-12-07T00:00:00", "machine": {}, "limits": {}, "versions": {},
+         "settings": {"threads": 2, "cases": {}}, "tokenizer": None,
+         "models": {"m": {"shape": {"params": 6e8, "checkpoint_bytes": 1.2e9}, "bounds": {}}},
+         "table": {"m": {"hubrt": {"decode_b16": {"value": 50.0, "error": None, "of_limit": 0.6, "beside": beside}}}}}
+    md = markdown(r)
+    assert "50.0 (81%§)" in md and "Bandwidth beside the b16 runs (GB/s, before-after): hubrt 33.0-34.0." in md
