@@ -206,8 +206,10 @@ def test_streams_cut_only_whole_characters_and_the_earliest_stop_wins(qwen):
 
 def test_unseeded_samples_differ_and_seeded_ones_repeat(qwen):
     body = {"prompt": PROMPTS[3], "max_tokens": 24, "temperature": 1.0}
-    texts = [qwen.post("/v1/completions", body).json()["choices"][0]["text"] for _ in range(2)]
-    assert texts[0] != texts[1]
+    # four draws: this tiny model's likeliest continuation is likely enough that two draws have met
+    # (once in a CI run of 2026-12-07); four all equal, without the sampler repeating, is far less so
+    texts = [qwen.post("/v1/completions", body).json()["choices"][0]["text"] for _ in range(4)]
+    assert len(set(texts)) > 1, texts
     seeded = [qwen.post("/v1/completions", dict(body, seed=7)).json()["choices"][0]["text"] for _ in range(2)]
     assert seeded[0] == seeded[1]
 
