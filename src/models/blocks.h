@@ -94,6 +94,11 @@ typedef struct hr_moe_opts {
  * them), then the experts op in the model's experts implementation; into
  * out. */
 hr_status hr_build_moe(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o, const hr_tensor *h, hr_tensor *out);
+/* softmax over every expert's logit [b, s, experts] in f32 (the logits cast
+ * first when the model's dtype is not), the top n_experts_per_tok into
+ * *topv (the f32 activation "top_w", [b, s, k]) and topi, renormalised to
+ * sum 1 when norm: Qwen3-MoE's router, and the start of Gemma 4's. */
+hr_status hr_build_softmax_topk(hr_fwd *f, const hr_tensor *logits, bool norm, hr_tensor **topv, hr_tensor *topi);
 /* The experts op alone, over a router's weights wts and indices topi [b,
  * s, k] computed by the caller (an architecture's own router), in the
  * model's experts implementation; into out. */

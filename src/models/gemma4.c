@@ -384,7 +384,7 @@ static hr_status gemma4_embed(hr_fwd *f, const hr_tensor *ids) {
 static hr_status moe_branch(hr_fwd *f, int64_t il, hr_tensor *out) {
     const hr_model *m = f->m;
     int64_t e = m->cfg.n_experts, k = m->cfg.n_experts_per_tok, H = m->cfg.hidden_size;
-    hr_tensor *r = NULL, *logits = NULL, *lf = NULL, *probs = NULL, *topv = NULL, *topi = NULL, *sum = NULL;
+    hr_tensor *r = NULL, *logits = NULL, *topv = NULL, *topi = NULL;
     hr_tensor *scale = NULL, *scale_f = NULL, *h2 = NULL, *flat = NULL, *scale3 = NULL;
     /* the router: norm without weight, times scale, times hidden^-1/2 (each rounded as torch does) */
     HR_TRY(act3(f, "router_in", H, &r));
@@ -393,20 +393,8 @@ static hr_status moe_branch(hr_fwd *f, int64_t il, hr_tensor *out) {
     HR_TRY(run1(HR_OP_scale, &(hr_attrs_scale){.mul = 1.0 / sqrt((double)H)}, IN_(r), 1, r));
     HR_TRY(act3(f, "router", e, &logits));
     HR_TRY(run1(HR_OP_linear, NULL, IN_(r, W(il, ROUTER)), 2, logits));
-    if (m->dtype != HR_F32) {
-        HR_TRY(hr_scratch_get(f->sc, m->dev, "router_f32", HR_F32, 3, (int64_t[]){f->b, f->s, e}, &lf));
-        HR_TRY(run1(HR_OP_cast, &(hr_attrs_cast){.dtype = HR_F32}, IN_(logits), 1, lf));
-    }
-    HR_TRY(hr_scratch_get(f->sc, m->dev, "router_p", HR_F32, 3, (int64_t[]){f->b, f->s, e}, &probs));
-    HR_TRY(run1(HR_OP_softmax, &(hr_attrs_dim){.dim = -1}, IN_(lf ? lf : logits), 1, probs));
-    HR_TRY(hr_scratch_get(f->sc, m->dev, "top_w", HR_F32, 3, (int64_t[]){f->b, f->s, k}, &topv));
     HR_TRY(hr_scratch_get(f->sc, m->dev, "top_i", HR_I64, 3, (int64_t[]){f->b, f->s, k}, &topi));
-    hr_tensor *outs[2] = {topv, topi};
-    hr_attrs_topk ta = {.k = k, .dim = -1, .largest = true, .sorted = true};
-    HR_TRY(hr_op_run(HR_OP_topk, &ta, IN_(probs), 1, outs, 2));
-    HR_TRY(hr_scratch_get(f->sc, m->dev, "top_sum", HR_F32, 3, (int64_t[]){f->b, f->s, 1}, &sum));
-    HR_TRY(run1(HR_OP_sum, &(hr_attrs_reduce){.dim = -1, .keepdim = true}, IN_(topv), 1, sum));
-    HR_TRY(run1(HR_OP_div, NULL, IN_(topv, sum), 2, topv));
+    HR_TRY(hr_build_softmax_topk(f, logits, true, &topv, topi));
     /* times per_expert_scale[index], in f32 (the f32 weights win torch's promotion) */
     int64_t n = f->b * f->s * k;
     HR_TRY(hr_scratch_get(f->sc, m->dev, "expert_scale", m->dtype, 1, (int64_t[]){n}, &scale));

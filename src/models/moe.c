@@ -28,11 +28,32 @@ hr_status hr_build_experts(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts
     return run1(HR_OP_experts, &ea, IN_(h, wts, topi, w->gate_up, w->down), 5, out);
 }
 
+hr_status hr_build_softmax_topk(hr_fwd *f, const hr_tensor *logits, bool norm, hr_tensor **topv,
+                                hr_tensor *topi) {
+    const hr_model *m = f->m;
+    int64_t e = m->cfg.n_experts, k = m->cfg.n_experts_per_tok;
+    hr_tensor *lf = NULL, *probs = NULL, *sum = NULL;
+    if (m->dtype != HR_F32) {
+        HR_TRY(act_of(f, "router_f32", HR_F32, e, &lf));
+        HR_TRY(run1(HR_OP_cast, &(hr_attrs_cast){.dtype = HR_F32}, IN_(logits), 1, lf));
+    }
+    HR_TRY(act_of(f, "router_p", HR_F32, e, &probs));
+    HR_TRY(run1(HR_OP_softmax, &(hr_attrs_dim){.dim = -1}, IN_(lf ? lf : logits), 1, probs));
+    HR_TRY(act_of(f, "top_w", HR_F32, k, topv));
+    hr_attrs_topk ta = {.k = k, .dim = -1, .largest = true, .sorted = true};
+    hr_tensor *outs[2] = {*topv, topi};
+    HR_TRY(hr_op_run(HR_OP_topk, &ta, IN_(probs), 1, outs, 2));
+    if (!norm) return HR_OK;
+    HR_TRY(act_of(f, "top_sum", HR_F32, 1, &sum));
+    HR_TRY(run1(HR_OP_sum, &(hr_attrs_reduce){.dim = -1, .keepdim = true}, IN_(*topv), 1, sum));
+    return run1(HR_OP_div, NULL, IN_(*topv, sum), 2, *topv);
+}
+
 hr_status hr_build_moe(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o, const hr_tensor *h, hr_tensor *out) {
     const hr_model *m = f->m;
     int64_t e = m->cfg.n_experts, k = m->cfg.n_experts_per_tok;
     hr_dtype dt = m->dtype;
-    hr_tensor *logits = NULL, *lf = NULL, *probs = NULL, *topv = NULL, *topi = NULL, *sum = NULL, *wt = NULL;
+    hr_tensor *logits = NULL, *topv = NULL, *topi = NULL, *wt = NULL;
     HR_TRY(act_of(f, "router", dt, e, &logits));
     if (w->router_bias)
         HR_TRY(run1(HR_OP_linear, NULL, IN_(h, w->router, w->router_bias), 3, logits));
@@ -50,20 +71,7 @@ hr_status hr_build_moe(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts *o,
         return hr_build_experts(f, w, o, h, wt, topi, out);
     }
     /* Qwen3-MoE: softmax(dtype=float) over every expert, then top-k */
-    if (dt != HR_F32) {
-        HR_TRY(act_of(f, "router_f32", HR_F32, e, &lf));
-        HR_TRY(run1(HR_OP_cast, &(hr_attrs_cast){.dtype = HR_F32}, IN_(logits), 1, lf));
-    }
-    HR_TRY(act_of(f, "router_p", HR_F32, e, &probs));
-    HR_TRY(run1(HR_OP_softmax, &(hr_attrs_dim){.dim = -1}, IN_(lf ? lf : logits), 1, probs));
-    HR_TRY(act_of(f, "top_w", HR_F32, k, &topv));
-    hr_tensor *outs[2] = {topv, topi};
-    HR_TRY(hr_op_run(HR_OP_topk, &ta, IN_(probs), 1, outs, 2));
-    if (o->norm_topk) {
-        HR_TRY(act_of(f, "top_sum", HR_F32, 1, &sum));
-        HR_TRY(run1(HR_OP_sum, &(hr_attrs_reduce){.dim = -1, .keepdim = true}, IN_(topv), 1, sum));
-        HR_TRY(run1(HR_OP_div, NULL, IN_(topv, sum), 2, topv));
-    }
+    HR_TRY(hr_build_softmax_topk(f, logits, o->norm_topk, &topv, topi));
     if (dt != HR_F32) {
         HR_TRY(act_of(f, "top_w_dt", dt, k, &wt));
         HR_TRY(run1(HR_OP_cast, &(hr_attrs_cast){.dtype = dt}, IN_(topv), 1, wt));
