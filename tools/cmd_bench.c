@@ -10,8 +10,9 @@
 
 static const char *usage_text =
     "usage: hubrt bench MODEL_DIR [--prompt-len P] [--gen G] [--batch B] [--dtype D] [--device D]\n"
-    "                   [--compile] [--stats] [--experts grouped|eager]\n"
+    "                   [--compile] [--stats] [--experts grouped|eager] [--dequantize]\n"
     "  defaults: --prompt-len 128 --gen 64 --batch 1, dtype from config.json, device cpu, eager\n"
+    "  --dequantize: a GGUF file's block-quantized weights cast to the dtype at load (default: kept)\n"
     "  --compile: compiled forward (static shapes, plans cached in memory and on disk)\n"
     "  --stats: print the compile-cache statistics to stderr\n";
 
@@ -90,6 +91,10 @@ int hr_cmd_bench(int argc, char **argv) {
             *(!strcmp(f, "--compile") ? &compile : &stats) = true;
             continue;
         }
+        if (!strcmp(f, "--dequantize")) {
+            opts.dequantize = true;
+            continue;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "hubrt bench: %s needs a value\n%s", f, usage_text);
             return HR_EXIT_USAGE;
@@ -147,10 +152,10 @@ int hr_cmd_bench(int argc, char **argv) {
             dir, hr_model_arch(m), hr_dtype_name(hr_model_dtype(m)), load_s, prefill, decode, (long long)batch,
             hr_num_threads());
     if (stats) hr_cli_print_compile_stats();
-    printf("{\"arch\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"batch\":%lld,\"prompt_len\":%lld,"
+    printf("{\"arch\":\"%s\",\"dtype\":\"%s\",\"weights\":\"%s\",\"threads\":%d,\"batch\":%lld,\"prompt_len\":%lld,"
            "\"gen\":%lld,\"load_s\":%.4f,\"prefill_s\":%.4f,\"decode_s\":%.4f,\"prefill_tok_s\":%.2f,"
            "\"decode_tok_s\":%.2f,\"prefill_cpu_s\":%.4f,\"decode_cpu_s\":%.4f,\"peak_rss_mb\":%.1f",
-           hr_model_arch(m), hr_dtype_name(hr_model_dtype(m)), hr_num_threads(), (long long)batch,
+           hr_model_arch(m), hr_dtype_name(hr_model_dtype(m)), hr_model_weight_types(m), hr_num_threads(), (long long)batch,
            (long long)plen, (long long)gen, load_s, st.prefill_s, st.decode_s, prefill, decode, st.prefill_cpu_s,
            st.decode_cpu_s, peak_rss_mb());
     if (compile) {

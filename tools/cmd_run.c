@@ -11,13 +11,15 @@
 static const char *usage_text =
     "usage: hubrt run MODEL -p PROMPT [-n N] [--greedy | --temp T --top-p P --top-k K --min-p P --seed S]\n"
     "                 [--repetition-penalty R] [--stop TEXT]... [--dtype D] [--device cpu] [--compile] [--stats]\n"
-    "                 [--experts grouped|eager]\n"
+    "                 [--experts grouped|eager] [--dequantize]\n"
     "  Sampling defaults come from the model's generation_config.json; --temp/--top-p/--top-k/--min-p\n"
     "  turn sampling on, --greedy turns it off. -n defaults to 128 new tokens.\n"
     "  --compile runs the compiled forward (plans cached in memory and on disk); --stats prints the\n"
     "  compile-cache statistics to stderr before the final line.\n"
     "  --experts: a mixture-of-experts model's experts implementation (default grouped; eager is\n"
     "  transformers' per-expert loop).\n"
+    "  --dequantize: a GGUF file's block-quantized weights (Q4_1, Q8_0, Q4_K, ...) are cast to the\n"
+    "  dtype at load; by default they stay in their blocks on the CPU.\n"
     "  MODEL is a folder, a GGUF file or a Hub repository id (org/name, --revision R), read from\n"
     "  the Hugging Face cache and fetched into it when missing (HF_HUB_OFFLINE=1: the cache only).\n";
 
@@ -80,7 +82,8 @@ static int parse(int argc, char **argv, run_args *a) {
         const char *f = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         double num = 0;
-        bool takes = strcmp(f, "--greedy") && strcmp(f, "--compile") && strcmp(f, "--stats") && f[0] == '-';
+        bool takes = strcmp(f, "--greedy") && strcmp(f, "--compile") && strcmp(f, "--stats") &&
+                     strcmp(f, "--dequantize") && f[0] == '-';
         if (takes && !v) {
             fprintf(stderr, "hubrt run: %s needs a value\n%s", f, usage_text);
             return HR_EXIT_USAGE;
@@ -124,6 +127,8 @@ static int parse(int argc, char **argv, run_args *a) {
             a->opts.device = argv[++i];
         } else if (!strcmp(f, "--experts")) {
             a->opts.experts_implementation = argv[++i];
+        } else if (!strcmp(f, "--dequantize")) {
+            a->opts.dequantize = true;
         } else if (!strcmp(f, "--revision")) {
             a->revision = argv[++i];
         } else if (f[0] != '-' && !a->dir) {
@@ -209,9 +214,11 @@ int hr_cmd_run(int argc, char **argv) {
         fflush(stdout);
         if (a.stats) hr_cli_print_compile_stats();
         double decode = stats.new_tokens > 1 && stats.decode_s > 0 ? (double)(stats.new_tokens - 1) / stats.decode_s : 0;
-        fprintf(stderr, "prompt tokens: %lld, generated tokens: %lld, prefill: %.1f tok/s, decode: %.1f tok/s\n",
+        fprintf(stderr,
+                "prompt tokens: %lld, generated tokens: %lld, prefill: %.1f tok/s, decode: %.1f tok/s, weights: %s\n",
                 (long long)stats.prompt_tokens, (long long)stats.new_tokens,
-                stats.prefill_s > 0 ? (double)stats.prompt_tokens / stats.prefill_s : 0, decode);
+                stats.prefill_s > 0 ? (double)stats.prompt_tokens / stats.prefill_s : 0, decode,
+                hr_model_weight_types(model));
     }
     if (s != HR_OK) rc = hr_cli_fail("run", s);
 done:

@@ -66,14 +66,41 @@ HR_API void hr_clear_error(void);
     X(I8, i8, "I8", 1, int8_t)           \
     X(I16, i16, "I16", 2, int16_t)
 
+/* Block-quantized storage types, ggml's block formats byte for byte: a row
+ * of n elements is n / block blocks of `bytes` bytes each. Only the CPU
+ * linear and embedding kernels read them (weights kept quantized); views
+ * keep whole rows. (name, short name, elements per block, bytes per block) */
+#define HR_QTYPE_LIST(X)          \
+    X(Q8_0, q8_0, 32, 34)         \
+    X(Q4_0, q4_0, 32, 18)         \
+    X(Q4_1, q4_1, 32, 20)         \
+    X(Q5_0, q5_0, 32, 22)         \
+    X(Q5_1, q5_1, 32, 24)         \
+    X(Q2_K, q2_k, 256, 84)        \
+    X(Q3_K, q3_k, 256, 110)       \
+    X(Q4_K, q4_k, 256, 144)       \
+    X(Q5_K, q5_k, 256, 176)       \
+    X(Q6_K, q6_k, 256, 210)       \
+    X(IQ4_NL, iq4_nl, 32, 18)     \
+    X(IQ4_XS, iq4_xs, 256, 136)
+
 typedef enum hr_dtype {
 #define HR_X_(E, n, st, sz, ct) HR_##E,
     HR_DTYPE_LIST(HR_X_)
 #undef HR_X_
+#define HR_X_(E, n, blk, bytes) HR_##E,
+    HR_QTYPE_LIST(HR_X_)
+#undef HR_X_
     HR_DTYPE_COUNT
 } hr_dtype;
 
+/* Bytes per element; 0 for a block-quantized type (hr_dtype_nbytes). */
 HR_API size_t hr_dtype_size(hr_dtype dt);
+/* Elements per block: 1 for the plain types, 32 or 256 for block types. */
+HR_API int64_t hr_dtype_block(hr_dtype dt);
+/* Bytes of n elements (n a multiple of the block). */
+HR_API size_t hr_dtype_nbytes(hr_dtype dt, int64_t n);
+HR_API bool hr_dtype_is_quantized(hr_dtype dt);
 /* Short name: "f32", "bf16", ... */
 HR_API const char *hr_dtype_name(hr_dtype dt);
 /* Accepts the short names, safetensors names ("BF16") and torch-style names

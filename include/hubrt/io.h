@@ -88,9 +88,16 @@ HR_API hr_status hr_checkpoint_info(const hr_checkpoint *ck, const char *name,
 HR_API hr_status hr_checkpoint_tensor(const hr_checkpoint *ck, const char *name,
                                       hr_tensor **out);
 /* The tensor in floating dtype `dt`: the zero-copy view when stored so,
- * else a converted copy (GGUF blocks are dequantized straight to `dt`). */
+ * else a converted copy (GGUF blocks are dequantized straight to `dt`).
+ * A block dtype (HR_Q4_1, ...) asks for a GGUF tensor's blocks as stored
+ * (a view; a copy when q/k rows are put back in HF order); another block
+ * type than the stored one is refused. */
 HR_API hr_status hr_checkpoint_tensor_as(const hr_checkpoint *ck, const char *name, hr_dtype dt,
                                          hr_tensor **out);
+/* The dtype tensor `name`'s bytes are stored in: a block type for a
+ * quantized GGUF tensor (hr_checkpoint_info says f32, what it dequantizes
+ * to); HR_DTYPE_COUNT when absent. */
+HR_API hr_dtype hr_checkpoint_stored_dtype(const hr_checkpoint *ck, const char *name);
 HR_API size_t hr_checkpoint_shard_count(const hr_checkpoint *ck);
 HR_API const hr_safetensors *hr_checkpoint_shard(const hr_checkpoint *ck, size_t i);
 /* Path of shard i as opened. */
@@ -102,9 +109,10 @@ HR_API const char *hr_checkpoint_metadata_get(const hr_checkpoint *ck, const cha
  *
  * A llama-architecture GGUF file (v2/v3) stands in for a model folder:
  * hr_checkpoint_open serves its tensors under their HF names, dequantized
- * from F32/F16/BF16/Q8_0/Q4_0/Q4_1 at load (q and k rows put back in HF's
- * rotate-half order), and its metadata yields config.json and tokenizer.json
- * equivalents. */
+ * from F32/F16/BF16 and every block type of HR_QTYPE_LIST at load, or kept
+ * in their blocks (hr_checkpoint_tensor_as with the block dtype); q and k
+ * rows put back in HF's rotate-half order; its metadata yields config.json
+ * and tokenizer.json equivalents. */
 
 /* *out = a malloc'd path to the GGUF file `path` names: `path` itself when
  * it ends in ".gguf", or the one .gguf of a folder holding no safetensors;

@@ -29,6 +29,12 @@ typedef struct hr_model_options {
     /* A mixture-of-experts model's experts implementation
      * (hr_model_set_experts_implementation); NULL: "grouped". */
     const char *experts_implementation;
+    /* A GGUF file's block-quantized weights (Q4_1, Q8_0, Q4_K, ...) stay in
+     * their blocks on the CPU, read by the linear and embedding kernels
+     * (activations quantized to int8 per 32 elements, as llama.cpp's);
+     * true dequantizes them to `dtype` at load instead. Other devices
+     * always dequantize. */
+    bool dequantize;
 } hr_model_options;
 
 /* Architecture names this build can load, comma separated. */
@@ -56,6 +62,10 @@ HR_API const char *hr_model_experts_implementation(const hr_model *m);
 
 HR_API const char *hr_model_arch(const hr_model *m);
 HR_API hr_dtype hr_model_dtype(const hr_model *m);
+/* The dtypes the loaded weights are stored in, comma separated in dtype
+ * order: "f32,q4_1,q8_0" for a Q4_1 GGUF file kept in its blocks (norms
+ * in f32, the embedding in Q8_0), "bf16" for a bf16 checkpoint. */
+HR_API const char *hr_model_weight_types(const hr_model *m);
 HR_API int64_t hr_model_vocab_size(const hr_model *m);
 HR_API int64_t hr_model_max_positions(const hr_model *m);
 /* End-of-sequence ids from generation_config.json and config.json (union);

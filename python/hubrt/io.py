@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from ._lib import check, fn
-from .tensor import Tensor, from_numpy
+from .tensor import DTYPES, QUANTIZED, Tensor, from_numpy
 
 _P = ctypes.c_void_p
 
@@ -24,6 +24,8 @@ _ck_close = fn("hr_checkpoint_close", [_P], None)
 _ck_count = fn("hr_checkpoint_count", [_P], ctypes.c_size_t)
 _ck_name = fn("hr_checkpoint_name", [_P, ctypes.c_size_t], ctypes.c_char_p)
 _ck_tensor = fn("hr_checkpoint_tensor", [_P, ctypes.c_char_p, ctypes.POINTER(_P)])
+_ck_tensor_as = fn("hr_checkpoint_tensor_as", [_P, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(_P)])
+_ck_stored = fn("hr_checkpoint_stored_dtype", [_P, ctypes.c_char_p], ctypes.c_int)
 _ck_shard = fn("hr_checkpoint_shard", [_P, ctypes.c_size_t], _P)
 _meta_count = fn("hr_safetensors_metadata_count", [_P], ctypes.c_size_t)
 _meta_at = fn("hr_safetensors_metadata_at", [_P, ctypes.c_size_t], _KV)
@@ -49,15 +51,21 @@ class _Checkpoint:
         return [_ck_name(self.h, i) for i in range(_ck_count(self.h))]
 
 
-def load_safetensors(path):
+def load_safetensors(path, quantized=False):
     """{name: hubrt.Tensor} for a file, an index or a model folder, sorted by
     name. Each tensor is a zero-copy view of the memory-mapped file; writing
-    to one changes this process's copy only."""
+    to one changes this process's copy only. A GGUF file's block-quantized
+    tensors come dequantized to float32, or with quantized=True in their
+    blocks (dtype "q4_1", ...), as a model on the CPU keeps them."""
     out = {}
     with _Checkpoint(path) as ck:
         for name in ck.names():
             h = _P()
-            check(_ck_tensor(ck.h, name, ctypes.byref(h)))
+            stored = _ck_stored(ck.h, name)
+            if quantized and 0 <= stored < len(DTYPES) and DTYPES[stored] in QUANTIZED:
+                check(_ck_tensor_as(ck.h, name, stored, ctypes.byref(h)))
+            else:
+                check(_ck_tensor(ck.h, name, ctypes.byref(h)))
             out[name.decode("utf-8")] = Tensor(h)
     return out
 

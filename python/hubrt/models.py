@@ -21,7 +21,7 @@ _I64P = ctypes.POINTER(ctypes.c_int64)
 
 class _ModelOptions(ctypes.Structure):
     _fields_ = [("dtype", ctypes.c_char_p), ("device", ctypes.c_char_p),
-                ("experts_implementation", ctypes.c_char_p)]
+                ("experts_implementation", ctypes.c_char_p), ("dequantize", ctypes.c_bool)]
 
 
 class _ForwardArgs(ctypes.Structure):
@@ -392,11 +392,14 @@ class AutoModelForCausalLM:
     """Picks the architecture from config.json, as transformers does."""
 
     @classmethod
-    def from_pretrained(cls, path, dtype="auto", device_map="cpu", experts_implementation=None, **kwargs):
+    def from_pretrained(cls, path, dtype="auto", device_map="cpu", experts_implementation=None, dequantize=False,
+                        **kwargs):
         """experts_implementation: a mixture-of-experts model's experts, "grouped"
         (the default; transformers' "grouped_mm" and "batched_mm" name it too),
         "eager" (transformers' per-expert loop), a kernel repository "org/name"
-        or a Kernel from hubrt.get_kernel."""
+        or a Kernel from hubrt.get_kernel. dequantize: a GGUF file's
+        block-quantized weights, kept in their blocks on the CPU by default,
+        cast to dtype at load instead."""
         hub_args = {k: kwargs.pop(k) for k in HUB_ARGS if k in kwargs}
         if kwargs:
             raise TypeError(f"unsupported arguments: {', '.join(sorted(kwargs))}")
@@ -405,7 +408,8 @@ class AutoModelForCausalLM:
         dev = device_map if isinstance(device_map, str) and device_map != "auto" else "cpu"
         from .kernels import Kernel
         impl = experts_implementation if isinstance(experts_implementation, str) else None
-        opts = _ModelOptions(dtype=dt.encode(), device=dev.encode(), experts_implementation=impl.encode() if impl else None)
+        opts = _ModelOptions(dtype=dt.encode(), device=dev.encode(), experts_implementation=impl.encode() if impl else None,
+                             dequantize=bool(dequantize))
         h = _P()
         check(_load(os.fspath(path).encode(), ctypes.byref(opts), ctypes.byref(h)))
         model = HubrtModelForCausalLM(h, path)

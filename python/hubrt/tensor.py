@@ -10,7 +10,10 @@ _I64P = ctypes.POINTER(ctypes.c_int64)
 
 # hr_dtype enum order (include/hubrt/base.h); bf16 has no numpy type and is
 # carried as raw uint16 bits.
-DTYPES = ["f32", "bf16", "f16", "i64", "i32", "u8", "bool", "f64", "i8", "i16"]
+DTYPES = ["f32", "bf16", "f16", "i64", "i32", "u8", "bool", "f64", "i8", "i16",
+          # block-quantized (HR_QTYPE_LIST): numpy(raw=True) gives their bytes
+          "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"]
+QUANTIZED = set(DTYPES[10:])
 _NP = {"f32": np.float32, "bf16": np.uint16, "f16": np.float16, "i64": np.int64,
        "i32": np.int32, "u8": np.uint8, "bool": np.bool_, "f64": np.float64,
        "i8": np.int8, "i16": np.int16}
@@ -140,7 +143,15 @@ class Tensor:
         return f"hubrt.Tensor(shape={list(self.shape)}, dtype={self.dtype}, device={self.device})"
 
     def numpy(self, raw=False):
-        """A numpy copy. bf16 comes back as float32 unless raw=True (uint16 bits)."""
+        """A numpy copy. bf16 comes back as float32 unless raw=True (uint16 bits);
+        a block-quantized tensor only raw, as uint8 [..., bytes per row]."""
+        if self.dtype in QUANTIZED:
+            if not raw:
+                raise TypeError(f"a {self.dtype} tensor has no numpy dtype: numpy(raw=True) gives its blocks")
+            shape = list(self.shape)
+            arr = np.empty(shape[:-1] + [_nbytes(self._h) // max(1, int(np.prod(shape[:-1])))], dtype=np.uint8)
+            check(_read(self._h, arr.ctypes.data_as(ctypes.c_void_p), arr.nbytes))
+            return arr
         arr = np.empty(self.shape, dtype=_NP[self.dtype])
         check(_read(self._h, arr.ctypes.data_as(ctypes.c_void_p), arr.nbytes))
         if self.dtype == "bf16" and not raw:

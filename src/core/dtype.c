@@ -6,16 +6,31 @@
 
 static const struct {
     const char *name, *st_name;
-    size_t size;
+    size_t size;  /* per element; 0 for block types */
+    int64_t block;
+    size_t block_bytes;
 } dtype_info[HR_DTYPE_COUNT] = {
-#define HR_X_(E, n, st, sz, ct) [HR_##E] = {#n, st, sz},
+#define HR_X_(E, n, st, sz, ct) [HR_##E] = {#n, st, sz, 1, sz},
     HR_DTYPE_LIST(HR_X_)
+#undef HR_X_
+/* block types have no safetensors spelling: their short name stands in */
+#define HR_X_(E, n, blk, bytes) [HR_##E] = {#n, #n, 0, blk, bytes},
+    HR_QTYPE_LIST(HR_X_)
 #undef HR_X_
 };
 
 size_t hr_dtype_size(hr_dtype dt) {
     return (unsigned)dt < HR_DTYPE_COUNT ? dtype_info[dt].size : 0;
 }
+
+int64_t hr_dtype_block(hr_dtype dt) { return (unsigned)dt < HR_DTYPE_COUNT ? dtype_info[dt].block : 1; }
+
+size_t hr_dtype_nbytes(hr_dtype dt, int64_t n) {
+    if ((unsigned)dt >= HR_DTYPE_COUNT || n <= 0) return 0;
+    return (size_t)(n / dtype_info[dt].block) * dtype_info[dt].block_bytes;
+}
+
+bool hr_dtype_is_quantized(hr_dtype dt) { return (unsigned)dt < HR_DTYPE_COUNT && dtype_info[dt].block > 1; }
 
 const char *hr_dtype_name(hr_dtype dt) {
     return (unsigned)dt < HR_DTYPE_COUNT ? dtype_info[dt].name : "invalid";
@@ -57,6 +72,7 @@ hr_status hr_dtype_parse(const char *name, hr_dtype *out) {
     }
     return hr_error(HR_ERR_DTYPE,
                     "unknown dtype '%s' (expected one of f32, bf16, f16, i64, i32, u8, bool, "
-                    "f64, i8, i16 or a torch/safetensors spelling)",
+                    "f64, i8, i16, a torch/safetensors spelling, or a block type q8_0, q4_0, q4_1, "
+                    "q5_0, q5_1, q2_k .. q6_k, iq4_nl, iq4_xs)",
                     name);
 }

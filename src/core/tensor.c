@@ -94,6 +94,10 @@ hr_status hr_shape_check(hr_dtype dt, int ndim, const int64_t *shape, const char
             return hr_error(HR_ERR_SHAPE, "%s: shape too large", what);
         n *= shape[i];
     }
+    int64_t blk = hr_dtype_block(dt);
+    if (blk > 1 && (ndim < 1 || shape[ndim - 1] % blk))
+        return hr_error(HR_ERR_SHAPE, "%s: %s stores rows in blocks of %lld elements; a last dim of %lld does not divide",
+                        what, hr_dtype_name(dt), (long long)blk, ndim < 1 ? 0LL : (long long)shape[ndim - 1]);
     return HR_OK;
 }
 
@@ -123,9 +127,7 @@ const int64_t *hr_tensor_shape(const hr_tensor *t) { return t->shape; }
 const int64_t *hr_tensor_strides(const hr_tensor *t) { return t->strides; }
 int64_t hr_tensor_offset(const hr_tensor *t) { return t->offset; }
 int64_t hr_tensor_numel(const hr_tensor *t) { return hr_shape_numel(t->ndim, t->shape); }
-size_t hr_tensor_nbytes(const hr_tensor *t) {
-    return (size_t)hr_tensor_numel(t) * hr_dtype_size(t->dtype);
-}
+size_t hr_tensor_nbytes(const hr_tensor *t) { return hr_dtype_nbytes(t->dtype, hr_tensor_numel(t)); }
 hr_device *hr_tensor_device(const hr_tensor *t) { return t->buf->device; }
 const char *hr_tensor_name(const hr_tensor *t) { return t->name; }
 

@@ -94,8 +94,10 @@ hr_status hr_norm_dim(int64_t dim, int ndim, const char *what, int *out);
 /* Human label for errors: the tensor's name or "tensor [2, 3] bf16". */
 const char *hr_tensor_label(const hr_tensor *t, char *buf, size_t n);
 
+/* A block-quantized tensor's offset is a whole number of its rows (views
+ * keep whole rows), so of blocks. */
 static inline void *hr_tensor_ptr(const hr_tensor *t) {
-    return (char *)t->buf->data + t->offset * (int64_t)hr_dtype_size(t->dtype);
+    return (char *)t->buf->data + hr_dtype_nbytes(t->dtype, t->offset);
 }
 
 #endif

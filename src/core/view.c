@@ -17,6 +17,21 @@ static hr_status clone_header(const hr_tensor *t, hr_tensor **out) {
 
 hr_status hr_tensor_alias(const hr_tensor *t, hr_tensor **out) { return clone_header(t, out); }
 
+/* A view of a block-quantized tensor keeps whole contiguous rows (its
+ * kernels read rows of blocks); any other is refused and *out freed. */
+static hr_status block_rows_kept(const hr_tensor *t, hr_tensor **out) {
+    const hr_tensor *v = *out;
+    if (!hr_dtype_is_quantized(t->dtype)) return HR_OK;
+    int64_t row = t->shape[t->ndim - 1];
+    if (v->ndim >= 1 && v->shape[v->ndim - 1] == row && v->strides[v->ndim - 1] == 1 && v->offset % row == 0)
+        return HR_OK;
+    hr_tensor_free(*out);
+    *out = NULL;
+    char a[160];
+    return hr_error(HR_ERR_DTYPE, "view: %s tensor '%s' %s is stored in blocks along its rows; a view must keep whole rows",
+                    hr_dtype_name(t->dtype), t->name, hr_shape_str(t->ndim, t->shape, a, sizeof a));
+}
+
 /* Resolves one -1 and checks the element count. */
 hr_status hr_view_shape(const hr_tensor *t, int ndim, const int64_t *shape,
                                   int64_t *res) {
@@ -98,7 +113,7 @@ hr_status hr_tensor_view(const hr_tensor *t, int ndim, const int64_t *shape, hr_
     (*out)->ndim = ndim;
     memcpy((*out)->shape, res, sizeof(int64_t) * (size_t)ndim);
     memcpy((*out)->strides, strides, sizeof(int64_t) * (size_t)ndim);
-    return HR_OK;
+    return block_rows_kept(t, out);
 }
 
 hr_status hr_tensor_slice(const hr_tensor *t, int dim, int64_t start, int64_t end, int64_t step,
@@ -117,7 +132,7 @@ hr_status hr_tensor_slice(const hr_tensor *t, int dim, int64_t start, int64_t en
     (*out)->offset += start * t->strides[d];
     (*out)->shape[d] = (end - start + step - 1) / step;
     (*out)->strides[d] *= step;
-    return HR_OK;
+    return block_rows_kept(t, out);
 }
 
 hr_status hr_tensor_narrow(const hr_tensor *t, int dim, int64_t start, int64_t length,
@@ -134,7 +149,7 @@ hr_status hr_tensor_narrow(const hr_tensor *t, int dim, int64_t start, int64_t l
     HR_TRY(clone_header(t, out));
     (*out)->offset += start * t->strides[d];
     (*out)->shape[d] = length;
-    return HR_OK;
+    return block_rows_kept(t, out);
 }
 
 hr_status hr_tensor_select(const hr_tensor *t, int dim, int64_t index, hr_tensor **out) {
@@ -154,7 +169,7 @@ hr_status hr_tensor_select(const hr_tensor *t, int dim, int64_t index, hr_tensor
         v->strides[i] = t->strides[i + 1];
     }
     v->ndim--;
-    return HR_OK;
+    return block_rows_kept(t, out);
 }
 
 hr_status hr_tensor_permute(const hr_tensor *t, int ndim, const int *dims, hr_tensor **out) {
@@ -174,7 +189,7 @@ hr_status hr_tensor_permute(const hr_tensor *t, int ndim, const int *dims, hr_te
         (*out)->shape[i] = t->shape[norm[i]];
         (*out)->strides[i] = t->strides[norm[i]];
     }
-    return HR_OK;
+    return block_rows_kept(t, out);
 }
 
 hr_status hr_tensor_transpose(const hr_tensor *t, int dim0, int dim1, hr_tensor **out) {
@@ -221,7 +236,7 @@ hr_status hr_tensor_expand(const hr_tensor *t, int ndim, const int64_t *shape, h
     (*out)->ndim = ndim;
     memcpy((*out)->shape, nshape, sizeof(int64_t) * (size_t)ndim);
     memcpy((*out)->strides, nstrides, sizeof(int64_t) * (size_t)ndim);
-    return HR_OK;
+    return block_rows_kept(t, out);
 }
 
 hr_status hr_tensor_unsqueeze(const hr_tensor *t, int dim, hr_tensor **out) {
@@ -240,7 +255,7 @@ hr_status hr_tensor_unsqueeze(const hr_tensor *t, int dim, hr_tensor **out) {
     v->shape[d] = 1;
     v->strides[d] = d < t->ndim ? t->strides[d] * t->shape[d] : 1;
     v->ndim++;
-    return HR_OK;
+    return block_rows_kept(t, out);
 }
 
 hr_status hr_tensor_squeeze(const hr_tensor *t, int dim, hr_tensor **out) {

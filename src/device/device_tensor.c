@@ -22,7 +22,7 @@ hr_status hr_tensor_empty(hr_device *dev, hr_dtype dt, int ndim, const int64_t *
     *out = NULL;
     if (!dev) dev = hr_device_cpu();
     HR_TRY(hr_shape_check(dt, ndim, shape, "hr_tensor_empty"));
-    size_t nbytes = (size_t)hr_shape_numel(ndim, shape) * hr_dtype_size(dt);
+    size_t nbytes = hr_dtype_nbytes(dt, hr_shape_numel(ndim, shape));
     hr_buffer *buf;
     HR_TRY(hr_device_buffer_alloc(dev, nbytes, &buf));
     buf->seq = hr_buffer_next_seq();
@@ -40,7 +40,7 @@ hr_status hr_tensor_from_host(hr_device *dev, hr_dtype dt, int ndim, const int64
     if (!out) return hr_error(HR_ERR_INVALID_ARG, "hr_tensor_from_host: out is NULL");
     *out = NULL;
     HR_TRY(hr_shape_check(dt, ndim, shape, "hr_tensor_from_host"));
-    size_t want = (size_t)hr_shape_numel(ndim, shape) * hr_dtype_size(dt);
+    size_t want = hr_dtype_nbytes(dt, hr_shape_numel(ndim, shape));
     if (nbytes != want)
         return hr_error(HR_ERR_INVALID_ARG,
                         "hr_tensor_from_host: got %zu bytes, shape and dtype need %zu", nbytes,
@@ -87,7 +87,10 @@ hr_status hr_tensor_wrap_host(hr_dtype dt, int ndim, const int64_t *shape,
                             i);
         last += (shape[i] - 1) * st[i];
     }
-    if (!empty && (size_t)(last + 1) * hr_dtype_size(dt) > nbytes)
+    if (hr_dtype_is_quantized(dt) && strides && !empty && memcmp(strides, cstrides, sizeof(int64_t) * (size_t)ndim))
+        return hr_error(HR_ERR_INVALID_ARG, "hr_tensor_wrap_host: a %s tensor is wrapped row-major (no strides)",
+                        hr_dtype_name(dt));
+    if (!empty && hr_dtype_nbytes(dt, last + 1) > nbytes)
         return hr_error(HR_ERR_INVALID_ARG,
                         "hr_tensor_wrap_host: shape and strides reach past the %zu bytes given",
                         nbytes);

@@ -197,7 +197,7 @@ static bool tensor_fits(const hr_cap_tensor *t, size_t nbytes) {
         if (t->shape[d] == 0) return true;
         last += (t->shape[d] - 1) * t->strides[d];
     }
-    return (uint64_t)(last + 1) * hr_dtype_size(t->dtype) <= nbytes;
+    return hr_dtype_nbytes(t->dtype, last + 1) <= nbytes;
 }
 
 hr_status hr_plan_deserialize(const unsigned char *data, size_t len, uint64_t key, hr_jit_resolve_fn resolve,
@@ -270,7 +270,7 @@ hr_status hr_plan_deserialize(const unsigned char *data, size_t len, uint64_t ke
             int64_t span = 1;
             for (int d = 0; d < in->ndim; d++) span += (in->shape[d] - 1) * in->strides[d];
             if (hr_shape_numel(in->ndim, in->shape) == 0) span = 0;
-            cv->nbytes = (size_t)(cv->base_offset + span) * hr_dtype_size(cv->base_dtype);
+            cv->nbytes = hr_dtype_nbytes(cv->base_dtype, cv->base_offset + span);
         } else if (cv->kind == HR_VALUE_OUTPUT && (cv->index < 0 || cv->index >= n_out)) {
             s = bad("output value out of range");
             break;

@@ -51,7 +51,7 @@ static uint64_t structure_hash(const hr_plan *p) {
 /* t is a row-major tensor over all of its value's bytes, from byte 0. */
 static bool covers_value(const hr_plan *p, const hr_tensor *t, int v) {
     return t->offset == 0 && hr_tensor_is_contiguous(t) &&
-           (size_t)hr_shape_numel(t->ndim, t->shape) * hr_dtype_size(t->dtype) == p->values[v].nbytes;
+           hr_dtype_nbytes(t->dtype, hr_shape_numel(t->ndim, t->shape)) == p->values[v].nbytes;
 }
 
 static bool arena_value(const hr_plan *p, int v) {
@@ -438,8 +438,8 @@ hr_status hr_plan_run(hr_plan *p, const hr_tensor *const *inputs, hr_tensor **ou
         if (pv->kind != HR_VALUE_INPUT) continue;
         const hr_tensor *in = inputs[pv->index];
         if (p->device->host_visible) {
-            pv->bound.data = (char *)in->buf->data +
-                             (in->offset - pv->base_offset) * (int64_t)hr_dtype_size(pv->base_dtype);
+            pv->bound.data = (char *)in->buf->data + hr_dtype_nbytes(pv->base_dtype, in->offset) -
+                             hr_dtype_nbytes(pv->base_dtype, pv->base_offset);
         } else if (in->offset != pv->base_offset) {
             return hr_error(HR_ERR_UNSUPPORTED, "compiled call: input %d has another storage offset than at "
                             "capture; pass a contiguous copy", pv->index);

@@ -299,7 +299,7 @@ static hr_status ck_missing(const hr_checkpoint *ck, const char *name) {
 /* GGUF tensors come as f16 or bf16 when stored so, else f32 (dequantized). */
 static hr_status gguf_info(const gguf_tensor *t, hr_tensor_info *out) {
     hr_dtype stored = hr_gguf_stored_dtype(t);
-    out->dtype = stored == HR_DTYPE_COUNT ? HR_F32 : stored;
+    out->dtype = stored == HR_DTYPE_COUNT || hr_dtype_is_quantized(stored) ? HR_F32 : stored;
     out->ndim = t->ndim;
     int64_t numel = 1;
     for (int i = 0; i < t->ndim; i++) numel *= out->shape[i] = t->ne[t->ndim - 1 - i];
@@ -332,6 +332,15 @@ hr_status hr_checkpoint_tensor_as(const hr_checkpoint *ck, const char *name, hr_
             hr_tensor_set_name(*out, name);
             return HR_OK;
         }
+        if (hr_dtype_is_quantized(dt)) {
+            /* blocks are read as stored, never converted to another type */
+            if (hr_gguf_stored_dtype(t) != dt)
+                return hr_error(HR_ERR_DTYPE, "%s: tensor '%s' is stored as %s, not %s", ck->path, name,
+                                hr_dtype_name(hr_gguf_stored_dtype(t)), hr_dtype_name(dt));
+            HR_TRY(hr_gguf_rows_permuted(ck->gguf, t, e->perm_heads, out));
+            hr_tensor_set_name(*out, name);
+            return HR_OK;
+        }
         HR_TRY(hr_gguf_dequant(ck->gguf, t, dt, e->perm_heads, out));
         hr_tensor_set_name(*out, name);
         return HR_OK;
@@ -347,6 +356,14 @@ hr_status hr_checkpoint_tensor_as(const hr_checkpoint *ck, const char *name, hr_
     if (s != HR_OK) return hr_error_context(s, "%s: casting '%s' to %s", ck->path, name, hr_dtype_name(dt));
     hr_tensor_set_name(*out, name);
     return HR_OK;
+}
+
+hr_dtype hr_checkpoint_stored_dtype(const hr_checkpoint *ck, const char *name) {
+    const ck_entry *e = ck_find(ck, name);
+    if (!e) return HR_DTYPE_COUNT;
+    if (ck->gguf) return hr_gguf_stored_dtype(&ck->gguf->tensors[e->shard]);
+    hr_tensor_info info;
+    return hr_safetensors_info(ck->shards[e->shard], name, &info) == HR_OK ? info.dtype : HR_DTYPE_COUNT;
 }
 
 size_t hr_checkpoint_stored_bytes(const hr_checkpoint *ck, const char *name) {

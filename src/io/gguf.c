@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/mem_budget.h"
+#include "core/tensor_impl.h"
 #include "io/gguf.h"
 #include "io/st_internal.h"
 
@@ -99,20 +100,14 @@ static hr_status parse_value(cursor *c, gguf_kv *kv) {
     return HR_OK;
 }
 
-/* Elements and bytes of one block of each type hubrt reads (ggml-common.h);
- * 0 bytes: a type it does not. */
-static const struct {
-    uint32_t elems, bytes;
-} BLOCKS[] = {
-    [GGML_F32] = {1, 4},       [GGML_F16] = {1, 2},       [GGML_BF16] = {1, 2},      [GGML_Q4_0] = {32, 18},
-    [GGML_Q4_1] = {32, 20},    [GGML_Q5_0] = {32, 22},    [GGML_Q5_1] = {32, 24},    [GGML_Q8_0] = {32, 34},
-    [GGML_Q2_K] = {256, 84},   [GGML_Q3_K] = {256, 110},  [GGML_Q4_K] = {256, 144},  [GGML_Q5_K] = {256, 176},
-    [GGML_Q6_K] = {256, 210},  [GGML_IQ4_NL] = {32, 18},  [GGML_IQ4_XS] = {256, 136},
-};
-
-static bool known_type(uint32_t t) { return t < sizeof BLOCKS / sizeof BLOCKS[0] && BLOCKS[t].bytes; }
-static uint64_t block_elems(ggml_type t) { return BLOCKS[t].elems; }
-static uint64_t block_bytes(ggml_type t) { return BLOCKS[t].bytes; }
+/* The types hubrt reads are those with a hubrt dtype of the same bytes
+ * (HR_QTYPE_LIST for the block types); their block sizes come from it. */
+static bool known_type(uint32_t t) { return t < 64 && hr_gguf_type_dtype((ggml_type)t) != HR_DTYPE_COUNT; }
+static uint64_t block_elems(ggml_type t) { return (uint64_t)hr_dtype_block(hr_gguf_type_dtype(t)); }
+static uint64_t block_bytes(ggml_type t) {
+    hr_dtype dt = hr_gguf_type_dtype(t);
+    return hr_dtype_nbytes(dt, hr_dtype_block(dt));
+}
 
 static hr_status parse_tensor(cursor *c, gguf_tensor *t) {
     HR_TRY(rd_name(c, &t->name, "a tensor name"));
@@ -280,24 +275,61 @@ void hr_gguf_drop_tensor(const hr_gguf *g, const gguf_tensor *t) {
     hr_gguf_drop_pages(g, g->buf + g->data_start + t->offset, (size_t)t->nbytes);
 }
 
-hr_dtype hr_gguf_stored_dtype(const gguf_tensor *t) {
-    return t->type == GGML_F32    ? HR_F32
-           : t->type == GGML_F16  ? HR_F16
-           : t->type == GGML_BF16 ? HR_BF16
-                                  : HR_DTYPE_COUNT;
+hr_dtype hr_gguf_stored_dtype(const gguf_tensor *t) { return hr_gguf_type_dtype(t->type); }
+
+hr_dtype hr_gguf_type_dtype(ggml_type type) {
+    switch (type) {
+    case GGML_F32: return HR_F32;
+    case GGML_F16: return HR_F16;
+    case GGML_BF16: return HR_BF16;
+    case GGML_Q8_0: return HR_Q8_0;
+    case GGML_Q4_0: return HR_Q4_0;
+    case GGML_Q4_1: return HR_Q4_1;
+    case GGML_Q5_0: return HR_Q5_0;
+    case GGML_Q5_1: return HR_Q5_1;
+    case GGML_Q2_K: return HR_Q2_K;
+    case GGML_Q3_K: return HR_Q3_K;
+    case GGML_Q4_K: return HR_Q4_K;
+    case GGML_Q5_K: return HR_Q5_K;
+    case GGML_Q6_K: return HR_Q6_K;
+    case GGML_IQ4_NL: return HR_IQ4_NL;
+    case GGML_IQ4_XS: return HR_IQ4_XS;
+    }
+    return HR_DTYPE_COUNT;
+}
+
+static void row_major_shape(const gguf_tensor *t, int64_t *shape) {
+    for (int i = 0; i < t->ndim; i++) shape[i] = t->ne[t->ndim - 1 - i];
 }
 
 hr_status hr_gguf_view(const hr_gguf *g, const gguf_tensor *t, hr_tensor **out) {
     *out = NULL;
     hr_dtype dt = hr_gguf_stored_dtype(t);
     if (!g->map || dt == HR_DTYPE_COUNT)
-        return hr_error(HR_ERR_UNSUPPORTED, "%s: tensor '%s' has no zero-copy view (a quantized type, or no file map)",
+        return hr_error(HR_ERR_UNSUPPORTED, "%s: tensor '%s' has no zero-copy view (an unknown type, or no file map)",
                         g->label, t->name);
     int64_t shape[GGUF_MAX_DIMS];
-    for (int i = 0; i < t->ndim; i++) shape[i] = t->ne[t->ndim - 1 - i];
+    row_major_shape(t, shape);
     void *p = (void *)(g->buf + g->data_start + t->offset);
     HR_TRY(hr_tensor_wrap_host(dt, t->ndim, shape, NULL, p, (size_t)t->nbytes, hr_io_map_release, g->map, out));
     hr_io_map_retain(g->map);
+    hr_tensor_set_name(*out, t->name);
+    return HR_OK;
+}
+
+hr_status hr_gguf_rows_permuted(const hr_gguf *g, const gguf_tensor *t, int64_t heads, hr_tensor **out) {
+    *out = NULL;
+    hr_dtype dt = hr_gguf_stored_dtype(t);
+    if (dt == HR_DTYPE_COUNT || t->ndim != 2 || heads <= 0 || t->ne[1] % (2 * heads))
+        return hr_error(HR_ERR_SHAPE, "%s: tensor '%s': %lld rows do not split into %lld heads of pairs", g->label,
+                        t->name, (long long)t->ne[1], (long long)heads);
+    int64_t shape[2];
+    row_major_shape(t, shape);
+    HR_TRY(hr_tensor_empty(hr_device_cpu(), dt, 2, shape, out));
+    size_t row = hr_dtype_nbytes(dt, shape[1]);
+    const uint8_t *src = g->buf + g->data_start + t->offset;
+    uint8_t *dst = hr_tensor_ptr(*out);
+    for (int64_t r = 0; r < shape[0]; r++) memcpy(dst + (size_t)r * row, src + (size_t)hr_gguf_src_row(shape[0], heads, r) * row, row);
     hr_tensor_set_name(*out, t->name);
     return HR_OK;
 }

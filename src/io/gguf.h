@@ -74,13 +74,21 @@ void hr_gguf_drop_tensor(const hr_gguf *g, const gguf_tensor *t);
 /* hr_gguf_drop_tensor for any bytes [p, p + n) of g's file map: true when
  * they lie in it (n == 0 only asks), as hr_safetensors_drop_pages. */
 bool hr_gguf_drop_pages(const hr_gguf *g, const void *p, size_t n);
-/* The hubrt dtype t's bytes are stored in (F32, F16, BF16); HR_DTYPE_COUNT
- * for a quantized (block) type, which only dequantizing reads. */
+/* The hubrt dtype t's bytes are stored in: F32, F16, BF16, or the block
+ * type of the same layout (HR_Q4_1 for GGML_Q4_1, ...). */
 hr_dtype hr_gguf_stored_dtype(const gguf_tensor *t);
 /* A tensor over t's stored bytes in g's file map (zero-copy; it keeps the
- * map alive), for an F32, F16 or BF16 tensor of a mapped file; else
+ * map alive), in its stored dtype, for a mapped file; else
  * HR_ERR_UNSUPPORTED. */
 hr_status hr_gguf_view(const hr_gguf *g, const gguf_tensor *t, hr_tensor **out);
+/* A copy of 2-d tensor t in its stored dtype with its rows put back in HF
+ * order (as hr_gguf_dequant with perm_heads): blocks run along rows, so
+ * rows move whole. */
+hr_status hr_gguf_rows_permuted(const hr_gguf *g, const gguf_tensor *t, int64_t heads, hr_tensor **out);
+/* The stored row that HF row r of a q/k weight of `nrow` rows and `heads`
+ * heads comes from: HF row r = h*D + t*D/2 + j was stored at h*D + 2*j + t
+ * (llama.cpp's converter interleaves the pairs for its rope). */
+int64_t hr_gguf_src_row(int64_t nrow, int64_t heads, int64_t r);
 
 const gguf_kv *hr_gguf_find(const hr_gguf *g, const char *key);
 long hr_gguf_tensor_index(const hr_gguf *g, const char *name);
@@ -99,19 +107,10 @@ int64_t hr_gguf_arr_int(const gguf_kv *kv, uint64_t i);
 hr_status hr_gguf_dequant(const hr_gguf *g, const gguf_tensor *t, hr_dtype dt, int64_t perm_heads,
                           hr_tensor **out);
 /* Dequantizes `n` elements of type `type` at `src` into f32 (n a multiple
- * of the block size). */
+ * of the block size; core/dequant.c). */
 void hr_gguf_dequant_row(ggml_type type, const uint8_t *src, float *dst, int64_t n);
-/* `nb` k-quant super-blocks (256 elements each) at src into f32
- * (gguf_kquant.c). */
-void hr_gguf_dq_q2_k(const uint8_t *src, float *dst, int64_t nb);
-void hr_gguf_dq_q3_k(const uint8_t *src, float *dst, int64_t nb);
-void hr_gguf_dq_q4_k(const uint8_t *src, float *dst, int64_t nb);
-void hr_gguf_dq_q5_k(const uint8_t *src, float *dst, int64_t nb);
-void hr_gguf_dq_q6_k(const uint8_t *src, float *dst, int64_t nb);
-/* `nb` IQ4_NL blocks (32 elements) or IQ4_XS super-blocks (256) at src into
- * f32 (gguf_iquant.c). */
-void hr_gguf_dq_iq4_nl(const uint8_t *src, float *dst, int64_t nb);
-void hr_gguf_dq_iq4_xs(const uint8_t *src, float *dst, int64_t nb);
+/* The hubrt dtype of a ggml type's bytes; HR_DTYPE_COUNT for none. */
+hr_dtype hr_gguf_type_dtype(ggml_type type);
 
 /* ---- GGUF files as HF checkpoints (gguf_hub.c) -------------------------- */
 

@@ -61,7 +61,8 @@ static hr_status st_dtype(const char *label, const char *name, const cJSON *v, h
         return hr_error(HR_ERR_FORMAT, "%s: tensor '%s': field 'dtype' must be a string", label,
                         name);
     for (int i = 0; i < HR_DTYPE_COUNT; i++) {
-        if (!strcmp(v->valuestring, hr_dtype_safetensors_name((hr_dtype)i))) {
+        /* block types have no safetensors spelling */
+        if (!hr_dtype_is_quantized((hr_dtype)i) && !strcmp(v->valuestring, hr_dtype_safetensors_name((hr_dtype)i))) {
             *out = (hr_dtype)i;
             return HR_OK;
         }

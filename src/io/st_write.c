@@ -115,6 +115,9 @@ static hr_status wr_check(const char *path, const char *const *names,
             return hr_error(HR_ERR_INVALID_ARG, "%s: tensor name #%zu is not valid UTF-8", path, i);
         if (!strcmp(names[i], "__metadata__"))
             return hr_error(HR_ERR_INVALID_ARG, "%s: '__metadata__' cannot name a tensor", path);
+        if (hr_dtype_is_quantized(tensors[i]->dtype))
+            return hr_error(HR_ERR_DTYPE, "%s: tensor '%s' is %s: safetensors has no block-quantized dtype", path,
+                            names[i], hr_dtype_name(tensors[i]->dtype));
         items[i] = (wr_item){names[i], tensors[i], hr_tensor_nbytes(tensors[i])};
     }
     for (size_t i = 0; i < n_meta; i++) {

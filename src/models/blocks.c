@@ -346,7 +346,16 @@ static double dtype_rounded(double v, hr_dtype dt) {
 
 hr_status hr_build_lookup(hr_fwd *f, const hr_tensor *table, const hr_tensor *ids, double scale, hr_tensor *out) {
     hr_tensor *o[1] = {out};
-    HR_TRY(hr_op_run(HR_OP_embedding, NULL, IN_(table, ids), 2, o, 1));
+    if (hr_dtype_is_quantized(table->dtype) && out->dtype != HR_F32) {
+        /* a table kept in blocks gives f32 rows: cast to the model dtype */
+        hr_tensor *rows = NULL;
+        HR_TRY(hr_scratch_get(f->sc, f->m->dev, "lookup_f32", HR_F32, out->ndim, out->shape, &rows));
+        hr_tensor *r[1] = {rows};
+        HR_TRY(hr_op_run(HR_OP_embedding, NULL, IN_(table, ids), 2, r, 1));
+        HR_TRY(hr_op_run(HR_OP_cast, &(hr_attrs_cast){.dtype = out->dtype}, IN_(rows), 1, o, 1));
+    } else {
+        HR_TRY(hr_op_run(HR_OP_embedding, NULL, IN_(table, ids), 2, o, 1));
+    }
     if (scale == 1) return HR_OK;
     hr_attrs_scale a = {.mul = dtype_rounded(scale, f->m->dtype)};
     return hr_op_run(HR_OP_scale, &a, IN_(out), 1, o, 1);

@@ -91,6 +91,7 @@ static hr_status model_init(hr_model *m, const char *dir, const hr_model_options
         HR_TRY(hr_model_set_experts_implementation(m, opts->experts_implementation));
     HR_TRY(hr_model_config_load(dir, &m->cfg, &m->arch, &m->arch_cfg));
     HR_TRY(resolve_dtype(opts, &m->cfg, &m->dtype));
+    m->dequantize = opts && opts->dequantize;
     HR_TRY(hr_device_get(opts && opts->device ? opts->device : "cpu", &m->dev));
     HR_TRY(hr_model_rope_init(m));
     HR_TRY(hr_checkpoint_open(dir, &m->ckpt));

@@ -168,6 +168,9 @@ struct hr_model {
     hr_model_config cfg;
     void *arch_cfg;             /* the architecture's own config (arch->cfg_size bytes) */
     hr_dtype dtype;
+    bool dequantize;            /* block-quantized weights cast to dtype at load (hr_model_options) */
+    uint32_t weight_types;      /* bit d: some weight is stored in dtype d */
+    char weight_types_str[96];  /* the same as names, hr_model_weight_types */
     hr_device *dev;
     hr_checkpoint *ckpt;
     char prefix[64];            /* of the text decoder's names: "model.", "language_model.model.", ... */

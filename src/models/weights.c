@@ -45,6 +45,7 @@ typedef struct weight_ref {
     const hr_weight_spec *spec;
     const char *layer_prefix;
     int64_t il; /* its layer, or -1 */
+    bool blocks_ok; /* read by linear or embedding alone: may stay block-quantized */
 } weight_ref;
 
 /* Whether r is a stacked experts weight that the checkpoint holds in
@@ -192,10 +193,23 @@ static hr_status load_rearranged(hr_model *m, const weight_ref *r, hr_tensor **o
     return HR_OK;
 }
 
+/* The dtype weight r is loaded in: its block type when the checkpoint
+ * stores it block-quantized (a GGUF file's), it is a matrix that linear
+ * or embedding alone reads, and the model runs on the CPU (whose kernels
+ * read blocks; k_linear_quant.c) without `dequantize`; the model dtype
+ * otherwise. */
+static hr_dtype load_dtype(const hr_model *m, const weight_ref *r) {
+    hr_dtype stored = hr_checkpoint_stored_dtype(m->ckpt, r->name);
+    bool keep = r->blocks_ok && !m->dequantize && m->dev == hr_device_cpu() && dims_rank(r->dims) == 2 &&
+                hr_dtype_is_quantized(stored);
+    return keep ? stored : m->dtype;
+}
+
 /* Loads weight `name` (checked by hr_model_check_weights) in the model
  * dtype onto the model's device into *out: a zero-copy view of the mapping
  * when the file's dtype matches, cast once otherwise; a stacked experts
- * weight held per expert is stacked, one stored otherwise rearranged. */
+ * weight held per expert is stacked, one stored otherwise rearranged; a
+ * block-quantized one kept in its blocks (load_dtype). */
 static hr_status load_weight(hr_model *m, const weight_ref *r, hr_tensor **out) {
     const char *name = r->name;
     hr_tensor *t = NULL;
@@ -214,7 +228,7 @@ static hr_status load_weight(hr_model *m, const weight_ref *r, hr_tensor **out) 
         return HR_OK;
     }
     /* cast (GGUF: dequantized) once at load to the model dtype */
-    HR_TRY(hr_checkpoint_tensor_as(m->ckpt, name, m->dtype, &t));
+    HR_TRY(hr_checkpoint_tensor_as(m->ckpt, name, load_dtype(m, r), &t));
     /* A copy made: nothing reads the stored bytes again (a reader that did
      * would fault them back in), so their pages go now; kept, an f32
      * checkpoint run in bf16 held both, 1.5x its bytes. */
@@ -274,16 +288,17 @@ static hr_status walk_weights(hr_model *m, weight_visit visit) {
     char name[256], layer[192];
     static const hr_dim embed[3] = {HR_DIM_VOCAB, HR_DIM_HIDDEN}, norm[3] = {HR_DIM_HIDDEN};
     snprintf(name, sizeof name, "%sembed_tokens.weight", m->prefix);
-    HR_TRY(visit(m, &(weight_ref){.name = name, .dims = embed, .il = -1}, &m->embed));
+    HR_TRY(visit(m, &(weight_ref){.name = name, .dims = embed, .il = -1, .blocks_ok = true}, &m->embed));
     snprintf(name, sizeof name, "%snorm.weight", m->prefix);
     HR_TRY(visit(m, &(weight_ref){.name = name, .dims = norm, .il = -1}, &m->final_norm));
     if (!c->tie_word_embeddings)
-        HR_TRY(visit(m, &(weight_ref){.name = head_name(m), .dims = embed, .il = -1}, &m->lm_head));
+        HR_TRY(visit(m, &(weight_ref){.name = head_name(m), .dims = embed, .il = -1, .blocks_ok = true}, &m->lm_head));
     for (int j = 0; j < a->n_model_weights; j++) {
         const hr_weight_spec *w = &a->model_weights[j];
         if (w->when && !w->when(m, -1)) continue;
         snprintf(name, sizeof name, "%s%s", m->prefix, w->hf);
-        HR_TRY(visit(m, &(weight_ref){name, w->shape, NULL, NULL, -1}, m->model_w ? &m->model_w[j] : NULL));
+        HR_TRY(visit(m, &(weight_ref){name, w->shape, NULL, NULL, -1, w->role == HR_WEIGHT_LINEAR},
+                     m->model_w ? &m->model_w[j] : NULL));
     }
     for (int64_t il = 0; il < c->n_layers; il++)
         for (int j = 0; j < a->n_layer_weights; j++) {
@@ -291,7 +306,7 @@ static hr_status walk_weights(hr_model *m, weight_visit visit) {
             if (w->when && !w->when(m, il)) continue;
             snprintf(layer, sizeof layer, "%slayers.%lld.", m->prefix, (long long)il);
             snprintf(name, sizeof name, "%s%s", layer, w->hf);
-            HR_TRY(visit(m, &(weight_ref){name, w->shape, w, layer, il},
+            HR_TRY(visit(m, &(weight_ref){name, w->shape, w, layer, il, w->role == HR_WEIGHT_LINEAR},
                          m->layer_w ? &m->layer_w[il * a->n_layer_weights + j] : NULL));
         }
     return HR_OK;
@@ -459,6 +474,28 @@ hr_status hr_model_check_weights(hr_model *m) {
     return walk_weights(m, check_weight);
 }
 
+/* weight_visit noting the dtype each weight is stored in. */
+static hr_status note_type(hr_model *m, const weight_ref *r, hr_tensor **slot) {
+    (void)r;
+    if (slot && *slot) m->weight_types |= 1u << hr_tensor_dtype(*slot);
+    return HR_OK;
+}
+
+const char *hr_model_weight_types(const hr_model *m) { return m->weight_types_str; }
+
+/* m->weight_types_str: the dtypes the weights are stored in, in dtype
+ * order ("f32,q4_1,q8_0"). */
+static void describe_types(hr_model *m) {
+    m->weight_types = 0;
+    walk_weights(m, note_type);
+    size_t at = 0;
+    m->weight_types_str[0] = '\0';
+    for (int d = 0; d < HR_DTYPE_COUNT; d++)
+        if (m->weight_types & (1u << d) && at < sizeof m->weight_types_str)
+            at += (size_t)snprintf(m->weight_types_str + at, sizeof m->weight_types_str - at, "%s%s", at ? "," : "",
+                                   hr_dtype_name((hr_dtype)d));
+}
+
 hr_status hr_model_load_weights(hr_model *m) {
     const hr_model_config *c = &m->cfg;
     size_t n = (size_t)(c->n_layers * m->arch->n_layer_weights);
@@ -471,7 +508,9 @@ hr_status hr_model_load_weights(hr_model *m) {
      * loaded (load_weight drops their pages then); pages mapped back
      * around later reads go now. */
     if (!m->dev->host_visible) hr_checkpoint_drop_all(m->ckpt);
-    return prepare_on_device(m);
+    HR_TRY(prepare_on_device(m));
+    describe_types(m);
+    return HR_OK;
 }
 
 void hr_model_free_weights(hr_model *m) {

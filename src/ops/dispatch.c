@@ -60,9 +60,8 @@ static hr_status validate(hr_op op, const void *attrs, const hr_tensor *const *i
 
 /* The bytes [*b0, *b1) of a contiguous view in its buffer. */
 static void contiguous_bytes(const hr_tensor *t, int64_t *b0, int64_t *b1) {
-    int64_t sz = (int64_t)hr_dtype_size(t->dtype);
-    *b0 = t->offset * sz;
-    *b1 = *b0 + hr_shape_numel(t->ndim, t->shape) * sz;
+    *b0 = (int64_t)hr_dtype_nbytes(t->dtype, t->offset);
+    *b1 = *b0 + (int64_t)hr_dtype_nbytes(t->dtype, hr_shape_numel(t->ndim, t->shape));
 }
 
 /* An output given by the caller must not write one place twice (a
@@ -129,7 +128,7 @@ static hr_status run_fallback(hr_device *dev, hr_op op, const void *attrs,
     for (int i = 0; i < n_out && s == HR_OK; i++) {
         if (hr_tensor_is_contiguous(out[i])) {
             size_t n = hr_tensor_nbytes(hout[i]);
-            s = dev->vt->copy_from_host(dev, out[i]->buf, (size_t)out[i]->offset * hr_dtype_size(out[i]->dtype),
+            s = dev->vt->copy_from_host(dev, out[i]->buf, hr_dtype_nbytes(out[i]->dtype, out[i]->offset),
                                         hout[i]->buf->data, n);
         } else if (op == HR_OP_copy) {
             s = hr_error(HR_ERR_UNSUPPORTED, "device '%s' cannot write a strided view", dev->backend);

@@ -34,7 +34,8 @@ static hr_status infer_embedding(const void *attrs, const hr_tensor *const *in, 
         return hr_error(HR_ERR_SHAPE, "embedding: ids have %d dims; at most %d allowed", ids->ndim,
                         HR_MAX_DIMS - 1);
     hr_meta_of(ids, out);
-    out->dtype = w->dtype;
+    /* a block-quantized table's rows come out dequantized to f32 */
+    out->dtype = hr_dtype_is_quantized(w->dtype) ? HR_F32 : w->dtype;
     out->shape[out->ndim++] = w->shape[1];
     return HR_OK;
 }

@@ -46,7 +46,9 @@ static hr_status infer_matmul(const void *attrs, const hr_tensor *const *in, int
 static hr_status infer_linear(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor_meta *out,
                               int n_out) {
     const hr_tensor *x = in[0], *w = in[1], *bias = n_in > 2 ? in[2] : NULL;
-    HR_TRY(require_same_float("linear", "input 0 (x)", x, "input 1 (weight)", w));
+    /* a block-quantized weight (kept so at load) serves any float x */
+    if (hr_dtype_is_quantized(w->dtype)) HR_TRY(hr_require_float("linear", "input 0 (x)", x));
+    else HR_TRY(require_same_float("linear", "input 0 (x)", x, "input 1 (weight)", w));
     if (x->ndim < 1) return hr_error(HR_ERR_SHAPE, "linear: input 0 (x) must have at least 1 dim, got 0-d");
     char sx[160], sw[160];
     if (w->ndim != 2)

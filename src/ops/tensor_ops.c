@@ -57,7 +57,7 @@ hr_status hr_tensor_read(const hr_tensor *t, void *dst, size_t nbytes) {
         hr_tensor_free(c);
         return s;
     }
-    size_t off = (size_t)t->offset * hr_dtype_size(t->dtype);
+    size_t off = hr_dtype_nbytes(t->dtype, t->offset);
     if (dev->host_visible) {
         memcpy(dst, (char *)t->buf->data + off, n);
         return HR_OK;

@@ -88,7 +88,7 @@ static void test_round_trip_all_dtypes(void **state) {
     char names[HR_DTYPE_COUNT + 2][32];
     const char *np[HR_DTYPE_COUNT + 2];
     size_t n = 0;
-    for (int d = 0; d < HR_DTYPE_COUNT; d++, n++) {
+    for (int d = 0; d < HR_Q8_0; d++, n++) { /* the block types have no safetensors dtype */
         ts[n] = make_tensor((hr_dtype)d, d % 2 ? 2 : 1, d % 2 ? s2 : s1, (uint8_t)d);
         snprintf(names[n], sizeof names[n], "w.%s", hr_dtype_name((hr_dtype)d));
         np[n] = names[n];

@@ -204,8 +204,8 @@ def test_run_streams_the_greedy_text():
     r = run_cli("run", TOK_MODEL, "-p", PROMPT, "-n", 12, "--greedy")
     assert r.returncode == 0, r.stderr
     assert r.stdout == want + "\n"
-    assert re.fullmatch(r"prompt tokens: %d, generated tokens: \d+, prefill: [\d.]+ tok/s, decode: [\d.]+ tok/s\n"
-                        % len(ids), r.stderr)
+    assert re.fullmatch(r"prompt tokens: %d, generated tokens: \d+, prefill: [\d.]+ tok/s, decode: [\d.]+ tok/s, "
+                        r"weights: [a-z0-9_,]+\n" % len(ids), r.stderr)
 
 
 def test_run_stop_string_ends_the_text():

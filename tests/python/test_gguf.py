@@ -5,6 +5,7 @@ equal to gguf.quants.dequantize (q/k rows put back in HF order), float32
 logits and tokenizer ids equal to transformers'. The malformed-file corpus
 is in tests/c/test_gguf.c."""
 import ctypes
+import json
 import importlib.util
 import os
 from pathlib import Path
@@ -112,7 +113,7 @@ def test_logits_match_transformers_gguf(hf_tokenizer):
     with torch.no_grad():
         want = hf(torch.from_numpy(ids)).logits.float().numpy()
     del hf
-    model = hubrt.AutoModelForCausalLM.from_pretrained(str(GGUF), dtype="float32")
+    model = hubrt.AutoModelForCausalLM.from_pretrained(str(GGUF), dtype="float32", dequantize=True)
     got = model(ids).logits
     assert got.shape == want.shape == (1, ids.shape[1], 49152)
     assert (got.argmax(-1) == want.argmax(-1)).all()
@@ -137,7 +138,7 @@ def test_file_pages_let_go_and_nothing_packed(tmp_path, capfd):
     lib.hr_log_set_level(0)  # debug
     try:
         capfd.readouterr()
-        model = hubrt.AutoModelForCausalLM.from_pretrained(path, dtype="bfloat16")
+        model = hubrt.AutoModelForCausalLM.from_pretrained(path, dtype="bfloat16", dequantize=True)
         err = capfd.readouterr().err
     finally:
         lib.hr_log_set_level(level)
@@ -146,12 +147,57 @@ def test_file_pages_let_go_and_nothing_packed(tmp_path, capfd):
     assert file_rss_kb(path) * 1024 < path.stat().st_size // 10, file_rss_kb(path)
 
 
-def test_greedy_answer_is_real_text():
+@pytest.mark.parametrize("dequantize", [False, True])
+def test_greedy_answer_is_real_text(dequantize):
     tok = hubrt_tokenizer(GGUF)
-    model = hubrt.AutoModelForCausalLM.from_pretrained(GGUF, dtype="float32")
+    model = hubrt.AutoModelForCausalLM.from_pretrained(GGUF, dtype="float32", dequantize=dequantize)
     ids = np.array([tok.encode(PROMPT)], dtype=np.int64)
     out = model.generate(ids, max_new_tokens=8, do_sample=False)
     assert "Paris" in tok.decode(out[0, ids.shape[1]:].tolist())
+
+
+def q8_activations(x):
+    """x as hubrt's (and llama.cpp's) int8 activation blocks give it back:
+    per 32 elements d = amax / 127, round-half-even(x / d) * d."""
+    b = x.reshape(*x.shape[:-1], -1, 32)
+    d = b.abs().amax(-1, keepdim=True) / torch.tensor(127, dtype=torch.float32)
+    inv = torch.where(d != 0, 1 / torch.where(d != 0, d, torch.ones_like(d)), torch.zeros_like(d))
+    return (torch.round(b * inv).clamp(-127, 127) * d).reshape(x.shape)
+
+
+def test_quantized_model_as_close_as_int8_activations_allow(hf_tokenizer):
+    """The Q4_1/Q8_0 weights kept in their blocks (the default on the CPU)
+    against transformers' float32 run of the dequantized file, next to
+    transformers with every nn.Linear's input passed through the same int8
+    blocks: the rounding of the activations is all that separates them, so
+    hubrt is as close to the exact model as that emulation is (a single
+    rounding flip upstream changes everything after it, so the two cannot
+    agree bit for bit), and far closer than a wrong block or scale would
+    leave it. 256 positions of real text."""
+    from transformers import AutoModelForCausalLM
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    ids = hf_tokenizer(text, return_tensors="np")["input_ids"][:, :256].astype(np.int64)
+    hf = AutoModelForCausalLM.from_pretrained(str(GGUF.parent), gguf_file=GGUF.name, dtype=torch.float32).eval()
+    with torch.no_grad():
+        exact = hf(torch.from_numpy(ids)).logits.numpy()
+        forward = torch.nn.Linear.forward
+        torch.nn.Linear.forward = lambda self, x: torch.nn.functional.linear(q8_activations(x), self.weight, self.bias)
+        try:
+            emulated = hf(torch.from_numpy(ids)).logits.numpy()
+        finally:
+            torch.nn.Linear.forward = forward
+    del hf
+    got = hubrt.AutoModelForCausalLM.from_pretrained(str(GGUF), dtype="float32")(ids).logits
+    span = exact.max() - exact.min()
+
+    def top1(a):
+        return float((a.argmax(-1) == exact.argmax(-1)).mean())
+
+    def err(a):
+        return float(np.abs(a - exact).mean() / span)
+
+    assert 0 < err(got) <= 1.5 * err(emulated), (err(got), err(emulated))
+    assert top1(got) >= top1(emulated) - 0.03 and top1(got) >= 0.9, (top1(got), top1(emulated))
 
 
 TEXTS = ["Hello world!", "  leading spaces and\ttabs\n\nnewlines", "naïve café — déjà vu 😀",
@@ -212,3 +258,35 @@ def test_malformed_file_named_in_error(tmp_path):
     bad.write_bytes(data[:4_000_000])  # metadata whole, tensor data cut
     with pytest.raises(hubrt.HubrtError, match=r"cut.gguf: tensor '\S+': bytes .* lie outside the file"):
         hubrt.AutoModelForCausalLM.from_pretrained(bad)
+
+
+def test_quantized_model_compiled_equals_eager(tmp_path, monkeypatch):
+    """The static-cache generation (compiled plans) on the weights kept in
+    their blocks gives the eager tokens."""
+    monkeypatch.setenv("HUBRT_CACHE_DIR", str(tmp_path / "plans"))
+    hubrt.reset_compile_stats()
+    tok = hubrt_tokenizer(GGUF)
+    model = hubrt.AutoModelForCausalLM.from_pretrained(GGUF, dtype="float32")
+    ids = np.array([tok.encode(PROMPT)], dtype=np.int64)
+    eager = model.generate(ids, max_new_tokens=24, do_sample=False, eos_token_id=[])
+    static = model.generate(ids, max_new_tokens=24, do_sample=False, eos_token_id=[], cache_implementation="static")
+    assert hubrt.compile_stats()["compiles"] > 0
+    np.testing.assert_array_equal(static, eager)
+
+
+@pytest.mark.parametrize("flag, types", [([], "f32,q8_0,q4_1"), (["--dequantize"], "f32")])
+def test_cli_says_how_the_weights_are_stored(flag, types):
+    """hubrt run and hubrt bench name the dtypes the weights are held in: the
+    file's Q4_1 and Q8_0 blocks kept (norms in f32), or all dequantized."""
+    import subprocess
+    from hubrt_cli_util import CLI
+
+    def cli(*args):
+        return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=600)
+    r = cli("run", GGUF, "-p", PROMPT, "-n", 8, "--greedy", *flag)
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
+    assert r.stderr.endswith(f", weights: {types}\n"), r.stderr
+    b = cli("bench", GGUF, "--prompt-len", 8, "--gen", 4, *flag)
+    assert b.returncode == 0, b.stderr
+    assert json.loads(b.stdout.strip().splitlines()[-1])["weights"] == types

@@ -9,6 +9,7 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/k_eltwise.h"
 #include "backends/cpu/linear_pack.h"
+#include "core/dequant.h"
 #include "core/error.h"
 #include "core/threadpool.h"
 
@@ -85,18 +86,37 @@ static void packed_row(uint16_t *dst, int64_t ds, const uint32_t *panels, int64_
     for (int64_t i = 0; i < hidden; i++) dst[i * ds] = hr_gemm_panel_elem(panels, hidden, id, i, f16);
 }
 
+/* Row id of a block-quantized [V, H] table into f32 dst (stride ds),
+ * dequantized block by block as the GGUF loader does (core/dequant.c). */
+static void quant_row(float *dst, int64_t ds, const char *wp, const hr_tensor *w, int64_t id) {
+    const uint8_t *row = (const uint8_t *)wp + hr_dtype_nbytes(w->dtype, id * w->strides[0]);
+    int64_t blk = hr_dtype_block(w->dtype), hidden = w->shape[1];
+    size_t bb = hr_dtype_nbytes(w->dtype, blk);
+    float tmp[256];
+    for (int64_t b = 0; b < hidden; b += blk, row += bb) {
+        if (ds == 1) {
+            hr_dequant_row(w->dtype, row, dst + b, blk);
+            continue;
+        }
+        hr_dequant_row(w->dtype, row, tmp, blk);
+        for (int64_t i = 0; i < blk; i++) dst[(b + i) * ds] = tmp[i];
+    }
+}
+
 static void emb_body(void *vctx, int ith, int nth) {
     const emb_ctx *c = vctx;
     const hr_tensor *w = c->w, *ids = c->ids, *out = c->out;
     int64_t n_tok = hr_shape_numel(ids->ndim, ids->shape), hidden = w->shape[1], b, e;
-    size_t size = hr_dtype_size(w->dtype), isz = hr_dtype_size(ids->dtype);
+    size_t size = hr_dtype_size(out->dtype), isz = hr_dtype_size(ids->dtype);
     hr_split_range(n_tok, ith, nth, &b, &e);
     const char *wp = hr_tensor_ptr(w), *ip = hr_tensor_ptr(ids);
     char *op = hr_tensor_ptr(out);
     for (int64_t t = b; t < e; t++) {
         int64_t id = load_index(ip + nd_offset(t, ids->ndim, ids->shape, ids->strides) * (int64_t)isz, ids->dtype);
         int64_t o = nd_offset(t, ids->ndim, out->shape, out->strides);
-        if (c->panels)
+        if (hr_dtype_is_quantized(w->dtype))
+            quant_row((float *)(op + o * (int64_t)size), out->strides[out->ndim - 1], wp, w, id);
+        else if (c->panels)
             packed_row((uint16_t *)(op + o * (int64_t)size), out->strides[out->ndim - 1], c->panels, id, hidden,
                        w->dtype == HR_F16);
         else

@@ -3,6 +3,7 @@
  * transposed, whatever its strides. */
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/k_fused.h"
+#include "backends/cpu/k_linear_quant.h"
 #include "backends/cpu/linear_pack.h"
 #include "core/error.h"
 #include "ops/op_impl.h"
@@ -76,6 +77,7 @@ static hr_status k_linear(const void *attrs, const hr_tensor *const *in, int n_i
                           int n_out) {
     const hr_tensor *x = in[0], *w = in[1], *bias = n_in > 2 ? in[2] : NULL;
     hr_tensor *c = out[0];
+    if (hr_dtype_is_quantized(w->dtype)) return hr_cpu_linear_quant(x, w, bias, c);
     bool x2 = x->ndim >= 2;
     hr_gemm g = {0};
     g.k = w->shape[1];

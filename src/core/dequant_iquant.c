@@ -5,7 +5,7 @@
  * files; the other i-quants index lattice grids of hundreds of entries and
  * are refused at parse time. */
 #include "core/half.h"
-#include "io/gguf.h"
+#include "core/dequant.h"
 
 /* kvalues_iq4nl (ggml-common.h) */
 static const int8_t LEVELS[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
@@ -19,14 +19,14 @@ static void nibbles32(const uint8_t *qs, float dl, float *y) {
 }
 
 /* IQ4_NL: f16 d, qs[16]; 18 bytes, 32 elements. */
-void hr_gguf_dq_iq4_nl(const uint8_t *src, float *y, int64_t nb) {
+void hr_dq_iq4_nl(const uint8_t *src, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, src += 18, y += 32) nibbles32(src + 2, hr_f16_load(src), y);
 }
 
 /* IQ4_XS: f16 d, u16 scales_h (2 high bits of each sub-block's 6-bit
  * scale), scales_l[4] (low 4 bits, two per byte), qs[128]; 136 bytes,
  * 256 elements in 8 sub-blocks of 32, each scaled by d * (scale - 32). */
-void hr_gguf_dq_iq4_xs(const uint8_t *src, float *y, int64_t nb) {
+void hr_dq_iq4_xs(const uint8_t *src, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, src += 136) {
         float d = hr_f16_load(src);
         unsigned scales_h = (unsigned)src[2] | (unsigned)src[3] << 8;

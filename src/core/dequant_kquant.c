@@ -4,13 +4,13 @@
  * are the types of the common "Q4_K_M"-style files: Q4_K and Q6_K, with
  * Q2_K, Q3_K and Q5_K in the other mixes. */
 #include "core/half.h"
-#include "io/gguf.h"
+#include "core/dequant.h"
 
 #define QK_K 256
 
 /* Q2_K: scales[16] (low nibble scale, high nibble min), qs[64] (2 bits),
  * f16 d, f16 dmin; 84 bytes. */
-void hr_gguf_dq_q2_k(const uint8_t *src, float *y, int64_t nb) {
+void hr_dq_q2_k(const uint8_t *src, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, src += 84) {
         const uint8_t *sc = src, *q = src + 16;
         float d = hr_f16_load(src + 80), min = hr_f16_load(src + 82);
@@ -27,7 +27,7 @@ void hr_gguf_dq_q2_k(const uint8_t *src, float *y, int64_t nb) {
 
 /* Q3_K: hmask[32] (the third bit, set: no -4), qs[64] (2 bits), scales[12]
  * (sixteen 6-bit scales, 32 subtracted), f16 d; 110 bytes. */
-void hr_gguf_dq_q3_k(const uint8_t *src, float *y, int64_t nb) {
+void hr_dq_q3_k(const uint8_t *src, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, src += 110) {
         const uint8_t *hm = src, *q = src + 32, *raw = src + 96;
         float d = hr_f16_load(src + 108);
@@ -85,12 +85,12 @@ static void dq_q45_k(const uint8_t *src, float *y, int64_t nb, bool five) {
     }
 }
 
-void hr_gguf_dq_q4_k(const uint8_t *src, float *y, int64_t nb) { dq_q45_k(src, y, nb, false); }
-void hr_gguf_dq_q5_k(const uint8_t *src, float *y, int64_t nb) { dq_q45_k(src, y, nb, true); }
+void hr_dq_q4_k(const uint8_t *src, float *y, int64_t nb) { dq_q45_k(src, y, nb, false); }
+void hr_dq_q5_k(const uint8_t *src, float *y, int64_t nb) { dq_q45_k(src, y, nb, true); }
 
 /* Q6_K: ql[128] (low 4 bits), qh[64] (high 2 bits), int8 scales[16], f16
  * d; 210 bytes. q = (low | high << 4) - 32. */
-void hr_gguf_dq_q6_k(const uint8_t *src, float *y, int64_t nb) {
+void hr_dq_q6_k(const uint8_t *src, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, src += 210) {
         const uint8_t *ql = src, *qh = src + 128;
         const int8_t *sc = (const int8_t *)(src + 192);

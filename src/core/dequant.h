@@ -1,0 +1,26 @@
+/* Rows of any storage dtype to f32: block-quantized ones as ggml's
+ * dequantize_row_* computes them (core/dequant.c). */
+#ifndef HR_CORE_DEQUANT_H
+#define HR_CORE_DEQUANT_H
+
+#include <stdint.h>
+
+#include "hubrt/base.h"
+
+/* n elements of dtype dt at src (f32, f16, bf16 or a block type; n a
+ * multiple of the block) into f32; zeros for any other dtype. */
+void hr_dequant_row(hr_dtype dt, const uint8_t *src, float *dst, int64_t n);
+
+/* `nb` k-quant super-blocks (256 elements each) at src into f32
+ * (dequant_kquant.c). */
+void hr_dq_q2_k(const uint8_t *src, float *dst, int64_t nb);
+void hr_dq_q3_k(const uint8_t *src, float *dst, int64_t nb);
+void hr_dq_q4_k(const uint8_t *src, float *dst, int64_t nb);
+void hr_dq_q5_k(const uint8_t *src, float *dst, int64_t nb);
+void hr_dq_q6_k(const uint8_t *src, float *dst, int64_t nb);
+/* `nb` IQ4_NL blocks (32 elements) or IQ4_XS super-blocks (256) at src into
+ * f32 (dequant_iquant.c). */
+void hr_dq_iq4_nl(const uint8_t *src, float *dst, int64_t nb);
+void hr_dq_iq4_xs(const uint8_t *src, float *dst, int64_t nb);
+
+#endif
