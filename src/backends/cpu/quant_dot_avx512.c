@@ -5,6 +5,7 @@
  * Four weight rows share each load of the activations. Chosen at run time
  * (hr_qdot_pick). */
 #include <immintrin.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "backends/cpu/quant_rows.h"
@@ -135,19 +136,138 @@ INLINE_ void gemv_rows(hr_dtype dt, size_t bb, const uint8_t *w, size_t w_rs, in
     }
 }
 
+/* The 32-element types block_u reads; DISPATCH_Q32_ calls fn with dt as a
+ * constant, so that each type gets its own copy of the inlined loop. */
+#define Q32_TYPES_(X) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(IQ4_NL)
+#define Q32_CASE_(T) case HR_##T: Q32_FN_(HR_##T); break;
+#define DISPATCH_Q32_(dt) \
+    switch (dt) { Q32_TYPES_(Q32_CASE_) default: break; }
+
 bool hr_qgemv_avx512_has(hr_dtype dt) {
-    return dt == HR_Q4_0 || dt == HR_Q4_1 || dt == HR_Q5_0 || dt == HR_Q5_1 || dt == HR_Q8_0 || dt == HR_IQ4_NL;
+#define Q32_FN_(T) return true
+    DISPATCH_Q32_(dt)
+#undef Q32_FN_
+    return false;
 }
 
 TARGET_ void hr_qgemv_avx512(hr_dtype dt, const uint8_t *w, size_t w_rs, int64_t k, int nw, int m, const hr_qx *x,
                              float *out, int64_t ors) {
     size_t bb = hr_dtype_nbytes(dt, 32);
-    switch (dt) {
-    case HR_Q4_0: gemv_rows(HR_Q4_0, bb, w, w_rs, k, nw, m, x, out, ors); break;
-    case HR_Q4_1: gemv_rows(HR_Q4_1, bb, w, w_rs, k, nw, m, x, out, ors); break;
-    case HR_Q5_0: gemv_rows(HR_Q5_0, bb, w, w_rs, k, nw, m, x, out, ors); break;
-    case HR_Q5_1: gemv_rows(HR_Q5_1, bb, w, w_rs, k, nw, m, x, out, ors); break;
-    case HR_Q8_0: gemv_rows(HR_Q8_0, bb, w, w_rs, k, nw, m, x, out, ors); break;
-    default: gemv_rows(HR_IQ4_NL, bb, w, w_rs, k, nw, m, x, out, ors); break;
+#define Q32_FN_(T) gemv_rows(T, bb, w, w_rs, k, nw, m, x, out, ors)
+    DISPATCH_Q32_(dt)
+#undef Q32_FN_
+}
+
+/* ---- prefill: blocks of 4 x rows by 4 weight rows ------------------------------------ */
+
+/* out[r][j] = the scaled products of nr <= 4 x rows and nc <= 4 weight
+ * rows in the interleaved layout (hr_quant_interleave): lane l of a 64-byte
+ * step sums run l of the group, so four vpdpbusd per pair add up whole
+ * 16-element runs in int32 (at most 16 x 255 x 127), and each group of up
+ * to 16 runs costs the pair one conversion, one scale product and one FMA.
+ * The int32 sums take 16 registers, the weights 4, x 1. The run constants
+ * come after (hr_qgemm_avx512). */
+INLINE_ void gemm_block(int nr, int nc, int64_t k, const uint8_t *u, const float *s, const int8_t *q,
+                        const float *xd, float *out, int64_t ors) {
+    __m512 acc[4][4];
+    int64_t runs = k / HR_QSUB;
+    for (int r = 0; r < nr; r++)
+        for (int j = 0; j < nc; j++) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < runs; g += 16) {
+        int n = runs - g < 16 ? (int)(runs - g) : 16;
+        __mmask64 bytes = n == 16 ? ~(__mmask64)0 : (((__mmask64)1 << (4 * n)) - 1);
+        __mmask16 lanes = (__mmask16)((1u << n) - 1u);
+        int64_t base = g * HR_QSUB;
+        __m512i sum[4][4];
+        for (int r = 0; r < nr; r++)
+            for (int j = 0; j < nc; j++) sum[r][j] = _mm512_setzero_si512();
+        for (int t = 0; t < 4; t++) {
+            int64_t off = base + t * 4 * n;
+            __m512i w[4];
+            for (int j = 0; j < nc; j++) w[j] = _mm512_maskz_loadu_epi8(bytes, u + j * k + off);
+            for (int r = 0; r < nr; r++) {
+                __m512i x = _mm512_maskz_loadu_epi8(bytes, q + r * k + off);
+                for (int j = 0; j < nc; j++) sum[r][j] = _mm512_dpbusd_epi32(sum[r][j], w[j], x);
+            }
+        }
+        for (int r = 0; r < nr; r++) {
+            __m512 d = _mm512_maskz_loadu_ps(lanes, xd + r * runs + g);
+            for (int j = 0; j < nc; j++) {
+                __m512 sc = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, s + j * runs + g), d);
+                acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][j]), sc, acc[r][j]);
+            }
+        }
     }
+    for (int r = 0; r < nr; r++)
+        for (int j = 0; j < nc; j++) out[r * ors + j] = _mm512_reduce_add_ps(acc[r][j]);
+}
+
+TARGET_ void hr_qgemm_avx512(int64_t k, int nw, const uint8_t *u, const float *s, const float *ct, int m,
+                             const int8_t *q, const float *xd, const float *xs, float *out, int64_t ors) {
+    int64_t runs = k / HR_QSUB;
+    for (int r = 0; r < m; r += 4) {
+        int nr = m - r < 4 ? m - r : 4;
+        for (int j = 0; j < nw; j += 4) {
+            int nc = nw - j < 4 ? nw - j : 4;
+            const uint8_t *uj = u + j * k;
+            const float *sj = s + j * runs, *dr = xd + r * runs;
+            const int8_t *qr = q + r * k;
+            float *o = out + r * ors + j;
+            if (nr == 4 && nc == 4) gemm_block(4, 4, k, uj, sj, qr, dr, o, ors);
+            else gemm_block(nr, nc, k, uj, sj, qr, dr, o, ors);
+        }
+    }
+    /* the run constants: sum over runs of xs[r][run] * c[run][j], 16 weight
+     * rows to a register */
+    __mmask16 cols = (__mmask16)(nw >= 16 ? 0xFFFF : (1u << nw) - 1u);
+    for (int r = 0; r < m; r++) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t t = 0; t < runs; t++)
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(xs[r * runs + t]), _mm512_maskz_loadu_ps(cols, ct + t * 16), acc);
+        _mm512_mask_storeu_ps(out + r * ors, cols, _mm512_add_ps(_mm512_maskz_loadu_ps(cols, out + r * ors), acc));
+    }
+}
+
+/* ---- 32-element blocks straight into the interleaved tile ---------------------------- */
+
+/* Block p's two runs of 16 bytes (u = value - c / s as in block_u). */
+INLINE_ void block_runs(hr_dtype dt, const uint8_t *p, __m128i *r0, __m128i *r1, float *d, float *c) {
+    __m256i u = block_u(dt, p, d, c);
+    *r0 = _mm256_castsi256_si128(u);
+    *r1 = _mm256_extracti128_si256(u, 1);
+}
+
+INLINE_ void tile_rows(hr_dtype dt, size_t bb, const uint8_t *w, size_t w_rs, int64_t k, int nt, uint8_t *ui, float *s,
+                       float *ct, int ct_stride) {
+    int64_t runs = k / HR_QSUB;
+    for (int j = 0; j < nt; j++) {
+        const uint8_t *p = w + (size_t)j * w_rs;
+        uint8_t *o = ui + (size_t)j * (size_t)k;
+        for (int64_t g = 0; g < runs; g += 16, o += 16 * 16) {
+            int n = runs - g < 16 ? (int)(runs - g) : 16;
+            /* a group's runs come in pairs, one block each (n is even) */
+            for (int l = 0; l < n; l += 2, p += bb) {
+                __m128i r0, r1;
+                float d, c;
+                block_runs(dt, p, &r0, &r1, &d, &c);
+                /* step t: elements 4t..4t+3 of run l, then of run l + 1 */
+                __m128i lo = _mm_unpacklo_epi32(r0, r1), hi = _mm_unpackhi_epi32(r0, r1);
+                _mm_storel_epi64((__m128i *)(o + 4 * l), lo);
+                _mm_storeh_pd((double *)(o + 4 * n + 4 * l), _mm_castsi128_pd(lo));
+                _mm_storel_epi64((__m128i *)(o + 8 * n + 4 * l), hi);
+                _mm_storeh_pd((double *)(o + 12 * n + 4 * l), _mm_castsi128_pd(hi));
+                int64_t run = g + l;
+                s[j * runs + run] = s[j * runs + run + 1] = d;
+                ct[run * ct_stride + j] = ct[(run + 1) * ct_stride + j] = c;
+            }
+        }
+    }
+}
+
+TARGET_ void hr_quant_tile_avx512(hr_dtype dt, const uint8_t *w, size_t w_rs, int64_t k, int nt, uint8_t *ui,
+                                  float *s, float *ct, int ct_stride) {
+    size_t bb = hr_dtype_nbytes(dt, 32);
+#define Q32_FN_(T) tile_rows(T, bb, w, w_rs, k, nt, ui, s, ct, ct_stride)
+    DISPATCH_Q32_(dt)
+#undef Q32_FN_
 }

@@ -246,3 +246,12 @@ hr_qdot_fn hr_qdot_pick(void) {
 }
 
 bool hr_qgemv_has(hr_dtype dt) { return hr_qdot_pick() == hr_qdot_avx512 && hr_qgemv_avx512_has(dt); }
+
+void hr_quant_interleave(const uint8_t *p, int64_t k, uint8_t *out) {
+    int64_t runs = k / HR_QSUB;
+    for (int64_t g = 0; g < runs; g += 16) {
+        int n = runs - g < 16 ? (int)(runs - g) : 16;
+        for (int t = 0; t < 4; t++)
+            for (int l = 0; l < n; l++, out += 4) memcpy(out, p + (g + l) * HR_QSUB + 4 * t, 4);
+    }
+}

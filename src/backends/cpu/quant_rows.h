@@ -55,4 +55,21 @@ bool hr_qgemv_avx512_has(hr_dtype dt);
 void hr_qgemv_avx512(hr_dtype dt, const uint8_t *w, size_t w_rs, int64_t k, int nw, int m, const hr_qx *x,
                      float *out, int64_t ors);
 
+/* Many rows: out[r * ors + j] = dot(weight row j, x row r) for nw <= 16
+ * weight rows (u [nw][k]) and m x rows (q [m][k]), both interleaved
+ * (hr_quant_interleave), with the weights' run scales s [nw][runs], their
+ * constants transposed ct [runs][16], and x's xd and xs [m][runs]. */
+void hr_qgemm_avx512(int64_t k, int nw, const uint8_t *u, const float *s, const float *ct, int m,
+                     const int8_t *q, const float *xd, const float *xs, float *out, int64_t ors);
+/* Row p [k] (bytes) into the layout of hr_qgemm_avx512: runs of HR_QSUB in
+ * groups of 16; within a group of n runs, four steps of n x 4 bytes, lane
+ * l of step t holding elements 4t .. 4t + 3 of the group's run l. */
+void hr_quant_interleave(const uint8_t *p, int64_t k, uint8_t *out);
+/* nt weight rows of a 32-element type (hr_qgemv_avx512_has; w_rs bytes
+ * apart) straight into the interleaved layout ui [nt][k], their scales s
+ * [nt][runs] and constants ct [runs][ct_stride] (column j: row j), as
+ * hr_quant_unpack_rows then hr_quant_interleave would give them. */
+void hr_quant_tile_avx512(hr_dtype dt, const uint8_t *w, size_t w_rs, int64_t k, int nt, uint8_t *ui, float *s,
+                          float *ct, int ct_stride);
+
 #endif
