@@ -1,7 +1,7 @@
 /* linear with a block-quantized weight (quant_rows.h): x's rows quantized
  * to int8 once, then each thread takes a contiguous range of weight rows
  * and streams them from memory once per call, whatever the row count:
- *   - a decode row (up to GEMV_MAX_ROWS) of a 32-element type on AVX-512
+ *   - a decode row of a 32-element type on AVX-512
  *     VNNI: each block unpacked in registers and dotted with the row;
  *   - otherwise a tile of TILE weight rows unpacked into L1 and every x row
  *     of a block of them run against it: on AVX-512 VNNI interleaved so
@@ -25,11 +25,6 @@
 /* Bytes of quantized x rows (and as many again of their lane scales) one
  * pass over a weight tile reads, from L2. */
 #define X_BLOCK_BYTES (384 << 10)
-/* Rows up to which the blocks are read in registers (PATH_GEMV) rather
- * than unpacked into a tile: one (measured on the Zen 4 this was tuned on,
- * a Q4_0 [1536, 576] weight, 2 threads: 1 row 44 GOP/s in registers, 26
- * through a tile; 4 rows 83 and 95; 16 rows 91 and 159). */
-#define GEMV_MAX_ROWS 1
 /* Rows up to which the types unpacked in plain C (the k-quants, IQ4_XS)
  * take one dot at a time rather than the interleaved tile. */
 #define DOT_MAX_ROWS 4
@@ -45,6 +40,7 @@ typedef struct qlin {
     int64_t m, n, k, runs;
     int8_t *q;        /* [m][k] */
     float *xd, *xs;   /* [m][runs] */
+    float *xsb;       /* [k / 32]: x's block sums, PATH_GEMV */
     int8_t *qi;       /* [m][k], q interleaved, PATH_GEMM */
     const void *x;
     hr_dtype xdt;
@@ -96,21 +92,15 @@ static void quant_x_worker(void *arg, int ith, int nth) {
     }
 }
 
-/* Decode rows, HR_QGEMV_ROWS at a time against each tile of weight rows
- * (the tile stays in L1 for the next group). */
+/* One decode row against each tile of weight rows. */
 static void gemv_tiles(const qlin *L, int64_t t0, int64_t t1) {
-    hr_qx x[GEMV_MAX_ROWS];
-    float o[GEMV_MAX_ROWS * TILE];
-    for (int r = 0; r < L->m; r++)
-        x[r] = (hr_qx){.q = L->q + r * L->k, .xd = L->xd + r * L->runs, .xs = L->xs + r * L->runs};
+    hr_qx x = {.q = L->q, .xd = L->xd, .xs = L->xs};
+    float o[TILE];
     for (int64_t t = t0; t < t1; t++) {
         int64_t j0 = t * TILE;
         int nt = L->n - j0 < TILE ? (int)(L->n - j0) : TILE;
-        for (int r = 0; r < L->m; r += HR_QGEMV_ROWS) {
-            int nr = L->m - r < HR_QGEMV_ROWS ? (int)L->m - r : HR_QGEMV_ROWS;
-            hr_qgemv_avx512(L->wdt, L->w + (size_t)j0 * L->w_rs, L->w_rs, L->k, nt, nr, x + r, o + r * TILE, TILE);
-        }
-        for (int r = 0; r < L->m; r++) store_row(L, r, j0, nt, o + r * TILE);
+        hr_qgemv_avx512(L->wdt, L->w + (size_t)j0 * L->w_rs, L->w_rs, L->k, nt, x, L->xsb, o);
+        store_row(L, 0, j0, nt, o);
     }
 }
 
@@ -187,7 +177,11 @@ hr_status hr_cpu_linear_quant(const hr_tensor *x, const hr_tensor *w, const hr_t
     /* the other types unpack through plain C: a tile of them pays for its
      * interleaving from DOT_MAX_ROWS rows on */
     bool simd_tile = hr_qgemv_has(L.wdt);
-    L.path = L.m <= GEMV_MAX_ROWS && simd_tile                 ? PATH_GEMV
+    /* one row reads the blocks in registers (PATH_GEMV) rather than through
+     * a tile (Zen 4, a Q4_0 [1536, 576] weight, 2 threads: 1 row 44 GOP/s
+     * in registers, 26 through a tile; 4 rows 83 and 95; 16 rows 91 and
+     * 159, before the two-block kernel) */
+    L.path = L.m == 1 && simd_tile                             ? PATH_GEMV
              : avx512 && (simd_tile || L.m > DOT_MAX_ROWS) ? PATH_GEMM
                                                                : PATH_DOT;
     L.x_block = X_BLOCK_BYTES / L.k > 0 ? X_BLOCK_BYTES / L.k : 1;
@@ -200,7 +194,8 @@ hr_status hr_cpu_linear_quant(const hr_tensor *x, const hr_tensor *w, const hr_t
     L.scratch_bytes = L.path == PATH_GEMV ? 0
                                          : 2 * u_b + 3 * runs_b +
                                                up64(sizeof(float) * (size_t)(L.x_block * TILE));
-    size_t x_bytes = qb + 2 * rb + lb;
+    size_t sb = L.path == PATH_GEMV ? up64(sizeof(float) * (size_t)(L.k / 32)) : 0;
+    size_t x_bytes = qb + 2 * rb + lb + sb;
     char *buf = aligned_alloc(64, x_bytes + (size_t)nth * L.scratch_bytes);
     if (!buf)
         return hr_error(HR_ERR_OOM, "linear: out of memory quantizing %lld x %lld activations for '%s'", (long long)L.m,
@@ -209,8 +204,10 @@ hr_status hr_cpu_linear_quant(const hr_tensor *x, const hr_tensor *w, const hr_t
     L.xd = (float *)(buf + qb);
     L.xs = (float *)(buf + qb + rb);
     L.qi = (int8_t *)(buf + qb + 2 * rb);
+    L.xsb = (float *)(buf + qb + 2 * rb + lb);
     L.scratch = (uint8_t *)buf + x_bytes;
     hr_parallel_run(quant_x_worker, &L, hr_parallel_threads_for(L.m * L.k, HR_GRAIN_ROWS));
+    for (int64_t b = 0; L.path == PATH_GEMV && b < L.k / 32; b++) L.xsb[b] = L.xs[2 * b] + L.xs[2 * b + 1];
     hr_parallel_run(dot_worker, &L, nth);
     free(buf);
     return HR_OK;

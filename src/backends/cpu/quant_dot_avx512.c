@@ -111,28 +111,59 @@ INLINE_ float hsum8(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-/* out[r][j] (rows ors apart) for nw weight rows and m <= HR_QGEMV_ROWS x
- * rows: each block unpacked once in registers and dotted with every x
- * row; two chains per row hide the dot product's latency. */
-INLINE_ void gemv_rows(hr_dtype dt, size_t bb, const uint8_t *w, size_t w_rs, int64_t k, int nw, int m,
-                       const hr_qx *x, float *out, int64_t ors) {
+/* out[j] = dot(weight row j, x) for nw weight rows: two blocks per
+ * vpdpbusd (one per 256-bit half, each half scaled by its block's weight
+ * and activation scales), two chains to hide its latency; the blocks'
+ * constants gathered per CHUNK blocks and summed against x's block sums
+ * xsb 16 at a time. */
+#define CHUNK 64
+
+/* The products of blocks b and b + 1 (at p, bb bytes apart), each half
+ * scaled by its block's scales; their constants into cb. */
+INLINE_ __m512 two_blocks(hr_dtype dt, size_t bb, const uint8_t *p, const int8_t *q, const float *xd, float *cb) {
+    float d0, d1;
+    __m256i u0 = block_u(dt, p, &d0, &cb[0]), u1 = block_u(dt, p + bb, &d1, &cb[1]);
+    __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(u0), u1, 1);
+    __m512 prod = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(q)));
+    __m512 sc = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(d0 * xd[0])),
+                                                    _mm256_castps_pd(_mm256_set1_ps(d1 * xd[2])), 1));
+    return _mm512_mul_ps(prod, sc);
+}
+
+INLINE_ void gemv_row(hr_dtype dt, size_t bb, const uint8_t *w, size_t w_rs, int64_t k, int nw, hr_qx x,
+                      const float *xsb, float *out) {
     int64_t nb = k / 32;
+    float cb[CHUNK];
     for (int j = 0; j < nw; j++) {
         const uint8_t *p = w + (size_t)j * w_rs;
-        __m256 acc[HR_QGEMV_ROWS][2];
-        float cacc[HR_QGEMV_ROWS] = {0};
-        for (int r = 0; r < m; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; b++, p += bb) {
-            float d, c;
-            __m256i u = block_u(dt, p, &d, &c);
-            for (int r = 0; r < m; r++) {
-                __m256i q = _mm256_loadu_si256((const __m256i *)(x[r].q + 32 * b));
-                __m256 s = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, q));
-                acc[r][b & 1] = _mm256_fmadd_ps(s, _mm256_set1_ps(d * x[r].xd[2 * b]), acc[r][b & 1]);
-                cacc[r] += c * (x[r].xs[2 * b] + x[r].xs[2 * b + 1]);
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), cacc = _mm512_setzero_ps();
+        for (int64_t b0 = 0; b0 < nb; b0 += CHUNK) {
+            int n = nb - b0 < CHUNK ? (int)(nb - b0) : CHUNK, b = 0;
+            const int8_t *q = x.q + 32 * b0;
+            const float *xd = x.xd + 2 * b0;
+            /* two chains of two blocks each hide the FMA latency */
+            for (; b + 4 <= n; b += 4, p += 4 * bb) {
+                acc0 = _mm512_add_ps(acc0, two_blocks(dt, bb, p, q + 32 * b, xd + 2 * b, cb + b));
+                acc1 = _mm512_add_ps(acc1, two_blocks(dt, bb, p + 2 * bb, q + 32 * b + 64, xd + 2 * b + 4, cb + b + 2));
+            }
+            if (b + 2 <= n) {
+                acc0 = _mm512_add_ps(acc0, two_blocks(dt, bb, p, q + 32 * b, xd + 2 * b, cb + b));
+                b += 2, p += 2 * bb;
+            }
+            if (b < n) {
+                float d0;
+                __m256i u0 = block_u(dt, p, &d0, &cb[b]);
+                p += bb;
+                __m256 prod = _mm256_cvtepi32_ps(
+                    _mm256_dpbusd_epi32(_mm256_setzero_si256(), u0, _mm256_loadu_si256((const __m256i *)(q + 32 * b))));
+                acc1 = _mm512_add_ps(acc1, _mm512_zextps256_ps512(_mm256_mul_ps(prod, _mm256_set1_ps(d0 * xd[2 * b]))));
+            }
+            for (int i = 0; i < n; i += 16) {
+                __mmask16 m = (__mmask16)(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1u);
+                cacc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, cb + i), _mm512_maskz_loadu_ps(m, xsb + b0 + i), cacc);
             }
         }
-        for (int r = 0; r < m; r++) out[r * ors + j] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1])) + cacc[r];
+        out[j] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), cacc));
     }
 }
 
@@ -150,10 +181,10 @@ bool hr_qgemv_avx512_has(hr_dtype dt) {
     return false;
 }
 
-TARGET_ void hr_qgemv_avx512(hr_dtype dt, const uint8_t *w, size_t w_rs, int64_t k, int nw, int m, const hr_qx *x,
-                             float *out, int64_t ors) {
+TARGET_ void hr_qgemv_avx512(hr_dtype dt, const uint8_t *w, size_t w_rs, int64_t k, int nw, hr_qx x,
+                             const float *xsb, float *out) {
     size_t bb = hr_dtype_nbytes(dt, 32);
-#define Q32_FN_(T) gemv_rows(T, bb, w, w_rs, k, nw, m, x, out, ors)
+#define Q32_FN_(T) gemv_row(T, bb, w, w_rs, k, nw, x, xsb, out)
     DISPATCH_Q32_(dt)
 #undef Q32_FN_
 }

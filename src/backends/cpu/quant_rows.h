@@ -44,16 +44,15 @@ void hr_qdot_avx512(int64_t k, int nw, const uint8_t *u, const float *s, const f
 /* The ISA's kernel: AVX-512 VNNI where the CPU and HUBRT_CPU_ISA allow. */
 hr_qdot_fn hr_qdot_pick(void);
 
-/* Decode rows: out[r * ors + j] = dot(weight row j, x[r]) for nw rows of
- * dt's blocks (w_rs bytes apart) and m <= HR_QGEMV_ROWS activation rows,
- * straight from the blocks without unpacking them to memory; for the
- * 32-element types (hr_qgemv_has) on AVX-512 VNNI. Same sums as hr_qdot_*
- * up to the order of the float additions. */
-#define HR_QGEMV_ROWS 4
+/* A decode row: out[j] = dot(weight row j, x) for nw rows of dt's blocks
+ * (w_rs bytes apart), straight from the blocks without unpacking them to
+ * memory; xsb [k / 32] holds x's block sums (xs of the block's two runs
+ * added). For the 32-element types (hr_qgemv_has) on AVX-512 VNNI. Same
+ * sums as hr_qdot_* up to the order of the float additions. */
 bool hr_qgemv_has(hr_dtype dt);
 bool hr_qgemv_avx512_has(hr_dtype dt);
-void hr_qgemv_avx512(hr_dtype dt, const uint8_t *w, size_t w_rs, int64_t k, int nw, int m, const hr_qx *x,
-                     float *out, int64_t ors);
+void hr_qgemv_avx512(hr_dtype dt, const uint8_t *w, size_t w_rs, int64_t k, int nw, hr_qx x, const float *xsb,
+                     float *out);
 
 /* Many rows: out[r * ors + j] = dot(weight row j, x row r) for nw <= 16
  * weight rows (u [nw][k]) and m x rows (q [m][k]), both interleaved
