@@ -219,6 +219,14 @@ if [[ " $MODELS " == *" smollm2-135m-shaped "* ]] && (( $(date +%s) - START <= B
   tail -n 1 "$WORK/serve.out" > "$WORK/serve.json"
 fi
 
+# --- quantized GGUF files (the demo's Q4_1 and llama.cpp's Q8_0, Q4_0, Q4_K_M of it), hubrt against llama.cpp
+if [[ " $ENGINES " == *" llama.cpp "* ]] && (( $(date +%s) - START <= BUDGET )); then
+  log "quantized GGUF files (bench/bench_quantized.py)"
+  timeout $((RUN_TIMEOUT * 8)) "$PY" bench/bench_quantized.py --hubrt "$HUBRT" --threads "$THREADS" \
+    --work "$WORK/quantized" --out "$RESULTS/quantized.md" > "$WORK/quantized.out" 2> "$WORK/quantized.err" \
+    || log "bench_quantized.py failed (see $WORK/quantized.err)"
+fi
+
 # --- the experts op alone at the MoE shape's layer, against a plain read of the same weights
 if [[ " $MODELS " == *" $MOE_MODEL "* ]] && (( $(date +%s) - START <= BUDGET )) && [[ -x $ROOT/$BUILD/bench_moe ]]; then
   log "the experts op alone (bench_moe)"

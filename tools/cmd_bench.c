@@ -10,9 +10,10 @@
 
 static const char *usage_text =
     "usage: hubrt bench MODEL_DIR [--prompt-len P] [--gen G] [--batch B] [--dtype D] [--device D]\n"
-    "                   [--compile] [--stats] [--experts grouped|eager] [--dequantize]\n"
+    "                   [--compile] [--stats] [--experts grouped|eager] [--dequantize | --quantize T]\n"
     "  defaults: --prompt-len 128 --gen 64 --batch 1, dtype from config.json, device cpu, eager\n"
     "  --dequantize: a GGUF file's block-quantized weights cast to the dtype at load (default: kept)\n"
+    "  --quantize q8_0|q4_0|q4_1|q5_0|q5_1: float linear and embedding matrices quantized at load\n"
     "  --compile: compiled forward (static shapes, plans cached in memory and on disk)\n"
     "  --stats: print the compile-cache statistics to stderr\n";
 
@@ -106,6 +107,8 @@ int hr_cmd_bench(int argc, char **argv) {
             opts.device = v;
         } else if (!strcmp(f, "--experts")) {
             opts.experts_implementation = v;
+        } else if (!strcmp(f, "--quantize")) {
+            opts.quantize = v;
         } else if (!strcmp(f, "--prompt-len") || !strcmp(f, "--gen") || !strcmp(f, "--batch")) {
             if (!hr_cli_number("bench", f, v, &num)) return HR_EXIT_USAGE;
             if (num < 1 || num > 1e7) {

@@ -20,6 +20,7 @@
 static const char *usage_text =
     "usage: hubrt chat MODEL [--system TEXT] [-n N] [--greedy | --temp T --top-p P --top-k K --seed S]\n"
     "                  [--no-think] [--dtype D] [--device cpu] [--revision R] [--experts grouped|eager]\n"
+    "                  [--dequantize | --quantize q8_0|q4_0|q4_1|q5_0|q5_1]\n"
     "  One message per line on stdin; the answer streams to stdout. /reset forgets the conversation,\n"
     "  /system TEXT sets the system prompt, /quit leaves; Ctrl-C stops the current answer.\n"
     "  --no-think passes enable_thinking=false to the template (Qwen3 and others). -n: new tokens\n"
@@ -45,7 +46,7 @@ static int parse(int argc, char **argv, chat_args *a) {
     a->n = 512;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool flag_only = !strcmp(f, "--greedy") || !strcmp(f, "--no-think");
+        bool flag_only = !strcmp(f, "--greedy") || !strcmp(f, "--no-think") || !strcmp(f, "--dequantize");
         if (f[0] == '-' && !flag_only && !v) {
             fprintf(stderr, "hubrt chat: %s needs a value\n%s", f, usage_text);
             return HR_EXIT_USAGE;
@@ -58,6 +59,8 @@ static int parse(int argc, char **argv, chat_args *a) {
         else if (!strcmp(f, "--dtype")) a->opts.dtype = argv[++i];
         else if (!strcmp(f, "--device")) a->opts.device = argv[++i];
         else if (!strcmp(f, "--experts")) a->opts.experts_implementation = argv[++i];
+        else if (!strcmp(f, "--dequantize")) a->opts.dequantize = true;
+        else if (!strcmp(f, "--quantize")) a->opts.quantize = argv[++i];
         else if (!strcmp(f, "-n") || !strcmp(f, "--temp") || !strcmp(f, "--top-p") || !strcmp(f, "--top-k") ||
                  !strcmp(f, "--seed")) {
             if (!hr_cli_number("chat", f, argv[++i], &num)) return HR_EXIT_USAGE;

@@ -11,7 +11,7 @@
 static const char *usage_text =
     "usage: hubrt run MODEL -p PROMPT [-n N] [--greedy | --temp T --top-p P --top-k K --min-p P --seed S]\n"
     "                 [--repetition-penalty R] [--stop TEXT]... [--dtype D] [--device cpu] [--compile] [--stats]\n"
-    "                 [--experts grouped|eager] [--dequantize]\n"
+    "                 [--experts grouped|eager] [--dequantize | --quantize q8_0|q4_0|q4_1|q5_0|q5_1]\n"
     "  Sampling defaults come from the model's generation_config.json; --temp/--top-p/--top-k/--min-p\n"
     "  turn sampling on, --greedy turns it off. -n defaults to 128 new tokens.\n"
     "  --compile runs the compiled forward (plans cached in memory and on disk); --stats prints the\n"
@@ -19,7 +19,8 @@ static const char *usage_text =
     "  --experts: a mixture-of-experts model's experts implementation (default grouped; eager is\n"
     "  transformers' per-expert loop).\n"
     "  --dequantize: a GGUF file's block-quantized weights (Q4_1, Q8_0, Q4_K, ...) are cast to the\n"
-    "  dtype at load; by default they stay in their blocks on the CPU.\n"
+    "  dtype at load; by default they stay in their blocks on the CPU. --quantize: a float checkpoint's\n"
+    "  linear and embedding matrices quantized into that block type while loading.\n"
     "  MODEL is a folder, a GGUF file or a Hub repository id (org/name, --revision R), read from\n"
     "  the Hugging Face cache and fetched into it when missing (HF_HUB_OFFLINE=1: the cache only).\n";
 
@@ -129,6 +130,8 @@ static int parse(int argc, char **argv, run_args *a) {
             a->opts.experts_implementation = argv[++i];
         } else if (!strcmp(f, "--dequantize")) {
             a->opts.dequantize = true;
+        } else if (!strcmp(f, "--quantize")) {
+            a->opts.quantize = argv[++i];
         } else if (!strcmp(f, "--revision")) {
             a->revision = argv[++i];
         } else if (f[0] != '-' && !a->dir) {

@@ -12,7 +12,7 @@ static const char *usage_text =
     "usage: hubrt serve MODEL [--port P] [--host ADDR] [--model-name NAME] [--slots N] [--ctx N]\n"
     "                   [--prefill-chunk N] [--queue N] [--max-body BYTES] [--grace S] [--no-prefix-reuse]\n"
     "                   [--compile | --deterministic] [--dtype D] [--device cpu] [--revision R]\n"
-    "                   [--experts grouped|eager]\n"
+    "                   [--experts grouped|eager] [--dequantize | --quantize q8_0|q4_0|q4_1|q5_0|q5_1]\n"
     "  /v1/chat/completions, /v1/completions (streaming with server-sent events), /v1/models,\n"
     "  /health, /metrics (Prometheus) and a chat page at /. Requests join the running batch of\n"
     "  --slots rows (default 8) at each step; --ctx tokens per row (prompt and answer; default the\n"
@@ -39,7 +39,8 @@ static int parse(int argc, char **argv, serve_args *a) {
     a->so.grace_s = 10;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool flag_only = !strcmp(f, "--compile") || !strcmp(f, "--no-prefix-reuse") || !strcmp(f, "--deterministic");
+        bool flag_only = !strcmp(f, "--compile") || !strcmp(f, "--no-prefix-reuse") || !strcmp(f, "--deterministic") ||
+                         !strcmp(f, "--dequantize");
         if (f[0] == '-' && !flag_only && !v) {
             fprintf(stderr, "hubrt serve: %s needs a value\n%s", f, usage_text);
             return HR_EXIT_USAGE;
@@ -73,6 +74,8 @@ static int parse(int argc, char **argv, serve_args *a) {
         else if (!strcmp(f, "--dtype")) a->opts.dtype = argv[++i];
         else if (!strcmp(f, "--device")) a->opts.device = argv[++i];
         else if (!strcmp(f, "--experts")) a->opts.experts_implementation = argv[++i];
+        else if (!strcmp(f, "--dequantize")) a->opts.dequantize = true;
+        else if (!strcmp(f, "--quantize")) a->opts.quantize = argv[++i];
         else if (f[0] != '-' && !a->model) a->model = f;
         else {
             fprintf(stderr, "hubrt serve: unknown argument '%s'\n%s", f, usage_text);

@@ -35,6 +35,12 @@ typedef struct hr_model_options {
      * true dequantizes them to `dtype` at load instead. Other devices
      * always dequantize. */
     bool dequantize;
+    /* "q8_0", "q4_0", "q4_1", "q5_0" or "q5_1": the float linear and
+     * embedding matrices (last dim a multiple of 32) quantized into that
+     * block type while loading, one tensor at a time, as ggml's reference
+     * quantizer does (the CPU only); NULL: kept as stored. Weights stored
+     * quantized already stay in their own blocks. */
+    const char *quantize;
 } hr_model_options;
 
 /* Architecture names this build can load, comma separated. */

@@ -21,7 +21,8 @@ _I64P = ctypes.POINTER(ctypes.c_int64)
 
 class _ModelOptions(ctypes.Structure):
     _fields_ = [("dtype", ctypes.c_char_p), ("device", ctypes.c_char_p),
-                ("experts_implementation", ctypes.c_char_p), ("dequantize", ctypes.c_bool)]
+                ("experts_implementation", ctypes.c_char_p), ("dequantize", ctypes.c_bool),
+                ("quantize", ctypes.c_char_p)]
 
 
 class _ForwardArgs(ctypes.Structure):
@@ -84,6 +85,7 @@ _free = fn("hr_model_free", [_P], None)
 _forward = fn("hr_model_forward", [_P, ctypes.POINTER(_ForwardArgs), ctypes.POINTER(_P)])
 _arch = fn("hr_model_arch", [_P], ctypes.c_char_p)
 _mdtype = fn("hr_model_dtype", [_P])
+_mweights = fn("hr_model_weight_types", [_P], ctypes.c_char_p)
 _vocab = fn("hr_model_vocab_size", [_P], ctypes.c_int64)
 _set_experts = fn("hr_model_set_experts_implementation", [_P, ctypes.c_char_p])
 _get_experts = fn("hr_model_experts_implementation", [_P], ctypes.c_char_p)
@@ -153,6 +155,12 @@ class HubrtModelForCausalLM:
     def dtype(self):
         from .tensor import DTYPES
         return DTYPES[_mdtype(self._h)]
+
+    @property
+    def weight_types(self):
+        """The dtypes the weights are held in: ["f32", "q8_0", "q4_1"] for the
+        demo's Q4_1 file kept in its blocks."""
+        return _mweights(self._h).decode().split(",")
 
     @property
     def vocab_size(self):
@@ -393,13 +401,15 @@ class AutoModelForCausalLM:
 
     @classmethod
     def from_pretrained(cls, path, dtype="auto", device_map="cpu", experts_implementation=None, dequantize=False,
-                        **kwargs):
+                        quantize=None, **kwargs):
         """experts_implementation: a mixture-of-experts model's experts, "grouped"
         (the default; transformers' "grouped_mm" and "batched_mm" name it too),
         "eager" (transformers' per-expert loop), a kernel repository "org/name"
         or a Kernel from hubrt.get_kernel. dequantize: a GGUF file's
         block-quantized weights, kept in their blocks on the CPU by default,
-        cast to dtype at load instead."""
+        cast to dtype at load instead. quantize: "q8_0", "q4_0", "q4_1",
+        "q5_0" or "q5_1": the float linear and embedding matrices quantized
+        into it while loading (the CPU only)."""
         hub_args = {k: kwargs.pop(k) for k in HUB_ARGS if k in kwargs}
         if kwargs:
             raise TypeError(f"unsupported arguments: {', '.join(sorted(kwargs))}")
@@ -409,7 +419,7 @@ class AutoModelForCausalLM:
         from .kernels import Kernel
         impl = experts_implementation if isinstance(experts_implementation, str) else None
         opts = _ModelOptions(dtype=dt.encode(), device=dev.encode(), experts_implementation=impl.encode() if impl else None,
-                             dequantize=bool(dequantize))
+                             dequantize=bool(dequantize), quantize=quantize.encode() if quantize else None)
         h = _P()
         check(_load(os.fspath(path).encode(), ctypes.byref(opts), ctypes.byref(h)))
         model = HubrtModelForCausalLM(h, path)

@@ -41,6 +41,7 @@ _dev_name = fn("hr_device_name", [_P], ctypes.c_char_p)
 _dev_index = fn("hr_device_index", [_P])
 _tdevice = fn("hr_tensor_device", [_P], _P)
 _to = fn("hr_tensor_to", [_P, _P, ctypes.POINTER(_P)])
+_quantize = fn("hr_tensor_quantize", [_P, ctypes.c_int, ctypes.POINTER(_P)])
 _view = fn("hr_tensor_view", [_P, ctypes.c_int, _I64P, ctypes.POINTER(_P)])
 _reshape = fn("hr_tensor_reshape", [_P, ctypes.c_int, _I64P, ctypes.POINTER(_P)])
 _slice = fn("hr_tensor_slice", [_P, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
@@ -167,6 +168,15 @@ class Tensor:
 
     def item(self):
         return self.numpy().item()
+
+    def quantize(self, dtype):
+        """A CPU copy in block type dtype ("q8_0", "q4_0", "q4_1", "q5_0",
+        "q5_1"), quantized row by row as ggml's reference quantizer does."""
+        if dtype not in QUANTIZED:
+            raise ValueError(f"{dtype!r} is not a block type ({', '.join(sorted(QUANTIZED))})")
+        out = _P()
+        check(_quantize(self._h, DTYPES.index(dtype), ctypes.byref(out)))
+        return Tensor(out)
 
     def to(self, dev=None, dtype=None):
         """Copy to a device ('cpu', ...) and/or cast to a dtype."""

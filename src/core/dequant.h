@@ -1,8 +1,10 @@
 /* Rows of any storage dtype to f32: block-quantized ones as ggml's
- * dequantize_row_* computes them (core/dequant.c). */
+ * dequantize_row_* computes them (core/dequant.c); and f32 rows into the
+ * 32-element block types as its quantize_row_*_ref does (core/quantize.c). */
 #ifndef HR_CORE_DEQUANT_H
 #define HR_CORE_DEQUANT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "hubrt/base.h"
@@ -22,5 +24,10 @@ void hr_dq_q6_k(const uint8_t *src, float *dst, int64_t nb);
  * f32 (dequant_iquant.c). */
 void hr_dq_iq4_nl(const uint8_t *src, float *dst, int64_t nb);
 void hr_dq_iq4_xs(const uint8_t *src, float *dst, int64_t nb);
+
+/* Whether hr_quantize_row makes dt: q8_0, q4_0, q4_1, q5_0, q5_1. */
+bool hr_quantize_supported(hr_dtype dt);
+/* n f32 values (a multiple of 32) into n / 32 blocks of dt at dst. */
+void hr_quantize_row(hr_dtype dt, const float *src, uint8_t *dst, int64_t n);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dequant.h"
 #include "core/error.h"
 #include "hubrt/kernels.h"
 #include "ops/experts_impl.h"
@@ -86,12 +87,26 @@ const char *hr_model_experts_implementation(const hr_model *m) {
     return m->experts_per_expert ? "eager" : "grouped";
 }
 
+static hr_status resolve_quantize(const hr_model_options *opts, hr_dtype *out) {
+    *out = HR_DTYPE_COUNT;
+    if (!opts || !opts->quantize) return HR_OK;
+    hr_dtype dt;
+    if (hr_dtype_parse(opts->quantize, &dt) != HR_OK || !hr_quantize_supported(dt))
+        return hr_error(HR_ERR_INVALID_ARG, "quantize '%s' is not a type hubrt quantizes into (q8_0, q4_0, q4_1, "
+                        "q5_0, q5_1)", opts->quantize);
+    if (opts->dequantize)
+        return hr_error(HR_ERR_INVALID_ARG, "quantize '%s' and dequantize together: pick one", opts->quantize);
+    *out = dt;
+    return HR_OK;
+}
+
 static hr_status model_init(hr_model *m, const char *dir, const hr_model_options *opts) {
     if (opts && opts->experts_implementation)
         HR_TRY(hr_model_set_experts_implementation(m, opts->experts_implementation));
     HR_TRY(hr_model_config_load(dir, &m->cfg, &m->arch, &m->arch_cfg));
     HR_TRY(resolve_dtype(opts, &m->cfg, &m->dtype));
     m->dequantize = opts && opts->dequantize;
+    HR_TRY(resolve_quantize(opts, &m->quantize));
     HR_TRY(hr_device_get(opts && opts->device ? opts->device : "cpu", &m->dev));
     HR_TRY(hr_model_rope_init(m));
     HR_TRY(hr_checkpoint_open(dir, &m->ckpt));

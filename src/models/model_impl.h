@@ -169,6 +169,7 @@ struct hr_model {
     void *arch_cfg;             /* the architecture's own config (arch->cfg_size bytes) */
     hr_dtype dtype;
     bool dequantize;            /* block-quantized weights cast to dtype at load (hr_model_options) */
+    hr_dtype quantize;          /* float matrices quantized into it at load; HR_DTYPE_COUNT: none */
     uint32_t weight_types;      /* bit d: some weight is stored in dtype d */
     char weight_types_str[96];  /* the same as names, hr_model_weight_types */
     hr_device *dev;

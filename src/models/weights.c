@@ -200,9 +200,28 @@ static hr_status load_rearranged(hr_model *m, const weight_ref *r, hr_tensor **o
  * otherwise. */
 static hr_dtype load_dtype(const hr_model *m, const weight_ref *r) {
     hr_dtype stored = hr_checkpoint_stored_dtype(m->ckpt, r->name);
-    bool keep = r->blocks_ok && !m->dequantize && m->dev == hr_device_cpu() && dims_rank(r->dims) == 2 &&
-                hr_dtype_is_quantized(stored);
-    return keep ? stored : m->dtype;
+    bool blocks = r->blocks_ok && !m->dequantize && m->dev == hr_device_cpu() && dims_rank(r->dims) == 2;
+    if (blocks && hr_dtype_is_quantized(stored)) return stored;
+    /* asked to quantize: a float matrix whose rows divide into blocks */
+    bool values = stored == HR_F32 || stored == HR_BF16 || stored == HR_F16;
+    if (blocks && m->quantize != HR_DTYPE_COUNT && values &&
+        hr_model_dim(m, r->dims[1], r->il) % hr_dtype_block(m->quantize) == 0)
+        return m->quantize;
+    return m->dtype;
+}
+
+/* Weight r quantized into dt from its stored values (a view of the file,
+ * whose pages go once read): memory holds the blocks and one tensor's
+ * pages at a time. */
+static hr_status load_quantized(hr_model *m, const weight_ref *r, hr_dtype dt, hr_tensor **out) {
+    hr_tensor *src = NULL;
+    HR_TRY(hr_checkpoint_tensor_as(m->ckpt, r->name, hr_checkpoint_stored_dtype(m->ckpt, r->name), &src));
+    hr_status s = hr_tensor_quantize(src, dt, out);
+    hr_tensor_free(src);
+    hr_checkpoint_drop_tensor(m->ckpt, r->name);
+    if (s != HR_OK) return hr_error_context(s, "quantizing '%s' into %s", r->name, hr_dtype_name(dt));
+    hr_tensor_set_name(*out, r->name);
+    return HR_OK;
 }
 
 /* Loads weight `name` (checked by hr_model_check_weights) in the model
@@ -227,8 +246,11 @@ static hr_status load_weight(hr_model *m, const weight_ref *r, hr_tensor **out) 
         *out = n;
         return HR_OK;
     }
+    hr_dtype dt = load_dtype(m, r);
+    if (hr_dtype_is_quantized(dt) && !hr_dtype_is_quantized(hr_checkpoint_stored_dtype(m->ckpt, name)))
+        return load_quantized(m, r, dt, out);
     /* cast (GGUF: dequantized) once at load to the model dtype */
-    HR_TRY(hr_checkpoint_tensor_as(m->ckpt, name, load_dtype(m, r), &t));
+    HR_TRY(hr_checkpoint_tensor_as(m->ckpt, name, dt, &t));
     /* A copy made: nothing reads the stored bytes again (a reader that did
      * would fault them back in), so their pages go now; kept, an f32
      * checkpoint run in bf16 held both, 1.5x its bytes. */

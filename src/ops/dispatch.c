@@ -41,6 +41,15 @@ static hr_status op_context(hr_status s, const char *name) {
     return hr_error(s, "op '%s':%s", name, rest);
 }
 
+/* Whether input i of op may be block-quantized: linear's weight, each
+ * weight of a linear_group, embedding's table. */
+static bool reads_blocks(hr_op op, const void *attrs, int i) {
+    if (op == HR_OP_linear) return i == 1;
+    if (op == HR_OP_embedding) return i == 0;
+    if (op == HR_OP_linear_group) return attrs && i >= 1 && i <= ((const hr_attrs_linear_group *)attrs)->n;
+    return false;
+}
+
 static hr_status validate(hr_op op, const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor **outs,
                           int n_out) {
     if ((unsigned)op >= HR_OP_COUNT) return hr_error(HR_ERR_INVALID_ARG, "invalid op id %d", (int)op);
@@ -55,6 +64,15 @@ static hr_status validate(hr_op op, const void *attrs, const hr_tensor *const *i
     if (!outs) return hr_error(HR_ERR_INVALID_ARG, "op '%s': outs is NULL", hr_op_name(op));
     for (int i = 0; i < n_in; i++)
         if (!in || !in[i]) return hr_error(HR_ERR_INVALID_ARG, "op '%s': input %d is NULL", hr_op_name(op), i);
+    for (int i = 0; i < n_in; i++)
+        if (hr_dtype_is_quantized(in[i]->dtype) && !reads_blocks(op, attrs, i))
+            return hr_error(HR_ERR_DTYPE, "op '%s': input %d ('%s') is block-quantized (%s); only linear's weight "
+                            "and embedding's table are read in blocks", hr_op_name(op), i, in[i]->name,
+                            hr_dtype_name(in[i]->dtype));
+    for (int i = 0; i < n_out; i++)
+        if (outs[i] && hr_dtype_is_quantized(outs[i]->dtype))
+            return hr_error(HR_ERR_DTYPE, "op '%s': output %d is block-quantized (%s); no op writes blocks",
+                            hr_op_name(op), i, hr_dtype_name(outs[i]->dtype));
     return HR_OK;
 }
 

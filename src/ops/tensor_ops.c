@@ -1,9 +1,12 @@
 /* Tensor functions that run ops: zero fills on devices without host
- * memory, scalars, copies across devices and host reads of strided views. */
+ * memory, scalars, copies across devices, host reads of strided views, and
+ * quantizing into block types. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dequant.h"
 #include "core/error.h"
+#include "core/threadpool.h"
 #include "device/device_impl.h"
 #include "ops/capture.h"
 
@@ -77,4 +80,62 @@ hr_status hr_tensor_reshape(const hr_tensor *t, int ndim, const int64_t *shape, 
     hr_status s = hr_tensor_view(c, ndim, res, out);
     hr_tensor_free(c);
     return s;
+}
+
+typedef struct quant_job {
+    const char *src;
+    hr_dtype sdt, dt;
+    int64_t rows, cols;
+    uint8_t *dst;
+    float *tmp; /* [threads][cols] */
+} quant_job;
+
+static void quant_rows(void *arg, int ith, int nth) {
+    const quant_job *j = arg;
+    int64_t b, e;
+    hr_split_range(j->rows, ith, nth, &b, &e);
+    float *f = j->tmp + (size_t)ith * (size_t)j->cols;
+    size_t in_row = (size_t)j->cols * hr_dtype_size(j->sdt), out_row = hr_dtype_nbytes(j->dt, j->cols);
+    for (int64_t r = b; r < e; r++) {
+        hr_dequant_row(j->sdt, (const uint8_t *)j->src + (size_t)r * in_row, f, j->cols);
+        hr_quantize_row(j->dt, f, j->dst + (size_t)r * out_row, j->cols);
+    }
+}
+
+hr_status hr_tensor_quantize(const hr_tensor *t, hr_dtype dt, hr_tensor **out) {
+    if (!t || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_tensor_quantize: NULL argument");
+    *out = NULL;
+    char label[200];
+    hr_tensor_label(t, label, sizeof label);
+    if (!hr_quantize_supported(dt))
+        return hr_error(HR_ERR_DTYPE, "quantize %s: hubrt quantizes into q8_0, q4_0, q4_1, q5_0 and q5_1, not %s", label,
+                        hr_dtype_name(dt));
+    if (t->dtype != HR_F32 && t->dtype != HR_BF16 && t->dtype != HR_F16)
+        return hr_error(HR_ERR_DTYPE, "quantize %s: the values must be f32, bf16 or f16", label);
+    if (!t->buf->device->host_visible)
+        return hr_error(HR_ERR_UNSUPPORTED, "quantize %s: the tensor must be in host memory", label);
+    if (t->ndim < 1 || t->shape[t->ndim - 1] % 32)
+        return hr_error(HR_ERR_SHAPE, "quantize %s: the last dim must be a multiple of 32 (the block)", label);
+    hr_tensor *c = NULL;
+    if (!hr_tensor_is_contiguous(t)) HR_TRY(hr_contiguous(t, &c));
+    const hr_tensor *s = c ? c : t;
+    quant_job j = {.src = hr_tensor_ptr(s), .sdt = s->dtype, .dt = dt, .cols = t->shape[t->ndim - 1]};
+    j.rows = j.cols ? hr_tensor_numel(t) / j.cols : 0;
+    int nth = hr_parallel_threads_for(j.rows * j.cols, HR_GRAIN_ROWS);
+    hr_status st = hr_tensor_empty(hr_device_cpu(), dt, t->ndim, t->shape, out);
+    if (st == HR_OK && j.rows * j.cols > 0) {
+        j.dst = hr_tensor_ptr(*out);
+        j.tmp = malloc(sizeof(float) * (size_t)nth * (size_t)j.cols);
+        if (j.tmp) hr_parallel_run(quant_rows, &j, nth);
+        else st = hr_error(HR_ERR_OOM, "quantize %s: out of memory", label);
+        free(j.tmp);
+    }
+    hr_tensor_free(c);
+    if (st != HR_OK) {
+        hr_tensor_free(*out);
+        *out = NULL;
+        return st;
+    }
+    hr_tensor_set_name(*out, t->name);
+    return HR_OK;
 }

@@ -207,3 +207,23 @@ def test_float_tensors_are_file_views(ggufs, monkeypatch):
     model = hubrt.AutoModelForCausalLM.from_pretrained(path, dtype="float32")
     np.testing.assert_array_equal(model(ids).logits, want)
     assert file_rss_kb(path) * 1024 <= header + (64 << 10), (file_rss_kb(path), header)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama3-tok", "tiny-qwen3-tok"])
+def test_quantize_at_load_equals_llama_cpp_q8_0(tmp_path, name):
+    """A float checkpoint quantized into Q8_0 while loading (quantize="q8_0")
+    holds the blocks llama.cpp's converter writes for --outtype q8_0 (its
+    gguf-py quantizer, ggml's reference): the logits of the two are the same
+    bits, q/k rows permuted by the converter and an untied head included."""
+    import gguf
+    path = tmp_path / f"{name}.q8_0.gguf"
+    convert(FIX / name, path, "q8_0")
+    assert {t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors} == {"F32", "Q8_0"}
+    ids = np.random.default_rng(0).integers(3, 100000, (2, 40))
+    file = hubrt.AutoModelForCausalLM.from_pretrained(path, dtype="float32")
+    ours = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name, dtype="float32", quantize="q8_0")
+    assert ours.weight_types == file.weight_types == ["f32", "q8_0"]
+    np.testing.assert_array_equal(ours(ids).logits, file(ids).logits)
+    # and near the float model: Q8_0 weights, int8 activations
+    plain = hubrt.AutoModelForCausalLM.from_pretrained(FIX / name, dtype="float32")(ids).logits
+    assert rel_err(ours(ids).logits, plain) < 0.05

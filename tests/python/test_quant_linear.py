@@ -151,3 +151,85 @@ def test_linear_refuses_bad_operands(quant):
         hubrt.ops.linear(hubrt.from_numpy(np.ones((1, 256), np.float32)), w)
     with pytest.raises(hubrt.HubrtError, match="must be f32, bf16 or f16"):
         hubrt.ops.linear(hubrt.from_numpy(np.ones((1, 512), np.int32)), w)
+
+
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])
+@pytest.mark.parametrize("src", ["f32", "bf16"])
+def test_quantizer_matches_gguf(name, src):
+    """hubrt's quantizer gives the blocks gguf-py's (which follows ggml's
+    reference quantize_row_*_ref bit for bit) gives: random rows with a zero
+    block, a block of one repeated value, exact halves (rounding ties) and
+    the extremes at either sign."""
+    import gguf
+    from gguf.quants import quantize
+    rng = np.random.default_rng(sum(map(ord, name + src)))
+    x = (rng.standard_normal((5, 256)) * rng.uniform(0.01, 3, (5, 1))).astype(np.float32)
+    x[0, :32] = 0
+    x[1, 32:64] = 0.75
+    # Q8_0's scale is 1 in this block (amax 127): its halves are rounding
+    # ties, which the reference rounds away from zero
+    x[2, 64:96] = np.arange(32, dtype=np.float32) - 15.5
+    x[2, 64] = 127
+    x[3, 96:128] = -x[3, 96:128] * 100
+    if src == "bf16":
+        x = (x.view(np.uint32) & 0xFFFF0000).view(np.float32)  # bf16-exact values
+    t = hubrt.from_numpy(x).to(dtype=src) if src != "f32" else hubrt.from_numpy(x)
+    got = t.quantize(name.lower())
+    want = quantize(x, gguf.GGMLQuantizationType[name])
+    assert got.dtype == name.lower() and list(got.shape) == [5, 256]
+    np.testing.assert_array_equal(got.numpy(raw=True), want)
+
+
+def test_quantize_refuses_what_it_cannot():
+    with pytest.raises(hubrt.HubrtError, match="multiple of 32"):
+        hubrt.from_numpy(np.ones((2, 48), np.float32)).quantize("q8_0")
+    with pytest.raises(hubrt.HubrtError, match="q8_0, q4_0, q4_1, q5_0 and q5_1, not q4_k"):
+        hubrt.from_numpy(np.ones((2, 256), np.float32)).quantize("q4_k")
+    with pytest.raises(hubrt.HubrtError, match="f32, bf16 or f16"):
+        hubrt.from_numpy(np.ones((2, 32), np.int32)).quantize("q8_0")
+
+
+@pytest.fixture(scope="module")
+def fix():
+    """The tiny checkpoints these tests load (scripts/make_fixtures.py)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, str(root / "scripts" / "make_fixtures.py"), "tiny", "--only", "tiny-llama",
+                    "tiny-llama-gqa7"], check=True, capture_output=True)
+    return root / "fixtures"
+
+
+@pytest.mark.parametrize("q", ["q4_0", "q4_1", "q5_0", "q5_1"])
+def test_quantize_at_load_keeps_what_does_not_divide(fix, q):
+    """quantize= turns the float matrices whose rows divide into 32-element
+    blocks into that type while loading; the others (this checkpoint's
+    112-wide q/k/v, gate/up and embedding) stay in the model dtype. The
+    logits stay near the float model's. (Q8_0 against llama.cpp's own Q8_0
+    file, bit for bit: test_gguf_convert.py.)"""
+    ids = np.random.default_rng(3).integers(0, 500, (2, 24))
+    plain = hubrt.AutoModelForCausalLM.from_pretrained(fix / "tiny-llama-gqa7", dtype="float32")
+    quant = hubrt.AutoModelForCausalLM.from_pretrained(fix / "tiny-llama-gqa7", dtype="float32", quantize=q)
+    assert quant.weight_types == ["f32", q]
+    a, b = plain(ids).logits, quant(ids).logits
+    assert 0 < np.abs(a - b).max() <= 0.1 * (a.max() - a.min())
+
+
+def test_quantize_at_load_refusals(fix):
+    with pytest.raises(hubrt.HubrtError, match="quantize 'q4_k' is not a type hubrt quantizes into"):
+        hubrt.AutoModelForCausalLM.from_pretrained(fix / "tiny-llama", quantize="q4_k")
+    with pytest.raises(hubrt.HubrtError, match="pick one"):
+        hubrt.AutoModelForCausalLM.from_pretrained(fix / "tiny-llama", quantize="q8_0", dequantize=True)
+
+
+def test_cli_quantize_flag(fix):
+    import subprocess
+    from hubrt_cli_util import CLI
+    r = subprocess.run([CLI, "bench", str(fix / "tiny-llama"), "--prompt-len", "8", "--gen", "4", "--dtype", "f32",
+                        "--quantize", "q4_1"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    import json
+    assert json.loads(r.stdout.strip().splitlines()[-1])["weights"] == "f32,q4_1"
+    bad = subprocess.run([CLI, "bench", str(fix / "tiny-llama"), "--quantize", "q9"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "quantize 'q9'" in bad.stderr
