@@ -82,7 +82,8 @@ HR_API void hr_clear_error(void);
     X(Q5_K, q5_k, 256, 176)       \
     X(Q6_K, q6_k, 256, 210)       \
     X(IQ4_NL, iq4_nl, 32, 18)     \
-    X(IQ4_XS, iq4_xs, 256, 136)
+    X(IQ4_XS, iq4_xs, 256, 136)   \
+    X(MXFP4, mxfp4, 32, 17)
 
 typedef enum hr_dtype {
 #define HR_X_(E, n, st, sz, ct) HR_##E,

@@ -12,7 +12,8 @@ _I64P = ctypes.POINTER(ctypes.c_int64)
 # carried as raw uint16 bits.
 DTYPES = ["f32", "bf16", "f16", "i64", "i32", "u8", "bool", "f64", "i8", "i16",
           # block-quantized (HR_QTYPE_LIST): numpy(raw=True) gives their bytes
-          "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"]
+          "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs",
+          "mxfp4"]
 QUANTIZED = set(DTYPES[10:])
 _NP = {"f32": np.float32, "bf16": np.uint16, "f16": np.float16, "i64": np.int64,
        "i32": np.int32, "u8": np.uint8, "bool": np.bool_, "f64": np.float64,

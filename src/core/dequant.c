@@ -86,6 +86,7 @@ void hr_dequant_row(hr_dtype dt, const uint8_t *src, float *dst, int64_t n) {
     case HR_Q6_K: hr_dq_q6_k(src, dst, n / 256); break;
     case HR_IQ4_NL: hr_dq_iq4_nl(src, dst, n / 32); break;
     case HR_IQ4_XS: hr_dq_iq4_xs(src, dst, n / 256); break;
+    case HR_MXFP4: hr_dq_mxfp4(src, dst, n / 32); break;
     default: memset(dst, 0, sizeof(float) * (size_t)n); break;
     }
 }

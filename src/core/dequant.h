@@ -24,6 +24,10 @@ void hr_dq_q6_k(const uint8_t *src, float *dst, int64_t nb);
  * f32 (dequant_iquant.c). */
 void hr_dq_iq4_nl(const uint8_t *src, float *dst, int64_t nb);
 void hr_dq_iq4_xs(const uint8_t *src, float *dst, int64_t nb);
+/* `nb` MXFP4 blocks (32 elements, an e8m0 scale) into f32, and the scale of
+ * exponent byte e (2^(e - 128), ggml's GGML_E8M0_TO_FP32_HALF). */
+void hr_dq_mxfp4(const uint8_t *src, float *dst, int64_t nb);
+float hr_e8m0_half(uint8_t e);
 
 /* Whether hr_quantize_row makes dt: q8_0, q4_0, q4_1, q5_0, q5_1. */
 bool hr_quantize_supported(hr_dtype dt);

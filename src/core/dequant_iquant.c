@@ -4,6 +4,8 @@
  * cluster, times the block's scale. These are the "IQ4_NL" and "IQ4_XS"
  * files; the other i-quants index lattice grids of hundreds of entries and
  * are refused at parse time. */
+#include <string.h>
+
 #include "core/half.h"
 #include "core/dequant.h"
 
@@ -34,6 +36,29 @@ void hr_dq_iq4_xs(const uint8_t *src, float *y, int64_t nb) {
         for (int ib = 0; ib < 8; ib++, y += 32, qs += 16) {
             int ls = ((scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | (int)((scales_h >> 2 * ib) & 3) << 4;
             nibbles32(qs, d * (float)(ls - 32), y);
+        }
+    }
+}
+
+/* MXFP4 (OCP microscaling, the type llama.cpp keeps gpt-oss's experts in):
+ * an e8m0 exponent byte e, then 16 bytes of e2m1 codes as IQ4_NL's nibbles;
+ * the codes' values doubled (0, 1, 2, 3, 4, 6, 8, 12 and their negatives)
+ * times 2^(e - 128), as ggml's GGML_E8M0_TO_FP32_HALF builds it bitwise. */
+static const int8_t MXFP4_LEVELS[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float hr_e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+void hr_dq_mxfp4(const uint8_t *src, float *y, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += 17, y += 32) {
+        float d = hr_e8m0_half(src[0]);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)MXFP4_LEVELS[src[1 + j] & 0xF];
+            y[j + 16] = d * (float)MXFP4_LEVELS[src[1 + j] >> 4];
         }
     }
 }

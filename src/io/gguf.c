@@ -131,7 +131,7 @@ static hr_status parse_tensor(cursor *c, gguf_tensor *t) {
     HR_TRY(rd_u32(c, &ty, "a tensor type"));
     if (!known_type(ty))
         return hr_error(HR_ERR_UNSUPPORTED, "%s: tensor '%s' has ggml type %u; hubrt reads F32, F16, BF16, Q8_0, "
-                        "Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS", L, t->name, ty);
+                        "Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4", L, t->name, ty);
     t->type = (ggml_type)ty;
     HR_TRY(rd_u64(c, &t->offset, "a tensor offset"));
     uint64_t be = block_elems(t->type);
@@ -294,6 +294,7 @@ hr_dtype hr_gguf_type_dtype(ggml_type type) {
     case GGML_Q6_K: return HR_Q6_K;
     case GGML_IQ4_NL: return HR_IQ4_NL;
     case GGML_IQ4_XS: return HR_IQ4_XS;
+    case GGML_MXFP4: return HR_MXFP4;
     }
     return HR_DTYPE_COUNT;
 }

@@ -10,7 +10,10 @@ import hubrt
 # type -> byte offsets of the block's f16 scale fields
 SCALES = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
           "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
-          "IQ4_NL": [0], "IQ4_XS": [0]}
+          "IQ4_NL": [0], "IQ4_XS": [0], "MXFP4": []}
+# type -> byte offsets of an e8m0 exponent byte (kept near 2^0: any byte is
+# a scale, but 2^127 times the codes overflows float32)
+EXPONENTS = {"MXFP4": [0]}
 
 
 def random_blocks(qtype, rows, cols, rng):
@@ -20,6 +23,8 @@ def random_blocks(qtype, rows, cols, rng):
     for off in SCALES[qtype.name]:
         scale = rng.uniform(-0.05, 0.05, (rows, cols // block)).astype(np.float16)
         data[:, :, off:off + 2] = scale.view(np.uint8).reshape(rows, cols // block, 2)
+    for off in EXPONENTS.get(qtype.name, []):
+        data[:, :, off] = rng.integers(110, 136, (rows, cols // block))
     return data.reshape(rows, -1)
 
 

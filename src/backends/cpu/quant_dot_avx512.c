@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backends/cpu/quant_rows.h"
+#include "core/dequant.h"
 
 #define TARGET_ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
 #define INLINE_ static inline __attribute__((always_inline)) TARGET_
@@ -82,8 +83,9 @@ INLINE_ float f16_at(const uint8_t *p) {
  * (quant_rows.c's unpacked form, in registers). */
 INLINE_ __m256i block_u(hr_dtype dt, const uint8_t *p, float *d, float *c) {
     static const uint8_t IQ4_U[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+    static const uint8_t MXFP4_U[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
     uint32_t qh;
-    *d = f16_at(p);
+    *d = dt == HR_MXFP4 ? 0.0f : f16_at(p);
     switch (dt) {
     case HR_Q4_0: *c = -8.0f * *d; return nibbles32(p + 2);
     case HR_Q4_1: *c = f16_at(p + 2); return nibbles32(p + 4);
@@ -98,6 +100,11 @@ INLINE_ __m256i block_u(hr_dtype dt, const uint8_t *p, float *d, float *c) {
     case HR_Q8_0:
         *c = -128.0f * *d;
         return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)), _mm256_set1_epi8((char)0x80));
+    case HR_MXFP4:
+        *d = hr_e8m0_half(p[0]);
+        *c = -12.0f * *d;
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)MXFP4_U)),
+                                   nibbles32(p + 1));
     default: /* HR_IQ4_NL */
         *c = -128.0f * *d;
         return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_U)),
@@ -169,7 +176,7 @@ INLINE_ void gemv_row(hr_dtype dt, size_t bb, const uint8_t *w, size_t w_rs, int
 
 /* The 32-element types block_u reads; DISPATCH_Q32_ calls fn with dt as a
  * constant, so that each type gets its own copy of the inlined loop. */
-#define Q32_TYPES_(X) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(IQ4_NL)
+#define Q32_TYPES_(X) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(IQ4_NL) X(MXFP4)
 #define Q32_CASE_(T) case HR_##T: Q32_FN_(HR_##T); break;
 #define DISPATCH_Q32_(dt) \
     switch (dt) { Q32_TYPES_(Q32_CASE_) default: break; }

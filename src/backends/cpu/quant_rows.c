@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backends/cpu/quant_rows.h"
+#include "core/dequant.h"
 #include "core/half.h"
 #include "hubrt/runtime.h"
 
@@ -64,6 +65,17 @@ static void row_iq4_nl(const uint8_t *p, int64_t nb, uint8_t *u, float *s, float
         float d = hr_f16_load(p);
         nibbles(p + 2, u, IQ4_U);
         run32(s, c, d, -128.0f * d);
+    }
+}
+
+/* MXFP4: the doubled e2m1 levels with 12 added, so u >= 0; c = -12 d. */
+static const uint8_t MXFP4_U[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
+static void row_mxfp4(const uint8_t *p, int64_t nb, uint8_t *u, float *s, float *c) {
+    for (int64_t b = 0; b < nb; b++, p += 17, u += 32, s += 2, c += 2) {
+        float d = hr_e8m0_half(p[0]);
+        nibbles(p + 1, u, MXFP4_U);
+        run32(s, c, d, -12.0f * d);
     }
 }
 
@@ -190,6 +202,7 @@ void hr_quant_unpack_rows(hr_dtype dt, const uint8_t *src, size_t row_bytes, int
         case HR_Q6_K: row_q6_k(src, nb, u, s, c); break;
         case HR_IQ4_NL: row_iq4_nl(src, nb, u, s, c); break;
         case HR_IQ4_XS: row_iq4_xs(src, nb, u, s, c); break;
+        case HR_MXFP4: row_mxfp4(src, nb, u, s, c); break;
         default: memset(u, 0, (size_t)k), memset(s, 0, sizeof *s * (size_t)runs), memset(c, 0, sizeof *c * (size_t)runs);
         }
     }
