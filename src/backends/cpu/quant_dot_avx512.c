@@ -112,12 +112,6 @@ INLINE_ __m256i block_u(hr_dtype dt, const uint8_t *p, float *d, float *c) {
     }
 }
 
-INLINE_ float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
 /* out[j] = dot(weight row j, x) for nw weight rows: two blocks per
  * vpdpbusd (one per 256-bit half, each half scaled by its block's weight
  * and activation scales), two chains to hide its latency; the blocks'
