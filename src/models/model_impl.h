@@ -206,6 +206,17 @@ static inline hr_layer_kind hr_model_layer_kind(const hr_model *m, int64_t il) {
     return (hr_layer_kind)m->cfg.layer_kind[il];
 }
 
+/* ---- experts weights in the Hub's MXFP4 form (weights_mxfp4.c) ----------- */
+
+/* Whether weight `name` is held as NAME_blocks and NAME_scales instead. */
+bool hr_mxfp4_held(const hr_model *m, const char *name);
+/* Checks their dtypes and shapes for a [experts, rows, cols] matrix. */
+hr_status hr_mxfp4_check(const hr_model *m, const char *name, int64_t experts, int64_t rows, int64_t cols);
+/* The matrix dequantized into the model dtype on the host; `interleaved`:
+ * rows 2i, 2i + 1 are gate and up row i, put as gate rows then up rows. */
+hr_status hr_mxfp4_load(hr_model *m, const char *name, int64_t experts, int64_t rows, int64_t cols, bool interleaved,
+                        hr_tensor **out);
+
 /* ---- config (config.c) -------------------------------------------------- */
 
 /* Reads config.json (or the config a GGUF file's metadata gives) and

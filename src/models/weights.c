@@ -117,6 +117,11 @@ static hr_status load_stacked(hr_model *m, const weight_ref *r, hr_tensor **out)
     return HR_OK;
 }
 
+/* A stacked experts weight held in MXFP4 blocks (weights_mxfp4.c). */
+static bool held_mxfp4(const hr_model *m, const weight_ref *r) {
+    return r->spec && dims_rank(r->dims) == 3 && hr_mxfp4_held(m, r->name);
+}
+
 static hr_weight_stored stored_of(const weight_ref *r) { return r->spec ? r->spec->stored : HR_STORED_AS_IS; }
 
 /* The dims a weight has in the checkpoint: the model's, with the last two
@@ -232,8 +237,13 @@ static hr_status load_quantized(hr_model *m, const weight_ref *r, hr_dtype dt, h
 static hr_status load_weight(hr_model *m, const weight_ref *r, hr_tensor **out) {
     const char *name = r->name;
     hr_tensor *t = NULL;
-    if (held_per_expert(m, r) || stored_of(r) != HR_STORED_AS_IS) {
-        HR_TRY(held_per_expert(m, r) ? load_stacked(m, r, &t) : load_rearranged(m, r, &t));
+    if (held_mxfp4(m, r) || held_per_expert(m, r) || stored_of(r) != HR_STORED_AS_IS) {
+        if (held_mxfp4(m, r))
+            HR_TRY(hr_mxfp4_load(m, name, hr_model_dim(m, r->dims[0], r->il), hr_model_dim(m, r->dims[1], r->il),
+                                 hr_model_dim(m, r->dims[2], r->il), stored_of(r) == HR_STORED_TRANSPOSED_INTERLEAVED,
+                                 &t));
+        else
+            HR_TRY(held_per_expert(m, r) ? load_stacked(m, r, &t) : load_rearranged(m, r, &t));
         if (hr_tensor_device(t) == m->dev) {
             *out = t;
             return HR_OK;
@@ -444,6 +454,9 @@ static hr_status check_tensor(hr_model *m, const char *name, int64_t il, int ndi
  * per expert or in stacked parts. */
 static hr_status check_weight(hr_model *m, const weight_ref *r, hr_tensor **slot) {
     (void)slot;
+    if (held_mxfp4(m, r))
+        return hr_mxfp4_check(m, r->name, hr_model_dim(m, r->dims[0], r->il), hr_model_dim(m, r->dims[1], r->il),
+                              hr_model_dim(m, r->dims[2], r->il));
     if (!held_per_expert(m, r)) {
         hr_dim dims[3];
         stored_dims(r, dims);

@@ -6,7 +6,8 @@ experts with top-2, top-1 and top-k = E; attention sinks; alternating
 sliding-window (8) and full layers over a ring cache; yarn rope; a router
 bias that sends every token to one expert; batch 4 with left padding; eager
 and compiled; cpu and xla_cpu; bf16; a tight swiglu_limit that clamps; the
-errors for an MXFP4 checkpoint and bad configs. Every parameter of rank
+Hub's MXFP4 experts (dequantized at load as transformers does) and the
+errors for other quant_methods and bad configs. Every parameter of rank
 <= 1 (norms, biases, sinks, the router's bias) is perturbed."""
 import numpy as np
 import pytest
@@ -158,7 +159,7 @@ def test_xla_cpu_generation_matches_cpu(ckpts, private_plan_cache):
 
 
 @pytest.mark.parametrize("config,message", [
-    ({"quantization_config": {"quant_method": "mxfp4"}}, r"quant_method 'mxfp4' is not supported"),
+    ({"quantization_config": {"quant_method": "bitsandbytes"}}, r"quant_method 'bitsandbytes' is not supported"),
     ({"num_experts_per_tok": 9}, r"num_experts_per_tok is 9, not 1 to num_local_experts \(8\)"),
     ({"swiglu_limit": 0}, r"swiglu_limit 0 must be positive"),
     ({"layer_types": ["full_attention", "chunked_attention", "full_attention", "full_attention"]},
@@ -170,3 +171,54 @@ def test_bad_config_is_refused_naming_the_field(ckpts, tmp_path, config, message
     path = copy_with(ckpts("top2"), tmp_path / "bad", config=config)
     with pytest.raises(hubrt.HubrtError, match=message):
         hr_model(path)
+
+
+def mxfp4_pair(src, tmp_path, scale_lo=118, scale_hi=131):
+    """An MXFP4 checkpoint as the Hub's gpt-oss releases hold it (random e2m1
+    codes and e8m0 scales as each expert weight's _blocks and _scales, the
+    op's [E, 2I, H] / [E, H, I] orientation), and the dense checkpoint that
+    transformers' own dequantizer (convert_moe_packed_tensors) makes of it."""
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    rng = np.random.default_rng(11)
+    packed = {}
+
+    def pack(t):
+        for key in [k for k in t if k.endswith("mlp.experts.gate_up_proj") or k.endswith("mlp.experts.down_proj")]:
+            e, a, b = t[key].shape  # transformers' [E, H, 2I] and [E, I, H]: the blocks are [E, b, a / 32, 16]
+            blocks = torch.from_numpy(rng.integers(0, 256, (e, b, a // 32, 16), dtype=np.uint8))
+            scales = torch.from_numpy(rng.integers(scale_lo, scale_hi, (e, b, a // 32), dtype=np.uint8))
+            packed[key] = (blocks, scales)
+            del t[key]
+            t[key + "_blocks"], t[key + "_scales"] = blocks, scales
+
+    def dense(t):
+        for key, (blocks, scales) in packed.items():
+            t[key] = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32).contiguous()
+
+    q = copy_with(src, tmp_path / "mxfp4", config={"quantization_config": {"quant_method": "mxfp4"}}, tensors=pack)
+    return q, copy_with(src, tmp_path / "dense", tensors=dense)
+
+
+def test_mxfp4_checkpoint_dequantized_as_transformers_does(ckpts, tmp_path):
+    """The Hub's MXFP4 experts load, dequantized at load: the same weights
+    (so the same logits, bit for bit) as the dense checkpoint transformers'
+    dequantizer gives, and within TOL of transformers on it."""
+    q, dense = mxfp4_pair(ckpts("top2"), tmp_path)
+    ids = random_ids((2, 21), seed=5)
+    got = hr_model(q)(ids).logits
+    np.testing.assert_array_equal(got, hr_model(dense)(ids).logits)
+    assert rel_err(got, hf_logits(dense, ids)) <= TOL
+    bf16 = hubrt.AutoModelForCausalLM.from_pretrained(q, dtype="bfloat16")(ids).logits
+    np.testing.assert_array_equal(bf16, hubrt.AutoModelForCausalLM.from_pretrained(dense, dtype="bfloat16")(ids).logits)
+
+
+def test_mxfp4_bad_blocks_named(ckpts, tmp_path):
+    q, _ = mxfp4_pair(ckpts("top2"), tmp_path)
+
+    def cut(t):
+        k = "model.layers.1.mlp.experts.down_proj_scales"
+        t[k] = t[k][:, :, :0].contiguous()
+    bad = copy_with(q, tmp_path / "bad", tensors=cut)
+    with pytest.raises(hubrt.HubrtError, match=r"MXFP4 tensor 'model.layers.1.mlp.experts.down_proj_scales' is "
+                                               r"\[8, 64, 0\] u8, expected u8 \[8, 64, 1\]"):
+        hr_model(bad)
