@@ -44,7 +44,14 @@ def demo_gguf():
 
 
 def quantize(src, out, ftype):
-    """llama.cpp's own quantizer (its stderr log goes to out + '.log')."""
+    """llama.cpp's own quantizer, in a process of its own: a child forked from
+    a large parent starts its peak RSS at the parent's (Linux keeps the high
+    water mark across exec), so this one stays small. Its log goes to
+    out + '.log'."""
+    subprocess.run([sys.executable, __file__, "--quantize-one", str(src), str(out), ftype], check=True, timeout=1800)
+
+
+def quantize_here(src, out, ftype):
     import llama_cpp
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype = getattr(llama_cpp, TYPES[ftype])
@@ -103,6 +110,8 @@ def decode_bytes(path, ctx):
 
 
 def main():
+    if sys.argv[1:2] == ["--quantize-one"]:
+        return quantize_here(*sys.argv[2:5])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hubrt", default=str(ROOT / "build" / "hubrt"))
     ap.add_argument("--rounds", type=int, default=3)
@@ -110,6 +119,7 @@ def main():
     ap.add_argument("--work", default=str(ROOT / "bench" / "results" / "run.tmp" / "quantized"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "quantized.md"))
     ap.add_argument("--qwen-gguf", default=str(ROOT / "fixtures" / "qwen3-0.6b-shaped.bf16.gguf"))
+    ap.add_argument("--only", default="", help="run only the files whose label holds this text")
     a = ap.parse_args()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -127,6 +137,7 @@ def main():
         if not out.exists():
             quantize(qwen, out, t)
         files[f"Qwen3-0.6B-shaped {t}"] = out
+    files = {k: v for k, v in files.items() if a.only in k}
     bw_start, cpu = read_bandwidth()
     seen = {}  # (file, case, engine) -> every round's result
     for rnd in range(a.rounds):
@@ -165,6 +176,8 @@ def main():
         lines.append(f"| {name} | hubrt / llama.cpp | | | {h['prefill_tok_s'] / l['prefill_tok_s']:.2f}x "
                      f"| {h['decode_tok_s'] / l['decode_tok_s']:.2f}x | | {h16['decode_tok_s'] / l16['decode_tok_s']:.2f}x | |")
     text = "\n".join(lines) + "\n"
+    (work / "quantized-runs.json").write_text(json.dumps([{"file": k[0], "case": k[1], "engine": k[2], "runs": v}
+                                                          for k, v in seen.items()]))
     Path(a.out).write_text(text)
     print(text)
 

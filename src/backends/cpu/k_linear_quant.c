@@ -119,7 +119,7 @@ static void tile_rows(const qlin *L, uint8_t *scratch, int64_t t0, int64_t t1) {
             int64_t j0 = t * TILE;
             int nt = L->n - j0 < TILE ? (int)(L->n - j0) : TILE;
             const uint8_t *wt = L->w + (size_t)j0 * L->w_rs;
-            if (L->path == PATH_GEMM && hr_qgemv_avx512_has(L->wdt)) {
+            if (L->path == PATH_GEMM && hr_quant_tile_has(L->wdt)) {
                 hr_quant_tile_avx512(L->wdt, wt, L->w_rs, L->k, nt, ui, s, ct, TILE);
             } else {
                 hr_quant_unpack_rows(L->wdt, wt, L->w_rs, L->k, nt, u, s, c);
@@ -176,12 +176,12 @@ hr_status hr_cpu_linear_quant(const hr_tensor *x, const hr_tensor *w, const hr_t
     bool avx512 = L.dot == hr_qdot_avx512;
     /* the other types unpack through plain C: a tile of them pays for its
      * interleaving from DOT_MAX_ROWS rows on */
-    bool simd_tile = hr_qgemv_has(L.wdt);
+    bool simd_tile = hr_quant_tile_has(L.wdt);
     /* one row reads the blocks in registers (PATH_GEMV) rather than through
      * a tile (Zen 4, a Q4_0 [1536, 576] weight, 2 threads: 1 row 44 GOP/s
      * in registers, 26 through a tile; 4 rows 83 and 95; 16 rows 91 and
      * 159, before the two-block kernel) */
-    L.path = L.m == 1 && simd_tile                             ? PATH_GEMV
+    L.path = L.m == 1 && hr_qgemv_has(L.wdt)                   ? PATH_GEMV
              : avx512 && (simd_tile || L.m > DOT_MAX_ROWS) ? PATH_GEMM
                                                                : PATH_DOT;
     L.x_block = X_BLOCK_BYTES / L.k > 0 ? X_BLOCK_BYTES / L.k : 1;

@@ -168,6 +168,105 @@ INLINE_ void gemv_row(hr_dtype dt, size_t bb, const uint8_t *w, size_t w_rs, int
     }
 }
 
+/* ---- decode rows of the k-quants ------------------------------------------------------ */
+
+/* Scale and min j (< 8) of a Q4_K/Q5_K super-block: 6 bits each in 12 bytes. */
+static inline void k_scale_min(int j, const uint8_t *q, int *d, int *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* out[j] = dot(row j, x) for Q4_K / Q5_K rows: each 64 elements are the
+ * low nibbles of 32 bytes (sub-block 2c) then their high nibbles (2c + 1),
+ * one vpdpbusd, each 256-bit half scaled by d * its 6-bit scale and x's
+ * scale; the mins' part (-dmin * min x the sub-block's x sum) in f32. */
+INLINE_ void gemv_row_q45k(bool five, const uint8_t *w, size_t w_rs, int64_t k, int nw, hr_qx x, const float *xsb,
+                           float *out) {
+    size_t bb = five ? 176 : 144;
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    for (int j = 0; j < nw; j++) {
+        const uint8_t *p = w + (size_t)j * w_rs;
+        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        float cacc = 0.0f;
+        for (int64_t e0 = 0; e0 < k; e0 += 256, p += bb) {
+            float d = f16_at(p), dmin = f16_at(p + 2);
+            const uint8_t *sc = p + 4, *ql = p + (five ? 48 : 16);
+            __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                int s0, m0, s1, m1;
+                k_scale_min(2 * c, sc, &s0, &m0);
+                k_scale_min(2 * c + 1, sc, &s1, &m1);
+                __m256i v = _mm256_loadu_si256((const __m256i *)(ql + 32 * c));
+                __m256i lo = _mm256_and_si256(v, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+                if (five) {
+                    /* the fifth bit of sub-block 2c is bit 2c of qh[l], of 2c + 1 bit 2c + 1 */
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+                }
+                int64_t b = (e0 + 64 * c) / 32; /* x's block of the first half */
+                __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                __m512 prod = _mm512_cvtepi32_ps(
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(x.q + e0 + 64 * c)));
+                __m512 scl = _mm512_castpd_ps(_mm512_insertf64x4(
+                    _mm512_castps_pd(_mm512_set1_ps(d * (float)s0 * x.xd[2 * b])),
+                    _mm256_castps_pd(_mm256_set1_ps(d * (float)s1 * x.xd[2 * b + 2])), 1));
+                acc[c & 1] = _mm512_fmadd_ps(prod, scl, acc[c & 1]);
+                cacc += -(dmin * (float)m0) * xsb[b] + -(dmin * (float)m1) * xsb[b + 1];
+            }
+        }
+        out[j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) + cacc;
+    }
+}
+
+/* out[j] = dot(row j, x) for Q6_K rows: per 128 elements, four 32-element
+ * quarters of 6-bit codes (low nibbles of ql[0..32), of ql[32..64), high
+ * nibbles of each, with 2 bits of qh each), two to a vpdpbusd; lanes in
+ * runs of 16 scaled by d * the run's int8 scale and x's scale; the codes'
+ * offset of 32 (-32 d scale x the run's x sum) in f32, 4 runs at a time. */
+INLINE_ void gemv_row_q6k(const uint8_t *w, size_t w_rs, int64_t k, int nw, hr_qx x, float *out) {
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
+    for (int j = 0; j < nw; j++) {
+        const uint8_t *p = w + (size_t)j * w_rs;
+        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        __m128 cacc = _mm_setzero_ps();
+        for (int64_t e0 = 0; e0 < k; e0 += 256, p += 210) {
+            float d = f16_at(p + 208);
+            for (int n = 0; n < 2; n++) {
+                const uint8_t *ql = p + 64 * n, *qh = p + 128 + 32 * n;
+                const int8_t *sc = (const int8_t *)(p + 192) + 8 * n;
+                __m256i v0 = _mm256_loadu_si256((const __m256i *)ql), v1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+                __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+                __m256i q[4] = {
+                    _mm256_or_si256(_mm256_and_si256(v0, lo4), _mm256_slli_epi16(_mm256_and_si256(h, two), 4)),
+                    _mm256_or_si256(_mm256_and_si256(v1, lo4),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), two), 4)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 4), lo4),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), two), 4)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v1, 4), lo4),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), two), 4))};
+                for (int half = 0; half < 2; half++) {
+                    int64_t e = e0 + 128 * n + 64 * half, r = e / 16; /* first element and run */
+                    __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(q[2 * half]), q[2 * half + 1], 1);
+                    __m512 prod = _mm512_cvtepi32_ps(
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(x.q + e)));
+                    int32_t s4;
+                    memcpy(&s4, sc + 4 * half, 4);
+                    __m128 ws = _mm_mul_ps(_mm_set1_ps(d), _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(s4))));
+                    acc[half] = _mm512_fmadd_ps(prod, spread4(_mm_mul_ps(ws, _mm_loadu_ps(x.xd + r))), acc[half]);
+                    cacc = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(-32.0f), ws), _mm_loadu_ps(x.xs + r), cacc);
+                }
+            }
+        }
+        __m128 c2 = _mm_add_ps(cacc, _mm_movehl_ps(cacc, cacc));
+        out[j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) + _mm_cvtss_f32(_mm_add_ss(c2, _mm_movehdup_ps(c2)));
+    }
+}
+
 /* The 32-element types block_u reads; DISPATCH_Q32_ calls fn with dt as a
  * constant, so that each type gets its own copy of the inlined loop. */
 #define Q32_TYPES_(X) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(IQ4_NL) X(MXFP4)
@@ -175,16 +274,22 @@ INLINE_ void gemv_row(hr_dtype dt, size_t bb, const uint8_t *w, size_t w_rs, int
 #define DISPATCH_Q32_(dt) \
     switch (dt) { Q32_TYPES_(Q32_CASE_) default: break; }
 
-bool hr_qgemv_avx512_has(hr_dtype dt) {
+bool hr_quant_tile_avx512_has(hr_dtype dt) {
 #define Q32_FN_(T) return true
     DISPATCH_Q32_(dt)
 #undef Q32_FN_
     return false;
 }
 
+bool hr_qgemv_avx512_has(hr_dtype dt) {
+    return hr_quant_tile_avx512_has(dt) || dt == HR_Q4_K || dt == HR_Q5_K || dt == HR_Q6_K;
+}
+
 TARGET_ void hr_qgemv_avx512(hr_dtype dt, const uint8_t *w, size_t w_rs, int64_t k, int nw, hr_qx x,
                              const float *xsb, float *out) {
     size_t bb = hr_dtype_nbytes(dt, 32);
+    if (dt == HR_Q4_K || dt == HR_Q5_K) return gemv_row_q45k(dt == HR_Q5_K, w, w_rs, k, nw, x, xsb, out);
+    if (dt == HR_Q6_K) return gemv_row_q6k(w, w_rs, k, nw, x, out);
 #define Q32_FN_(T) gemv_row(T, bb, w, w_rs, k, nw, x, xsb, out)
     DISPATCH_Q32_(dt)
 #undef Q32_FN_

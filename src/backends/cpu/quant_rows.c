@@ -260,6 +260,8 @@ hr_qdot_fn hr_qdot_pick(void) {
 
 bool hr_qgemv_has(hr_dtype dt) { return hr_qdot_pick() == hr_qdot_avx512 && hr_qgemv_avx512_has(dt); }
 
+bool hr_quant_tile_has(hr_dtype dt) { return hr_qdot_pick() == hr_qdot_avx512 && hr_quant_tile_avx512_has(dt); }
+
 void hr_quant_interleave(const uint8_t *p, int64_t k, uint8_t *out) {
     int64_t runs = k / HR_QSUB;
     for (int64_t g = 0; g < runs; g += 16) {

@@ -47,10 +47,15 @@ hr_qdot_fn hr_qdot_pick(void);
 /* A decode row: out[j] = dot(weight row j, x) for nw rows of dt's blocks
  * (w_rs bytes apart), straight from the blocks without unpacking them to
  * memory; xsb [k / 32] holds x's block sums (xs of the block's two runs
- * added). For the 32-element types (hr_qgemv_has) on AVX-512 VNNI. Same
+ * added). For the 32-element types and Q4_K, Q5_K, Q6_K (hr_qgemv_has) on
+ * AVX-512 VNNI. Same
  * sums as hr_qdot_* up to the order of the float additions. */
 bool hr_qgemv_has(hr_dtype dt);
 bool hr_qgemv_avx512_has(hr_dtype dt);
+/* Whether hr_quant_tile_avx512 unpacks dt (the 32-element types) and the
+ * CPU and ISA setting allow it. */
+bool hr_quant_tile_has(hr_dtype dt);
+bool hr_quant_tile_avx512_has(hr_dtype dt);
 void hr_qgemv_avx512(hr_dtype dt, const uint8_t *w, size_t w_rs, int64_t k, int nw, hr_qx x, const float *xsb,
                      float *out);
 
