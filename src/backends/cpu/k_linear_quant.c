@@ -1,12 +1,12 @@
 /* linear with a block-quantized weight (quant_rows.h): x's rows quantized
  * to int8 once, then each thread takes a contiguous range of weight rows
  * and streams them from memory once per call, whatever the row count:
- *   - a decode row of a 32-element type on AVX-512
+ *   - a decode row of a 32-element type, Q4_K, Q5_K or Q6_K on AVX-512
  *     VNNI: each block unpacked in registers and dotted with the row;
  *   - otherwise a tile of TILE weight rows unpacked into L1 and every x row
  *     of a block of them run against it: on AVX-512 VNNI interleaved so
- *     that int32 lanes sum whole runs, in 4 x 4 blocks (32-element types
- *     unpacked there with SIMD), else one dot at a time.
+ *     that int32 lanes sum whole runs, in 4 x 4 blocks (32-element types,
+ *     Q4_K and Q5_K unpacked there with SIMD), else one dot at a time.
  * Each output is one dot product whose order of additions depends on the
  * path and the row count, never on the thread count. */
 #include <stdlib.h>
@@ -25,8 +25,8 @@
 /* Bytes of quantized x rows (and as many again of their lane scales) one
  * pass over a weight tile reads, from L2. */
 #define X_BLOCK_BYTES (384 << 10)
-/* Rows up to which the types unpacked in plain C (the k-quants, IQ4_XS)
- * take one dot at a time rather than the interleaved tile. */
+/* Rows up to which the types unpacked in plain C (Q2_K, Q3_K, Q6_K,
+ * IQ4_XS) take one dot at a time rather than the interleaved tile. */
 #define DOT_MAX_ROWS 4
 
 typedef enum { PATH_GEMV, PATH_GEMM, PATH_DOT } qpath;

@@ -275,15 +275,14 @@ INLINE_ void gemv_row_q6k(const uint8_t *w, size_t w_rs, int64_t k, int nw, hr_q
     switch (dt) { Q32_TYPES_(Q32_CASE_) default: break; }
 
 bool hr_quant_tile_avx512_has(hr_dtype dt) {
+    if (dt == HR_Q4_K || dt == HR_Q5_K) return true;
 #define Q32_FN_(T) return true
     DISPATCH_Q32_(dt)
 #undef Q32_FN_
     return false;
 }
 
-bool hr_qgemv_avx512_has(hr_dtype dt) {
-    return hr_quant_tile_avx512_has(dt) || dt == HR_Q4_K || dt == HR_Q5_K || dt == HR_Q6_K;
-}
+bool hr_qgemv_avx512_has(hr_dtype dt) { return hr_quant_tile_avx512_has(dt) || dt == HR_Q6_K; }
 
 TARGET_ void hr_qgemv_avx512(hr_dtype dt, const uint8_t *w, size_t w_rs, int64_t k, int nw, hr_qx x,
                              const float *xsb, float *out) {
@@ -374,6 +373,16 @@ INLINE_ void block_runs(hr_dtype dt, const uint8_t *p, __m128i *r0, __m128i *r1,
     *r1 = _mm256_extracti128_si256(u, 1);
 }
 
+/* Runs l and l + 1 (16 bytes each) of a group of n into the interleaved
+ * layout at o: step t holds elements 4t..4t+3 of run l, then of run l + 1. */
+INLINE_ void store_pair(uint8_t *o, int n, int l, __m128i r0, __m128i r1) {
+    __m128i lo = _mm_unpacklo_epi32(r0, r1), hi = _mm_unpackhi_epi32(r0, r1);
+    _mm_storel_epi64((__m128i *)(o + 4 * l), lo);
+    _mm_storeh_pd((double *)(o + 4 * n + 4 * l), _mm_castsi128_pd(lo));
+    _mm_storel_epi64((__m128i *)(o + 8 * n + 4 * l), hi);
+    _mm_storeh_pd((double *)(o + 12 * n + 4 * l), _mm_castsi128_pd(hi));
+}
+
 INLINE_ void tile_rows(hr_dtype dt, size_t bb, const uint8_t *w, size_t w_rs, int64_t k, int nt, uint8_t *ui, float *s,
                        float *ct, int ct_stride) {
     int64_t runs = k / HR_QSUB;
@@ -387,12 +396,7 @@ INLINE_ void tile_rows(hr_dtype dt, size_t bb, const uint8_t *w, size_t w_rs, in
                 __m128i r0, r1;
                 float d, c;
                 block_runs(dt, p, &r0, &r1, &d, &c);
-                /* step t: elements 4t..4t+3 of run l, then of run l + 1 */
-                __m128i lo = _mm_unpacklo_epi32(r0, r1), hi = _mm_unpackhi_epi32(r0, r1);
-                _mm_storel_epi64((__m128i *)(o + 4 * l), lo);
-                _mm_storeh_pd((double *)(o + 4 * n + 4 * l), _mm_castsi128_pd(lo));
-                _mm_storel_epi64((__m128i *)(o + 8 * n + 4 * l), hi);
-                _mm_storeh_pd((double *)(o + 12 * n + 4 * l), _mm_castsi128_pd(hi));
+                store_pair(o, n, l, r0, r1);
                 int64_t run = g + l;
                 s[j * runs + run] = s[j * runs + run + 1] = d;
                 ct[run * ct_stride + j] = ct[(run + 1) * ct_stride + j] = c;
@@ -401,9 +405,44 @@ INLINE_ void tile_rows(hr_dtype dt, size_t bb, const uint8_t *w, size_t w_rs, in
     }
 }
 
+/* Q4_K / Q5_K rows into the tile: a super-block is one group of 16 runs,
+ * sub-block 2c (the low nibbles of ql[32c..32c + 32)) its runs 4c and 4c
+ * + 1, sub-block 2c + 1 (the high nibbles) runs 4c + 2 and 4c + 3. */
+INLINE_ void tile_rows_q45k(bool five, const uint8_t *w, size_t w_rs, int64_t k, int nt, uint8_t *ui, float *s,
+                            float *ct, int ct_stride) {
+    size_t bb = five ? 176 : 144;
+    int64_t runs = k / HR_QSUB;
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    for (int j = 0; j < nt; j++) {
+        const uint8_t *p = w + (size_t)j * w_rs;
+        uint8_t *o = ui + (size_t)j * (size_t)k;
+        for (int64_t g = 0; g < runs; g += 16, o += 256, p += bb) {
+            float d = f16_at(p), dmin = f16_at(p + 2);
+            const uint8_t *sc = p + 4, *ql = p + (five ? 48 : 16);
+            __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(ql + 32 * c));
+                __m256i sub[2] = {_mm256_and_si256(v, lo4), _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4)};
+                for (int h = 0; h < 2; h++) {
+                    if (five)
+                        sub[h] = _mm256_or_si256(
+                            sub[h], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + h), one), 4));
+                    int sv, mv, l = 4 * c + 2 * h;
+                    k_scale_min(2 * c + h, sc, &sv, &mv);
+                    store_pair(o, 16, l, _mm256_castsi256_si128(sub[h]), _mm256_extracti128_si256(sub[h], 1));
+                    int64_t run = g + l;
+                    s[j * runs + run] = s[j * runs + run + 1] = d * (float)sv;
+                    ct[run * ct_stride + j] = ct[(run + 1) * ct_stride + j] = -(dmin * (float)mv);
+                }
+            }
+        }
+    }
+}
+
 TARGET_ void hr_quant_tile_avx512(hr_dtype dt, const uint8_t *w, size_t w_rs, int64_t k, int nt, uint8_t *ui,
                                   float *s, float *ct, int ct_stride) {
     size_t bb = hr_dtype_nbytes(dt, 32);
+    if (dt == HR_Q4_K || dt == HR_Q5_K) return tile_rows_q45k(dt == HR_Q5_K, w, w_rs, k, nt, ui, s, ct, ct_stride);
 #define Q32_FN_(T) tile_rows(T, bb, w, w_rs, k, nt, ui, s, ct, ct_stride)
     DISPATCH_Q32_(dt)
 #undef Q32_FN_

@@ -52,8 +52,8 @@ hr_qdot_fn hr_qdot_pick(void);
  * sums as hr_qdot_* up to the order of the float additions. */
 bool hr_qgemv_has(hr_dtype dt);
 bool hr_qgemv_avx512_has(hr_dtype dt);
-/* Whether hr_quant_tile_avx512 unpacks dt (the 32-element types) and the
- * CPU and ISA setting allow it. */
+/* Whether hr_quant_tile_avx512 unpacks dt (the 32-element types, Q4_K,
+ * Q5_K) and the CPU and ISA setting allow it. */
 bool hr_quant_tile_has(hr_dtype dt);
 bool hr_quant_tile_avx512_has(hr_dtype dt);
 void hr_qgemv_avx512(hr_dtype dt, const uint8_t *w, size_t w_rs, int64_t k, int nw, hr_qx x, const float *xsb,
@@ -69,8 +69,9 @@ void hr_qgemm_avx512(int64_t k, int nw, const uint8_t *u, const float *s, const 
  * groups of 16; within a group of n runs, four steps of n x 4 bytes, lane
  * l of step t holding elements 4t .. 4t + 3 of the group's run l. */
 void hr_quant_interleave(const uint8_t *p, int64_t k, uint8_t *out);
-/* nt weight rows of a 32-element type (hr_qgemv_avx512_has; w_rs bytes
- * apart) straight into the interleaved layout ui [nt][k], their scales s
+/* nt weight rows of a 32-element type, Q4_K or Q5_K
+ * (hr_quant_tile_avx512_has; w_rs bytes apart) straight into the
+ * interleaved layout ui [nt][k], their scales s
  * [nt][runs] and constants ct [runs][ct_stride] (column j: row j), as
  * hr_quant_unpack_rows then hr_quant_interleave would give them. */
 void hr_quant_tile_avx512(hr_dtype dt, const uint8_t *w, size_t w_rs, int64_t k, int nt, uint8_t *ui, float *s,
