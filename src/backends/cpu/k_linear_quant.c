@@ -22,8 +22,8 @@
 
 /* Weight rows unpacked at a time: 16 x k bytes stay in L1 up to k = 2048. */
 #define TILE 16
-/* Bytes of quantized x rows (and as many again of their lane scales) one
- * pass over a weight tile reads, from L2. */
+/* Bytes of interleaved int8 x rows one pass over a weight tile reads, from
+ * L2 (their run scales and sums add half as much again). */
 #define X_BLOCK_BYTES (384 << 10)
 /* Rows up to which the types unpacked in plain C (Q2_K, Q3_K, Q6_K,
  * IQ4_XS) take one dot at a time rather than the interleaved tile. */
