@@ -12,6 +12,7 @@
 #include "hubrt/tokenizer.h"
 #include "hubrt/chat.h"
 #include "hubrt/model.h"
+#include "hubrt/image_models.h"
 #include "hubrt/kernel_abi.h"
 #include "hubrt/kernels.h"
 

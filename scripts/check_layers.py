@@ -17,7 +17,7 @@ import sys
 PUBLIC = {
     "hubrt.h": "tools", "hubrt/base.h": "core", "hubrt/tensor.h": "core", "hubrt/runtime.h": "core",
     "hubrt/op_list.h": "core", "hubrt/ops.h": "core", "hubrt/graph.h": "graph", "hubrt/io.h": "io", "hubrt/hub.h": "io",
-    "hubrt/tokenizer.h": "tokenizer", "hubrt/chat.h": "tokenizer", "hubrt/model.h": "models",
+    "hubrt/tokenizer.h": "tokenizer", "hubrt/chat.h": "tokenizer", "hubrt/model.h": "models", "hubrt/image_models.h": "models",
     # the ABI kernel libraries compile against: declarations only, no code
     "hubrt/kernel_abi.h": "core", "hubrt/kernels.h": "kernels",
 }

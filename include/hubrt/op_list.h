@@ -61,6 +61,10 @@
     X(rope_cos_sin, 2, 2, 2, hr_attrs_rope_cos_sin)                \
     X(rope,         3, 3, 1, hr_attrs_none)                        \
     X(sdpa,         3, 5, 1, hr_attrs_sdpa)                        \
+    /* images, NCHW as torch */                                    \
+    X(conv2d,       2, 3, 1, hr_attrs_conv2d)                      \
+    X(group_norm,   1, 3, 1, hr_attrs_group_norm)                  \
+    X(upsample_nearest, 1, 1, 1, hr_attrs_upsample)                \
     /* indexing and data movement */                               \
     X(embedding,    2, 2, 1, hr_attrs_none)                        \
     X(index_select, 2, 2, 1, hr_attrs_dim)                         \

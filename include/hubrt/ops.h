@@ -117,6 +117,26 @@ typedef struct hr_attrs_experts {
  * [bias]; weight_offset likewise. Normalizes over the last dim. */
 typedef struct hr_attrs_norm { double eps, weight_offset; } hr_attrs_norm;
 
+/* conv2d(x [n, c, h, w], weight [o, c / groups, kh, kw], [bias [o]])
+ *   -> [n, o, ho, wo], torch's F.conv2d: ho = (h + 2 pad_h - dilation_h
+ *   (kh - 1) - 1) / stride_h + 1, likewise wo. Zero padding; f32
+ *   accumulation, rounded once to x's dtype. */
+typedef struct hr_attrs_conv2d {
+    int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
+} hr_attrs_conv2d;
+
+/* group_norm(x [n, c, ...], [weight [c]], [bias [c]]): torch's
+ * F.group_norm, each of `groups` channel groups of each sample normalized
+ * over its channels and spatial positions, in f32, rounded once. */
+typedef struct hr_attrs_group_norm {
+    int64_t groups;
+    double eps;
+} hr_attrs_group_norm;
+
+/* upsample_nearest(x [n, c, h, w]) -> [n, c, h * scale, w * scale]:
+ * F.interpolate(mode="nearest") with an integer scale factor. */
+typedef struct hr_attrs_upsample { int64_t scale; } hr_attrs_upsample;
+
 /* rope_cos_sin(positions i64 [..., seq], inv_freq f32 [rot/2])
  *   -> cos, sin [..., seq, rot] in `dtype`, each multiplied by
  *   attention_scaling (0 means 1), the HF layout cat(freqs, freqs). */
@@ -289,6 +309,11 @@ HR_API hr_status hr_rope(const hr_tensor *x, const hr_tensor *cos, const hr_tens
 HR_API hr_status hr_sdpa(const hr_tensor *q, const hr_tensor *k, const hr_tensor *v,
                          const hr_tensor *mask, const hr_attrs_sdpa *attrs,
                          hr_tensor **out);
+HR_API hr_status hr_conv2d(const hr_tensor *x, const hr_tensor *weight, const hr_tensor *bias,
+                           const hr_attrs_conv2d *attrs, hr_tensor **out);
+HR_API hr_status hr_group_norm(const hr_tensor *x, const hr_tensor *weight, const hr_tensor *bias,
+                               int64_t groups, double eps, hr_tensor **out);
+HR_API hr_status hr_upsample_nearest(const hr_tensor *x, int64_t scale, hr_tensor **out);
 /* weight [vocab, hidden], ids (i64/i32) [...] -> [..., hidden] */
 HR_API hr_status hr_embedding(const hr_tensor *weight, const hr_tensor *ids,
                               hr_tensor **out);

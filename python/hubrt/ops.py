@@ -212,6 +212,26 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5):
     return call("layer_norm", x, weight, bias, eps=eps)
 
 
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """torch.nn.functional.conv2d on NCHW tensors (zero padding)."""
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    return call("conv2d", x, weight, bias, stride_h=sh, stride_w=sw, pad_h=ph, pad_w=pw, dilation_h=dh,
+                dilation_w=dw, groups=groups)
+
+
+def group_norm(x, groups, weight=None, bias=None, eps=1e-5):
+    return call("group_norm", x, weight, bias, groups=groups, eps=eps)
+
+
+def upsample_nearest(x, scale=2):
+    """F.interpolate(x, scale_factor=scale, mode="nearest") for an integer scale."""
+    return call("upsample_nearest", x, scale=scale)
+
+
 def rope_cos_sin(positions, inv_freq, attention_scaling=1.0, dtype="f32"):
     return call("rope_cos_sin", positions, inv_freq, attention_scaling=attention_scaling, dtype=dtype)
 

@@ -24,6 +24,10 @@ static_assert(sizeof ops / sizeof ops[0] == HR_OP_COUNT, "op info table out of s
     F(op_, BOOL, hr_attrs_clamp, has_min) F(op_, BOOL, hr_attrs_clamp, has_max)
 #define REDUCE_(F, op_) F(op_, I64, hr_attrs_reduce, dim) F(op_, BOOL, hr_attrs_reduce, keepdim)
 #define DIM_(F, op_) F(op_, I64, hr_attrs_dim, dim)
+#define CONV_(F) F(conv2d, I64, hr_attrs_conv2d, stride_h) F(conv2d, I64, hr_attrs_conv2d, stride_w) \
+    F(conv2d, I64, hr_attrs_conv2d, pad_h) F(conv2d, I64, hr_attrs_conv2d, pad_w)                      \
+    F(conv2d, I64, hr_attrs_conv2d, dilation_h) F(conv2d, I64, hr_attrs_conv2d, dilation_w)            \
+    F(conv2d, I64, hr_attrs_conv2d, groups)
 #define NORM_(F, op_) F(op_, F64, hr_attrs_norm, eps) F(op_, F64, hr_attrs_norm, weight_offset)
 
 #define ATTR_LIST(F)                                                                     \
@@ -37,6 +41,10 @@ static_assert(sizeof ops / sizeof ops[0] == HR_OP_COUNT, "op info table out of s
     F(topk, BOOL, hr_attrs_topk, largest) F(topk, BOOL, hr_attrs_topk, sorted)           \
     NORM_(F, rms_norm) NORM_(F, add_rms_norm) NORM_(F, layer_norm)                       \
     F(rope_cos_sin, F64, hr_attrs_rope_cos_sin, attention_scaling)                       \
+    CONV_(F)                                                                             \
+    F(group_norm, I64, hr_attrs_group_norm, groups)                                      \
+    F(group_norm, F64, hr_attrs_group_norm, eps)                                         \
+    F(upsample_nearest, I64, hr_attrs_upsample, scale)                                   \
     F(rope_cos_sin, I64, hr_attrs_rope_cos_sin, dtype)                                   \
     F(linear_group, I64, hr_attrs_linear_group, n)                                       \
     F(linear_group, I64, hr_attrs_linear_group, epilogue)                                \

@@ -228,3 +228,20 @@ hr_status hr_arange(hr_device *dev, double start, double end, double step, hr_dt
     *out = NULL;
     return hr_op_run_on(dev ? dev : hr_device_cpu(), HR_OP_arange, &a, NULL, 0, out, 1);
 }
+
+hr_status hr_conv2d(const hr_tensor *x, const hr_tensor *weight, const hr_tensor *bias, const hr_attrs_conv2d *attrs,
+                    hr_tensor **out) {
+    return run1(HR_OP_conv2d, attrs, IN_(x, weight, bias), bias ? 3 : 2, out);
+}
+
+hr_status hr_group_norm(const hr_tensor *x, const hr_tensor *weight, const hr_tensor *bias, int64_t groups,
+                        double eps, hr_tensor **out) {
+    if (bias && !weight) return hr_error(HR_ERR_INVALID_ARG, "op 'group_norm': bias given without weight");
+    hr_attrs_group_norm a = {.groups = groups, .eps = eps};
+    return run1(HR_OP_group_norm, &a, IN_(x, weight, bias), bias ? 3 : weight ? 2 : 1, out);
+}
+
+hr_status hr_upsample_nearest(const hr_tensor *x, int64_t scale, hr_tensor **out) {
+    hr_attrs_upsample a = {.scale = scale};
+    return run1(HR_OP_upsample_nearest, &a, IN_(x), 1, out);
+}

@@ -1,0 +1,44 @@
+/* The models of image pipelines, each read from its diffusers folder as
+ * the Hub stores it (config.json, diffusion_pytorch_model.safetensors,
+ * sharded or not, fp32/fp16/bf16): so far the AutoencoderKL decoder. */
+#ifndef HUBRT_IMAGE_MODELS_H
+#define HUBRT_IMAGE_MODELS_H
+
+#include "hubrt/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hr_component_options {
+    /* "float32", "bfloat16", "float16" (hr_dtype_parse names); NULL or
+     * "auto": the dtype the weights are stored in. */
+    const char *dtype;
+    const char *device;  /* NULL: "cpu" */
+    const char *variant; /* "fp16": diffusion_pytorch_model.fp16.safetensors; NULL: the plain file */
+} hr_component_options;
+
+/* AutoencoderKL (diffusers): the decoder, as SD3's and SDXL's VAEs build
+ * it (UNetMidBlock2D with its attention, UpDecoderBlock2D blocks, group
+ * norms, nearest upsampling), with post_quant_conv when the config uses
+ * it. */
+typedef struct hr_vae hr_vae;
+/* `dir` is the pipeline's vae/ folder (or any AutoencoderKL folder). */
+HR_API hr_status hr_vae_load(const char *dir, const hr_component_options *opts, hr_vae **out);
+HR_API void hr_vae_free(hr_vae *v);
+/* z [b, latent_channels, h, w], any float dtype (cast to the VAE's) ->
+ * the image [b, out_channels, h * f, w * f] in the VAE's dtype, f =
+ * hr_vae_upscale(v); what AutoencoderKL.decode(z).sample gives: the
+ * pipeline unscales latents first (latents / scaling_factor +
+ * shift_factor). */
+HR_API hr_status hr_vae_decode(hr_vae *v, const hr_tensor *z, hr_tensor **out);
+HR_API int64_t hr_vae_latent_channels(const hr_vae *v);
+HR_API int64_t hr_vae_upscale(const hr_vae *v);
+HR_API double hr_vae_scaling_factor(const hr_vae *v);
+HR_API double hr_vae_shift_factor(const hr_vae *v); /* 0 when the config has none */
+HR_API hr_dtype hr_vae_dtype(const hr_vae *v);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,48 @@
+/* A diffusers pipeline component's folder (vae/, transformer/,
+ * text_encoder/ ...) as the Hub stores it: its config.json and its
+ * weights (diffusion_pytorch_model[.variant].safetensors, or the sharded
+ * form with its index; transformers' model[.variant].safetensors for the
+ * text encoders), and the parameters a component takes from them, each
+ * checked against the shape the config implies. */
+#ifndef HR_MODELS_COMPONENT_H
+#define HR_MODELS_COMPONENT_H
+
+#include "hubrt/io.h"
+
+typedef struct hr_component {
+    char dir[1024];
+    hr_json_doc *config;
+    hr_checkpoint *ck;
+    hr_device *dev;
+    hr_dtype dtype;
+    hr_tensor **owned; /* every parameter loaded, freed with the component */
+    size_t n_owned, cap_owned;
+} hr_component;
+
+/* Opens `dir`: its config.json (whose _class_name, when present, must be
+ * one of `classes`, a NULL-terminated list) and the weight file of
+ * `variant` ("fp16"; NULL: the plain one). dtype HR_DTYPE_COUNT takes the
+ * stored dtype of the first floating tensor. */
+hr_status hr_component_open(hr_component *c, const char *dir, const char *const *classes, const char *variant,
+                            hr_device *dev, hr_dtype dtype);
+void hr_component_close(hr_component *c);
+
+/* Parameter `name` converted to the component's dtype on its device, its
+ * shape checked against [ndim] shape (an error names the file and the
+ * tensor). The component owns it. */
+hr_status hr_component_param(hr_component *c, const char *name, int ndim, const int64_t *shape, hr_tensor **out);
+/* The same for "<prefix>.weight" and, when `bias`, "<prefix>.bias" [shape[0]]. */
+hr_status hr_component_wb(hr_component *c, const char *prefix, int ndim, const int64_t *shape, bool bias,
+                          hr_tensor **w, hr_tensor **b);
+
+/* The temporaries of one forward block, freed in one call. */
+#define HR_TEMPS_CAP 64
+typedef struct hr_temps {
+    hr_tensor *t[HR_TEMPS_CAP];
+    int n;
+} hr_temps;
+/* Records t (NULL is ignored); when full, frees t and fails. */
+hr_status hr_temp_add(hr_temps *tp, hr_tensor *t);
+void hr_temps_free(hr_temps *tp);
+
+#endif

@@ -1,0 +1,312 @@
+/* AutoencoderKL's decoder (diffusers), on catalog ops:
+ *
+ *   z -> [post_quant_conv 1x1] -> conv_in 3x3
+ *     -> mid block: resnet, attention (one head over every pixel), resnet
+ *     -> up blocks, widest first: layers_per_block + 1 resnets each, then
+ *        nearest 2x upsampling and a 3x3 conv (all but the last block)
+ *     -> group norm, silu, conv_out 3x3
+ *
+ * A resnet is x + conv2(silu(norm2(conv1(silu(norm1(x)))))), x through a
+ * 1x1 conv_shortcut where the channel count changes; every group norm has
+ * norm_num_groups groups and eps 1e-6, as diffusers builds the decoder. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/error.h"
+#include "hubrt/image_models.h"
+#include "hubrt/ops.h"
+#include "models/component.h"
+
+#define VAE_MAX_BLOCKS 8
+#define VAE_MAX_RESNETS 8
+#define VAE_EPS 1e-6
+
+typedef struct vae_resnet {
+    hr_tensor *n1w, *n1b, *c1w, *c1b, *n2w, *n2b, *c2w, *c2b;
+    hr_tensor *scw, *scb; /* conv_shortcut, or NULL */
+} vae_resnet;
+
+typedef struct vae_attn {
+    hr_tensor *gnw, *gnb, *qw, *qb, *kw, *kb, *vw, *vb, *ow, *ob;
+} vae_attn;
+
+typedef struct vae_up {
+    vae_resnet res[VAE_MAX_RESNETS];
+    hr_tensor *upw, *upb; /* upsamplers.0.conv, or NULL for the last block */
+} vae_up;
+
+struct hr_vae {
+    hr_component c;
+    int64_t latent, out_ch, groups, layers, n_blocks, boc[VAE_MAX_BLOCKS];
+    double scaling, shift;
+    bool post_quant, mid_attn;
+    hr_tensor *pqw, *pqb, *cinw, *cinb, *now, *nob, *coutw, *coutb;
+    vae_resnet mid[2];
+    vae_attn attn;
+    vae_up up[VAE_MAX_BLOCKS];
+};
+
+/* ---- config ------------------------------------------------------------------- */
+
+static hr_status read_config(hr_vae *v) {
+    hr_json_obj root = hr_json_doc_root(v->c.config);
+    const char *where = v->c.dir;
+    int n = 0;
+    HR_TRY(hr_json_get_i64_list(root, "block_out_channels", v->boc, VAE_MAX_BLOCKS, &n));
+    if (n < 1) return hr_error(HR_ERR_FORMAT, "%s/config.json: block_out_channels is missing or empty", where);
+    v->n_blocks = n;
+    HR_TRY(hr_json_get_i64(root, "latent_channels", 4, &v->latent));
+    HR_TRY(hr_json_get_i64(root, "out_channels", 3, &v->out_ch));
+    HR_TRY(hr_json_get_i64(root, "norm_num_groups", 32, &v->groups));
+    HR_TRY(hr_json_get_i64(root, "layers_per_block", 1, &v->layers));
+    HR_TRY(hr_json_get_f64(root, "scaling_factor", 0.18215, &v->scaling));
+    HR_TRY(hr_json_get_f64(root, "shift_factor", 0.0, &v->shift));
+    HR_TRY(hr_json_get_bool(root, "use_post_quant_conv", true, &v->post_quant));
+    HR_TRY(hr_json_get_bool(root, "mid_block_add_attention", true, &v->mid_attn));
+    const char *act = NULL, *norm = NULL;
+    HR_TRY(hr_json_get_str(root, "act_fn", "silu", &act));
+    if (strcmp(act, "silu") != 0)
+        return hr_error(HR_ERR_UNSUPPORTED, "%s/config.json: act_fn '%s' (only silu is supported)", where, act);
+    HR_TRY(hr_json_get_str(root, "norm_type", "group", &norm));
+    if (strcmp(norm, "group") != 0)
+        return hr_error(HR_ERR_UNSUPPORTED, "%s/config.json: norm_type '%s' (only group is supported)", where, norm);
+    if (v->layers < 0 || v->layers + 1 > VAE_MAX_RESNETS)
+        return hr_error(HR_ERR_FORMAT, "%s/config.json: layers_per_block %lld must be in [0, %d]", where,
+                        (long long)v->layers, VAE_MAX_RESNETS - 1);
+    if (v->latent < 1 || v->out_ch < 1 || v->groups < 1 || v->scaling == 0)
+        return hr_error(HR_ERR_FORMAT, "%s/config.json: latent_channels, out_channels, norm_num_groups must be >= 1 "
+                        "and scaling_factor nonzero", where);
+    for (int i = 0; i < n; i++)
+        if (v->boc[i] < 1 || v->boc[i] % v->groups)
+            return hr_error(HR_ERR_FORMAT, "%s/config.json: block_out_channels[%d] = %lld is not a positive multiple of "
+                            "norm_num_groups %lld", where, i, (long long)v->boc[i], (long long)v->groups);
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive((const cJSON *)root.node, "up_block_types");
+    if (types) {
+        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != n)
+            return hr_error(HR_ERR_FORMAT, "%s/config.json: up_block_types must list %d block types", where, n);
+        for (int i = 0; i < n; i++) {
+            const cJSON *t = cJSON_GetArrayItem(types, i);
+            if (!cJSON_IsString(t) || strcmp(t->valuestring, "UpDecoderBlock2D") != 0)
+                return hr_error(HR_ERR_UNSUPPORTED, "%s/config.json: up_block_types[%d] '%s' is not a block type hubrt "
+                                "has (UpDecoderBlock2D)", where, i, cJSON_IsString(t) ? t->valuestring : "?");
+        }
+    }
+    return HR_OK;
+}
+
+/* ---- weights ------------------------------------------------------------------ */
+
+static hr_status conv_wb(hr_vae *v, const char *prefix, int64_t o, int64_t i, int64_t k, hr_tensor **w,
+                         hr_tensor **b) {
+    return hr_component_wb(&v->c, prefix, 4, (int64_t[]){o, i, k, k}, true, w, b);
+}
+
+static hr_status norm_wb(hr_vae *v, const char *prefix, int64_t ch, hr_tensor **w, hr_tensor **b) {
+    return hr_component_wb(&v->c, prefix, 1, (int64_t[]){ch}, true, w, b);
+}
+
+static hr_status load_resnet(hr_vae *v, const char *prefix, int64_t in, int64_t out, vae_resnet *r) {
+    char p[200];
+    snprintf(p, sizeof p, "%s.norm1", prefix);
+    HR_TRY(norm_wb(v, p, in, &r->n1w, &r->n1b));
+    snprintf(p, sizeof p, "%s.conv1", prefix);
+    HR_TRY(conv_wb(v, p, out, in, 3, &r->c1w, &r->c1b));
+    snprintf(p, sizeof p, "%s.norm2", prefix);
+    HR_TRY(norm_wb(v, p, out, &r->n2w, &r->n2b));
+    snprintf(p, sizeof p, "%s.conv2", prefix);
+    HR_TRY(conv_wb(v, p, out, out, 3, &r->c2w, &r->c2b));
+    if (in == out) return HR_OK;
+    snprintf(p, sizeof p, "%s.conv_shortcut", prefix);
+    return conv_wb(v, p, out, in, 1, &r->scw, &r->scb);
+}
+
+static hr_status load_weights(hr_vae *v) {
+    int64_t top = v->boc[v->n_blocks - 1];
+    if (v->post_quant) HR_TRY(conv_wb(v, "post_quant_conv", v->latent, v->latent, 1, &v->pqw, &v->pqb));
+    HR_TRY(conv_wb(v, "decoder.conv_in", top, v->latent, 3, &v->cinw, &v->cinb));
+    HR_TRY(load_resnet(v, "decoder.mid_block.resnets.0", top, top, &v->mid[0]));
+    HR_TRY(load_resnet(v, "decoder.mid_block.resnets.1", top, top, &v->mid[1]));
+    if (v->mid_attn) {
+        vae_attn *a = &v->attn;
+        const int64_t sq[2] = {top, top};
+        HR_TRY(norm_wb(v, "decoder.mid_block.attentions.0.group_norm", top, &a->gnw, &a->gnb));
+        HR_TRY(hr_component_wb(&v->c, "decoder.mid_block.attentions.0.to_q", 2, sq, true, &a->qw, &a->qb));
+        HR_TRY(hr_component_wb(&v->c, "decoder.mid_block.attentions.0.to_k", 2, sq, true, &a->kw, &a->kb));
+        HR_TRY(hr_component_wb(&v->c, "decoder.mid_block.attentions.0.to_v", 2, sq, true, &a->vw, &a->vb));
+        HR_TRY(hr_component_wb(&v->c, "decoder.mid_block.attentions.0.to_out.0", 2, sq, true, &a->ow, &a->ob));
+    }
+    int64_t prev = top;
+    for (int64_t i = 0; i < v->n_blocks; i++) {
+        int64_t out = v->boc[v->n_blocks - 1 - i];
+        char p[200];
+        for (int64_t j = 0; j <= v->layers; j++) {
+            snprintf(p, sizeof p, "decoder.up_blocks.%lld.resnets.%lld", (long long)i, (long long)j);
+            HR_TRY(load_resnet(v, p, j == 0 ? prev : out, out, &v->up[i].res[j]));
+        }
+        if (i < v->n_blocks - 1) {
+            snprintf(p, sizeof p, "decoder.up_blocks.%lld.upsamplers.0.conv", (long long)i);
+            HR_TRY(conv_wb(v, p, out, out, 3, &v->up[i].upw, &v->up[i].upb));
+        }
+        prev = out;
+    }
+    HR_TRY(norm_wb(v, "decoder.conv_norm_out", v->boc[0], &v->now, &v->nob));
+    return conv_wb(v, "decoder.conv_out", v->out_ch, v->boc[0], 3, &v->coutw, &v->coutb);
+}
+
+/* ---- forward ------------------------------------------------------------------- */
+
+#define RUN(expr) \
+    do { \
+        if ((s = (expr)) != HR_OK) goto done; \
+    } while (0)
+#define KEEP(t) RUN(hr_temp_add(&tp, (t)))
+
+static hr_status conv(const hr_tensor *x, const hr_tensor *w, const hr_tensor *b, int64_t pad, hr_tensor **out) {
+    hr_attrs_conv2d a = {.stride_h = 1, .stride_w = 1, .pad_h = pad, .pad_w = pad, .dilation_h = 1, .dilation_w = 1,
+                         .groups = 1};
+    return hr_conv2d(x, w, b, &a, out);
+}
+
+/* silu(group_norm(x)) */
+static hr_status norm_silu(const hr_vae *v, const hr_tensor *x, const hr_tensor *w, const hr_tensor *b,
+                           hr_tensor **out) {
+    hr_tensor *n = NULL;
+    HR_TRY(hr_group_norm(x, w, b, v->groups, VAE_EPS, &n));
+    hr_status s = hr_silu(n, out);
+    hr_tensor_free(n);
+    return s;
+}
+
+static hr_status resnet(const hr_vae *v, const vae_resnet *r, const hr_tensor *x, hr_tensor **out) {
+    hr_temps tp = {0};
+    hr_status s;
+    hr_tensor *h, *skip = (hr_tensor *)x;
+    RUN(norm_silu(v, x, r->n1w, r->n1b, &h)); KEEP(h);
+    RUN(conv(h, r->c1w, r->c1b, 1, &h)); KEEP(h);
+    RUN(norm_silu(v, h, r->n2w, r->n2b, &h)); KEEP(h);
+    RUN(conv(h, r->c2w, r->c2b, 1, &h)); KEEP(h);
+    if (r->scw) {
+        RUN(conv(x, r->scw, r->scb, 0, &skip)); KEEP(skip);
+    }
+    RUN(hr_add(skip, h, out));
+done:
+    hr_temps_free(&tp);
+    return s;
+}
+
+/* x + to_out(attention(group_norm(x))) over the h*w pixels as one
+ * sequence, one head of every channel (diffusers' VAE attention). */
+static hr_status attention(const hr_vae *v, const hr_tensor *x, hr_tensor **out) {
+    const vae_attn *a = &v->attn;
+    const int64_t *xs = hr_tensor_shape(x);
+    int64_t b = xs[0], c = xs[1], hw = xs[2] * xs[3];
+    hr_temps tp = {0};
+    hr_status s;
+    hr_tensor *n, *seq, *q, *k, *val, *o, *img;
+    RUN(hr_group_norm(x, a->gnw, a->gnb, v->groups, VAE_EPS, &n)); KEEP(n);
+    RUN(hr_tensor_view(n, 3, (int64_t[]){b, c, hw}, &seq)); KEEP(seq);
+    RUN(hr_tensor_transpose(seq, 1, 2, &seq)); KEEP(seq); /* [b, hw, c] */
+    RUN(hr_linear(seq, a->qw, a->qb, &q)); KEEP(q);
+    RUN(hr_linear(seq, a->kw, a->kb, &k)); KEEP(k);
+    RUN(hr_linear(seq, a->vw, a->vb, &val)); KEEP(val);
+    RUN(hr_tensor_unsqueeze(q, 1, &q)); KEEP(q); /* [b, 1, hw, c]: one head */
+    RUN(hr_tensor_unsqueeze(k, 1, &k)); KEEP(k);
+    RUN(hr_tensor_unsqueeze(val, 1, &val)); KEEP(val);
+    hr_attrs_sdpa sa = {0};
+    RUN(hr_sdpa(q, k, val, NULL, &sa, &o)); KEEP(o);
+    RUN(hr_tensor_view(o, 3, (int64_t[]){b, hw, c}, &o)); KEEP(o);
+    RUN(hr_linear(o, a->ow, a->ob, &o)); KEEP(o);
+    RUN(hr_tensor_transpose(o, 1, 2, &o)); KEEP(o); /* [b, c, hw] */
+    RUN(hr_contiguous(o, &o)); KEEP(o);
+    RUN(hr_tensor_view(o, 4, xs, &img)); KEEP(img);
+    RUN(hr_add(img, x, out));
+done:
+    hr_temps_free(&tp);
+    return s;
+}
+
+/* Replaces *x (owned) with step(*x). */
+#define STEP(call) \
+    do { \
+        hr_tensor *next_ = NULL; \
+        s = (call); \
+        hr_tensor_free(x); \
+        x = next_; \
+        if (s != HR_OK) goto done; \
+    } while (0)
+
+hr_status hr_vae_decode(hr_vae *v, const hr_tensor *z, hr_tensor **out) {
+    if (!v || !z || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_vae_decode: NULL argument");
+    *out = NULL;
+    const int64_t *zs = hr_tensor_shape(z);
+    if (hr_tensor_ndim(z) != 4 || zs[1] != v->latent) {
+        char sz[160];
+        return hr_error(HR_ERR_SHAPE, "vae decode: latents %s must be [b, %lld, h, w]",
+                        hr_shape_str(hr_tensor_ndim(z), zs, sz, sizeof sz), (long long)v->latent);
+    }
+    hr_status s;
+    hr_tensor *x = NULL;
+    HR_TRY(hr_cast(z, v->c.dtype, &x));
+    if (v->post_quant) STEP(conv(x, v->pqw, v->pqb, 0, &next_));
+    STEP(conv(x, v->cinw, v->cinb, 1, &next_));
+    STEP(resnet(v, &v->mid[0], x, &next_));
+    if (v->mid_attn) STEP(attention(v, x, &next_));
+    STEP(resnet(v, &v->mid[1], x, &next_));
+    for (int64_t i = 0; i < v->n_blocks; i++) {
+        for (int64_t j = 0; j <= v->layers; j++) STEP(resnet(v, &v->up[i].res[j], x, &next_));
+        if (v->up[i].upw) {
+            STEP(hr_upsample_nearest(x, 2, &next_));
+            STEP(conv(x, v->up[i].upw, v->up[i].upb, 1, &next_));
+        }
+    }
+    STEP(norm_silu(v, x, v->now, v->nob, &next_));
+    STEP(conv(x, v->coutw, v->coutb, 1, &next_));
+    *out = x;
+    return HR_OK;
+done:
+    return s;
+}
+
+/* ---- lifetime -------------------------------------------------------------------- */
+
+static const char *const vae_classes[] = {"AutoencoderKL", NULL};
+
+hr_status hr_vae_load(const char *dir, const hr_component_options *opts, hr_vae **out) {
+    if (!dir || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_vae_load: NULL argument");
+    *out = NULL;
+    hr_component_options none = {0};
+    if (!opts) opts = &none;
+    hr_dtype dt = HR_DTYPE_COUNT;
+    if (opts->dtype && strcmp(opts->dtype, "auto") != 0) HR_TRY(hr_dtype_parse(opts->dtype, &dt));
+    hr_device *dev = NULL;
+    HR_TRY(hr_device_get(opts->device ? opts->device : "cpu", &dev));
+    hr_vae *v = calloc(1, sizeof *v);
+    if (!v) return hr_error(HR_ERR_OOM, "vae");
+    hr_status s = hr_component_open(&v->c, dir, vae_classes, opts->variant, dev, dt);
+    if (s != HR_OK) {
+        free(v);
+        return s;
+    }
+    if ((s = read_config(v)) == HR_OK) s = load_weights(v);
+    if (s != HR_OK) {
+        hr_vae_free(v);
+        return s;
+    }
+    *out = v;
+    return HR_OK;
+}
+
+void hr_vae_free(hr_vae *v) {
+    if (!v) return;
+    hr_component_close(&v->c);
+    free(v);
+}
+
+int64_t hr_vae_latent_channels(const hr_vae *v) { return v->latent; }
+int64_t hr_vae_upscale(const hr_vae *v) { return (int64_t)1 << (v->n_blocks - 1); }
+double hr_vae_scaling_factor(const hr_vae *v) { return v->scaling; }
+double hr_vae_shift_factor(const hr_vae *v) { return v->shift; }
+hr_dtype hr_vae_dtype(const hr_vae *v) { return v->c.dtype; }
