@@ -13,6 +13,7 @@
 #include "hubrt/chat.h"
 #include "hubrt/model.h"
 #include "hubrt/image_models.h"
+#include "hubrt/diffusion.h"
 #include "hubrt/kernel_abi.h"
 #include "hubrt/kernels.h"
 

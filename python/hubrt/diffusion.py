@@ -76,3 +76,91 @@ class AutoencoderKL:
         out = _P()
         check(_vae_decode(self._h, z.handle, ctypes.byref(out)))
         return Tensor(out)
+
+
+class _FlowMatchConfig(ctypes.Structure):
+    _fields_ = [("num_train_timesteps", ctypes.c_int64), ("shift", ctypes.c_double),
+                ("use_dynamic_shifting", ctypes.c_bool), ("base_shift", ctypes.c_double),
+                ("max_shift", ctypes.c_double), ("base_image_seq_len", ctypes.c_int64),
+                ("max_image_seq_len", ctypes.c_int64), ("invert_sigmas", ctypes.c_bool),
+                ("shift_terminal", ctypes.c_double), ("schedule", ctypes.c_int), ("time_shift", ctypes.c_int),
+                ("stochastic_sampling", ctypes.c_bool)]
+
+
+_fm_defaults = fn("hr_flow_match_config_defaults", [ctypes.POINTER(_FlowMatchConfig)], None)
+_fm_load = fn("hr_flow_match_config_load", [ctypes.c_char_p, ctypes.POINTER(_FlowMatchConfig)])
+_fm_timesteps = fn("hr_flow_match_timesteps", [ctypes.POINTER(_FlowMatchConfig), ctypes.c_int64, ctypes.c_double,
+                                               ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_float),
+                                               ctypes.POINTER(ctypes.c_float)])
+_fm_mu = fn("hr_flow_match_mu", [ctypes.POINTER(_FlowMatchConfig), ctypes.c_int64], ctypes.c_double)
+_fm_step = fn("hr_flow_match_step", [ctypes.c_float, ctypes.c_float, _P, _P, ctypes.POINTER(_P)])
+
+_SCHEDULES = {"use_karras_sigmas": 1, "use_exponential_sigmas": 2, "use_beta_sigmas": 3}
+
+
+class FlowMatchEulerDiscreteScheduler:
+    """diffusers' FlowMatchEulerDiscreteScheduler: set_timesteps fills
+    .sigmas and .timesteps (NumPy f32, as diffusers' tensors hold them);
+    step(model_output, timestep, sample) returns prev_sample."""
+
+    def __init__(self, **config):
+        c = _FlowMatchConfig()
+        _fm_defaults(ctypes.byref(c))
+        for key, value in config.items():
+            if key in _SCHEDULES:
+                if value:
+                    c.schedule = _SCHEDULES[key]
+            elif key == "time_shift_type":
+                c.time_shift = {"exponential": 0, "linear": 1}[value]
+            elif key == "shift_terminal":
+                c.shift_terminal = value or 0.0
+            elif any(key == f[0] for f in _FlowMatchConfig._fields_):
+                setattr(c, key, value)
+            else:
+                raise TypeError(f"FlowMatchEulerDiscreteScheduler: unknown config field '{key}'")
+        self._c = c
+        self.sigmas = self.timesteps = None
+        self._step_index = None
+
+    @classmethod
+    def from_pretrained(cls, path, subfolder=None):
+        path = os.fspath(path)
+        if subfolder:
+            path = os.path.join(path, subfolder)
+        if os.path.isdir(path):
+            path = os.path.join(path, "scheduler_config.json")
+        self = cls()
+        check(_fm_load(path.encode(), ctypes.byref(self._c)))
+        return self
+
+    def calculate_mu(self, image_seq_len):
+        return _fm_mu(ctypes.byref(self._c), image_seq_len)
+
+    def set_timesteps(self, num_inference_steps=None, mu=None, sigmas=None):
+        import numpy as np
+
+        custom = None
+        if sigmas is not None:
+            custom = np.ascontiguousarray(np.asarray(sigmas, np.float32))
+            num_inference_steps = len(custom)
+        n = int(num_inference_steps)
+        s = np.zeros(n + 1, np.float32)
+        t = np.zeros(max(n, 1), np.float32)
+        fp = ctypes.POINTER(ctypes.c_float)
+        check(_fm_timesteps(ctypes.byref(self._c), n, float("nan") if mu is None else float(mu),
+                            None if custom is None else custom.ctypes.data_as(fp), s.ctypes.data_as(fp),
+                            t.ctypes.data_as(fp)))
+        self.sigmas, self.timesteps, self._step_index = s, t[:n], None
+
+    def step(self, model_output, timestep, sample):
+        """One Euler step; the step index follows the calls, as diffusers'
+        (the first call finds `timestep` in .timesteps)."""
+        if self._step_index is None:
+            hits = [i for i, t in enumerate(self.timesteps) if t == timestep]
+            self._step_index = hits[1] if len(hits) > 1 else hits[0] if hits else 0
+        i = self._step_index
+        out = _P()
+        check(_fm_step(float(self.sigmas[i]), float(self.sigmas[i + 1]), sample.handle, model_output.handle,
+                       ctypes.byref(out)))
+        self._step_index += 1
+        return Tensor(out)

@@ -1,0 +1,65 @@
+/* Diffusion pipelines: schedulers, and (coming) the Stable Diffusion 3
+ * pipeline that runs the image models of hubrt/image_models.h. */
+#ifndef HUBRT_DIFFUSION_H
+#define HUBRT_DIFFUSION_H
+
+#include "hubrt/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- FlowMatchEulerDiscreteScheduler (diffusers) ------------------------- */
+
+typedef enum hr_sigma_schedule {
+    HR_SIGMAS_DEFAULT = 0, /* linear in t, then shifted */
+    HR_SIGMAS_KARRAS = 1,
+    HR_SIGMAS_EXPONENTIAL = 2,
+    HR_SIGMAS_BETA = 3, /* Beta(0.6, 0.6) quantiles */
+} hr_sigma_schedule;
+
+typedef enum hr_time_shift { HR_TIME_SHIFT_EXPONENTIAL = 0, HR_TIME_SHIFT_LINEAR = 1 } hr_time_shift;
+
+/* scheduler_config.json's fields, with diffusers' defaults. */
+typedef struct hr_flow_match_config {
+    int64_t num_train_timesteps; /* 1000 */
+    double shift;                /* 1.0 */
+    bool use_dynamic_shifting;   /* then set_timesteps needs mu */
+    double base_shift, max_shift;             /* 0.5, 1.15: mu from the image size (hr_flow_match_mu) */
+    int64_t base_image_seq_len, max_image_seq_len; /* 256, 4096 */
+    bool invert_sigmas;
+    double shift_terminal; /* 0: none */
+    hr_sigma_schedule schedule;
+    hr_time_shift time_shift;
+    bool stochastic_sampling; /* refused: it draws noise at every step */
+} hr_flow_match_config;
+
+HR_API void hr_flow_match_config_defaults(hr_flow_match_config *c);
+/* Reads a scheduler_config.json (its _class_name, when present, must be
+ * FlowMatchEulerDiscreteScheduler); fields it lacks keep the defaults. */
+HR_API hr_status hr_flow_match_config_load(const char *path, hr_flow_match_config *out);
+
+/* The schedule of `steps` denoising steps, exactly as diffusers'
+ * set_timesteps computes it (f64 where it uses NumPy f64, f32 where torch
+ * or NumPy f32): sigmas[steps + 1] (the last 0, or 1 with invert_sigmas)
+ * and timesteps[steps]. mu is the dynamic shift's (NAN when the config
+ * does not shift dynamically). `custom`, when not NULL, gives the
+ * `steps` sigmas to shift instead of the linear ramp (diffusers'
+ * sigmas=). */
+HR_API hr_status hr_flow_match_timesteps(const hr_flow_match_config *c, int64_t steps, double mu,
+                                         const float *custom, float *sigmas, float *timesteps);
+/* The SD3 pipeline's mu for an image of image_seq_len patches
+ * (calculate_shift). */
+HR_API double hr_flow_match_mu(const hr_flow_match_config *c, int64_t image_seq_len);
+/* One Euler step from sigma to sigma_next: sample (upcast to f32) +
+ * (sigma_next - sigma) * model_output, the product in model_output's
+ * dtype as torch's promotion computes it (dt rounded to that dtype, the
+ * product rounded again), the sum in f32, cast to model_output's dtype
+ * (diffusers' step). */
+HR_API hr_status hr_flow_match_step(float sigma, float sigma_next, const hr_tensor *sample,
+                                    const hr_tensor *model_output, hr_tensor **prev_sample);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
