@@ -1,6 +1,7 @@
 /* The models of image pipelines, each read from its diffusers folder as
  * the Hub stores it (config.json, diffusion_pytorch_model.safetensors,
- * sharded or not, fp32/fp16/bf16): so far the AutoencoderKL decoder. */
+ * sharded or not, fp32/fp16/bf16): the AutoencoderKL decoder and SD3's
+ * transformer. */
 #ifndef HUBRT_IMAGE_MODELS_H
 #define HUBRT_IMAGE_MODELS_H
 
@@ -16,6 +17,10 @@ typedef struct hr_component_options {
     const char *dtype;
     const char *device;  /* NULL: "cpu" */
     const char *variant; /* "fp16": diffusion_pytorch_model.fp16.safetensors; NULL: the plain file */
+    /* Compile the forward once per input signature (hubrt/graph.h) and
+     * replay it; false runs it op by op. Components without a compiled
+     * path ignore it. */
+    bool compile;
 } hr_component_options;
 
 /* AutoencoderKL (diffusers): the decoder, as SD3's and SDXL's VAEs build
@@ -37,6 +42,24 @@ HR_API int64_t hr_vae_upscale(const hr_vae *v);
 HR_API double hr_vae_scaling_factor(const hr_vae *v);
 HR_API double hr_vae_shift_factor(const hr_vae *v); /* 0 when the config has none */
 HR_API hr_dtype hr_vae_dtype(const hr_vae *v);
+
+/* SD3Transformer2DModel (diffusers' MMDiT, SD3 and SD3.5: qk_norm
+ * "rms_norm", dual_attention_layers). */
+typedef struct hr_sd3_transformer hr_sd3_transformer;
+HR_API hr_status hr_sd3_transformer_load(const char *dir, const hr_component_options *opts,
+                                         hr_sd3_transformer **out);
+HR_API void hr_sd3_transformer_free(hr_sd3_transformer *m);
+/* x [b, in_channels, h, w] latents (h, w multiples of the patch, at most
+ * pos_embed_max_size patches), context [b, l, joint_attention_dim] prompt
+ * embeddings, pooled [b, pooled_projection_dim], timesteps[b] on the host
+ * (the scheduler's, 0 .. num_train_timesteps) -> the model output [b,
+ * out_channels, h, w] in the model's dtype (diffusers' .sample). Inputs
+ * are cast to the model's dtype. */
+HR_API hr_status hr_sd3_transformer_forward(hr_sd3_transformer *m, const hr_tensor *x, const hr_tensor *context,
+                                            const hr_tensor *pooled, const float *timesteps, hr_tensor **out);
+HR_API int64_t hr_sd3_transformer_in_channels(const hr_sd3_transformer *m);
+HR_API int64_t hr_sd3_transformer_patch_size(const hr_sd3_transformer *m);
+HR_API hr_dtype hr_sd3_transformer_dtype(const hr_sd3_transformer *m);
 
 #ifdef __cplusplus
 }

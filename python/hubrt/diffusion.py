@@ -15,12 +15,22 @@ _P = ctypes.c_void_p
 
 
 class _ComponentOptions(ctypes.Structure):
-    _fields_ = [("dtype", ctypes.c_char_p), ("device", ctypes.c_char_p), ("variant", ctypes.c_char_p)]
+    _fields_ = [("dtype", ctypes.c_char_p), ("device", ctypes.c_char_p), ("variant", ctypes.c_char_p),
+                ("compile", ctypes.c_bool)]
 
 
-def _options(dtype, device, variant):
+def _options(dtype, device, variant, compile=False):
     enc = lambda s: None if s is None else str(s).encode()  # noqa: E731
-    return _ComponentOptions(enc(dtype), enc(device), enc(variant))
+    return _ComponentOptions(enc(dtype), enc(device), enc(variant), bool(compile))
+
+
+def _path(path, subfolder):
+    path = os.fspath(path)
+    return os.path.join(path, subfolder) if subfolder else path
+
+
+def _dtype_name(dtype, torch_dtype):
+    return str(torch_dtype).replace("torch.", "") if torch_dtype is not None else dtype
 
 
 _vae_load = fn("hr_vae_load", [ctypes.c_char_p, ctypes.POINTER(_ComponentOptions), ctypes.POINTER(_P)])
@@ -40,14 +50,9 @@ class AutoencoderKL:
 
     @classmethod
     def from_pretrained(cls, path, subfolder=None, dtype="auto", device="cpu", variant=None, torch_dtype=None):
-        path = os.fspath(path)
-        if subfolder:
-            path = os.path.join(path, subfolder)
-        if torch_dtype is not None:
-            dtype = str(torch_dtype).replace("torch.", "")
         h = _P()
-        opts = _options(dtype, device, variant)
-        check(_vae_load(path.encode(), ctypes.byref(opts), ctypes.byref(h)))
+        opts = _options(_dtype_name(dtype, torch_dtype), device, variant)
+        check(_vae_load(_path(path, subfolder).encode(), ctypes.byref(opts), ctypes.byref(h)))
         return cls(h)
 
     def __del__(self):
@@ -164,3 +169,46 @@ class FlowMatchEulerDiscreteScheduler:
                        ctypes.byref(out)))
         self._step_index += 1
         return Tensor(out)
+
+
+_sd3_load = fn("hr_sd3_transformer_load", [ctypes.c_char_p, ctypes.POINTER(_ComponentOptions), ctypes.POINTER(_P)])
+_sd3_free = fn("hr_sd3_transformer_free", [_P], None)
+_sd3_forward = fn("hr_sd3_transformer_forward", [_P, _P, _P, _P, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(_P)])
+
+
+class Transformer2DModelOutput:
+    def __init__(self, sample):
+        self.sample = sample
+
+
+class SD3Transformer2DModel:
+    """diffusers' SD3Transformer2DModel (SD3, SD3.5). compile=True compiles
+    the forward once per input signature and replays it."""
+
+    def __init__(self, handle):
+        self._h = handle
+
+    @classmethod
+    def from_pretrained(cls, path, subfolder=None, dtype="auto", device="cpu", variant=None, torch_dtype=None,
+                        compile=False):
+        h = _P()
+        opts = _options(_dtype_name(dtype, torch_dtype), device, variant, compile)
+        check(_sd3_load(_path(path, subfolder).encode(), ctypes.byref(opts), ctypes.byref(h)))
+        return cls(h)
+
+    def __del__(self):
+        if getattr(self, "_h", None) and self._h.value:
+            _sd3_free(self._h)
+            self._h = _P()
+
+    def __call__(self, hidden_states, encoder_hidden_states, pooled_projections, timestep, return_dict=True):
+        import numpy as np
+
+        ins = [t if isinstance(t, Tensor) else tensor(t) for t in (hidden_states, encoder_hidden_states,
+                                                                  pooled_projections)]
+        t = np.ascontiguousarray(np.broadcast_to(np.asarray(timestep, np.float32).reshape(-1), (ins[0].shape[0],)))
+        out = _P()
+        check(_sd3_forward(self._h, ins[0].handle, ins[1].handle, ins[2].handle,
+                           t.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), ctypes.byref(out)))
+        sample = Tensor(out)
+        return Transformer2DModelOutput(sample) if return_dict else (sample,)

@@ -35,12 +35,18 @@ static hr_status find_weights(const char *dir, const char *variant, char *out, s
                     "or their .index%s.json)", dir, v, v, v);
 }
 
-hr_status hr_component_open(hr_component *c, const char *dir, const char *const *classes, const char *variant,
-                            hr_device *dev, hr_dtype dtype) {
+hr_status hr_component_open(hr_component *c, const char *dir, const char *const *classes,
+                            const hr_component_options *opts) {
     memset(c, 0, sizeof *c);
+    static const hr_component_options none = {0};
+    if (!opts) opts = &none;
+    if (!dir) return hr_error(HR_ERR_INVALID_ARG, "component: NULL folder");
     if (strlen(dir) >= sizeof c->dir - 64) return hr_error(HR_ERR_INVALID_ARG, "%s: path too long", dir);
+    hr_dtype dtype = HR_DTYPE_COUNT;
+    if (opts->dtype && strcmp(opts->dtype, "auto") != 0) HR_TRY(hr_dtype_parse(opts->dtype, &dtype));
+    HR_TRY(hr_device_get(opts->device ? opts->device : "cpu", &c->dev));
+    const char *variant = opts->variant;
     snprintf(c->dir, sizeof c->dir, "%s", dir);
-    c->dev = dev ? dev : hr_device_cpu();
     char path[1200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (!is_file(path)) return hr_error(HR_ERR_NOT_FOUND, "%s: missing (the component's config)", path);

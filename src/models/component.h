@@ -7,6 +7,7 @@
 #ifndef HR_MODELS_COMPONENT_H
 #define HR_MODELS_COMPONENT_H
 
+#include "hubrt/image_models.h"
 #include "hubrt/io.h"
 
 typedef struct hr_component {
@@ -21,10 +22,11 @@ typedef struct hr_component {
 
 /* Opens `dir`: its config.json (whose _class_name, when present, must be
  * one of `classes`, a NULL-terminated list) and the weight file of
- * `variant` ("fp16"; NULL: the plain one). dtype HR_DTYPE_COUNT takes the
- * stored dtype of the first floating tensor. */
-hr_status hr_component_open(hr_component *c, const char *dir, const char *const *classes, const char *variant,
-                            hr_device *dev, hr_dtype dtype);
+ * opts->variant, for opts->device in opts->dtype (NULL or "auto": the
+ * stored dtype of the first floating tensor); opts may be NULL. On
+ * failure c is left closed (hr_component_close on it is a no-op). */
+hr_status hr_component_open(hr_component *c, const char *dir, const char *const *classes,
+                            const hr_component_options *opts);
 void hr_component_close(hr_component *c);
 
 /* Parameter `name` converted to the component's dtype on its device, its
@@ -34,6 +36,19 @@ hr_status hr_component_param(hr_component *c, const char *name, int ndim, const 
 /* The same for "<prefix>.weight" and, when `bias`, "<prefix>.bias" [shape[0]]. */
 hr_status hr_component_wb(hr_component *c, const char *prefix, int ndim, const int64_t *shape, bool bias,
                           hr_tensor **w, hr_tensor **b);
+
+/* A forward's error flow: RUN jumps to `done` on failure (with `s` set);
+ * KEEP records a temporary in `tp`; T does both for a call making y. */
+#define RUN(expr) \
+    do { \
+        if ((s = (expr)) != HR_OK) goto done; \
+    } while (0)
+#define KEEP(t) RUN(hr_temp_add(&tp, (t)))
+#define T(y, call) \
+    do { \
+        RUN(call); \
+        KEEP(y); \
+    } while (0)
 
 /* The temporaries of one forward block, freed in one call. */
 #define HR_TEMPS_CAP 64

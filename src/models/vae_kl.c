@@ -158,11 +158,6 @@ static hr_status load_weights(hr_vae *v) {
 
 /* ---- forward ------------------------------------------------------------------- */
 
-#define RUN(expr) \
-    do { \
-        if ((s = (expr)) != HR_OK) goto done; \
-    } while (0)
-#define KEEP(t) RUN(hr_temp_add(&tp, (t)))
 
 static hr_status conv(const hr_tensor *x, const hr_tensor *w, const hr_tensor *b, int64_t pad, hr_tensor **out) {
     hr_attrs_conv2d a = {.stride_h = 1, .stride_w = 1, .pad_h = pad, .pad_w = pad, .dilation_h = 1, .dilation_w = 1,
@@ -275,22 +270,13 @@ done:
 static const char *const vae_classes[] = {"AutoencoderKL", NULL};
 
 hr_status hr_vae_load(const char *dir, const hr_component_options *opts, hr_vae **out) {
-    if (!dir || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_vae_load: NULL argument");
+    if (!out) return hr_error(HR_ERR_INVALID_ARG, "hr_vae_load: NULL argument");
     *out = NULL;
-    hr_component_options none = {0};
-    if (!opts) opts = &none;
-    hr_dtype dt = HR_DTYPE_COUNT;
-    if (opts->dtype && strcmp(opts->dtype, "auto") != 0) HR_TRY(hr_dtype_parse(opts->dtype, &dt));
-    hr_device *dev = NULL;
-    HR_TRY(hr_device_get(opts->device ? opts->device : "cpu", &dev));
     hr_vae *v = calloc(1, sizeof *v);
     if (!v) return hr_error(HR_ERR_OOM, "vae");
-    hr_status s = hr_component_open(&v->c, dir, vae_classes, opts->variant, dev, dt);
-    if (s != HR_OK) {
-        free(v);
-        return s;
-    }
-    if ((s = read_config(v)) == HR_OK) s = load_weights(v);
+    hr_status s = hr_component_open(&v->c, dir, vae_classes, opts);
+    if (s == HR_OK) s = read_config(v);
+    if (s == HR_OK) s = load_weights(v);
     if (s != HR_OK) {
         hr_vae_free(v);
         return s;

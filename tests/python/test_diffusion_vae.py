@@ -12,18 +12,11 @@ import pytest
 import torch
 
 import hubrt
-from oracle import to_hr, to_torch
+from diffusion_util import perturb, rel_err
+from oracle import to_hr
 
 diffusers = pytest.importorskip("diffusers")
 
-
-def perturb(model, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() <= 1:
-                p.add_(torch.randn(p.shape, generator=g) * 0.1)
-    return model
 
 
 def make_vae(path, blocks=(32, 64), layers=1, latent=16, groups=8, post_quant=False, mid_attention=True, seed=0,
@@ -42,11 +35,6 @@ def make_vae(path, blocks=(32, 64), layers=1, latent=16, groups=8, post_quant=Fa
 def latents(shape, seed=1):
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
 
-
-def rel_err(got, want):
-    g, w = to_torch(got).double(), want.double()
-    assert tuple(g.shape) == tuple(w.shape), f"shape {tuple(g.shape)} != {tuple(w.shape)}"
-    return ((g - w).abs().max() / w.abs().max()).item()
 
 
 @pytest.mark.parametrize("config", [
