@@ -59,6 +59,13 @@ HR_API double hr_flow_match_mu(const hr_flow_match_config *c, int64_t image_seq_
 HR_API hr_status hr_flow_match_step(float sigma, float sigma_next, const hr_tensor *sample,
                                     const hr_tensor *model_output, hr_tensor **prev_sample);
 
+/* ---- seeded noise -------------------------------------------------------- */
+
+/* out[n] = torch.randn(n, generator=torch.Generator("cpu").manual_seed(seed))
+ * bit for bit (f32; n >= 16, fewer is refused): the latents diffusers
+ * draws for a seed. */
+HR_API hr_status hr_torch_randn(uint64_t seed, int64_t n, float *out);
+
 #ifdef __cplusplus
 }
 #endif

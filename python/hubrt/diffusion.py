@@ -212,3 +212,16 @@ class SD3Transformer2DModel:
                            t.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), ctypes.byref(out)))
         sample = Tensor(out)
         return Transformer2DModelOutput(sample) if return_dict else (sample,)
+
+
+_randn = fn("hr_torch_randn", [ctypes.c_uint64, ctypes.c_int64, ctypes.POINTER(ctypes.c_float)])
+
+
+def torch_randn(shape, seed):
+    """torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed)),
+    bit for bit, as a NumPy f32 array (at least 16 values)."""
+    import numpy as np
+
+    out = np.empty(shape, np.float32)
+    check(_randn(seed & 0xFFFFFFFFFFFFFFFF, out.size, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float))))
+    return out
