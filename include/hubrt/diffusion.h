@@ -1,8 +1,10 @@
-/* Diffusion pipelines: schedulers, and (coming) the Stable Diffusion 3
- * pipeline that runs the image models of hubrt/image_models.h. */
+/* Diffusion pipelines: the flow-matching scheduler, torch's seeded noise,
+ * and the Stable Diffusion 3 pipeline over the image models of
+ * hubrt/image_models.h. */
 #ifndef HUBRT_DIFFUSION_H
 #define HUBRT_DIFFUSION_H
 
+#include "hubrt/image_models.h"
 #include "hubrt/tensor.h"
 
 #ifdef __cplusplus
@@ -58,6 +60,40 @@ HR_API double hr_flow_match_mu(const hr_flow_match_config *c, int64_t image_seq_
  * (diffusers' step). */
 HR_API hr_status hr_flow_match_step(float sigma, float sigma_next, const hr_tensor *sample,
                                     const hr_tensor *model_output, hr_tensor **prev_sample);
+
+/* ---- Stable Diffusion 3 ------------------------------------------------------ */
+
+/* A diffusers StableDiffusion3Pipeline folder: model_index.json,
+ * scheduler/, transformer/, vae/ (the text encoders are not read yet: a
+ * call takes the prompt embeddings). opts apply to the transformer (its
+ * compile flag included) and the VAE. */
+typedef struct hr_sd3_pipeline hr_sd3_pipeline;
+HR_API hr_status hr_sd3_pipeline_load(const char *dir, const hr_component_options *opts, hr_sd3_pipeline **out);
+HR_API void hr_sd3_pipeline_free(hr_sd3_pipeline *p);
+/* The default height and width: the transformer's sample_size times the
+ * VAE's factor. */
+HR_API int64_t hr_sd3_pipeline_default_size(const hr_sd3_pipeline *p);
+
+typedef struct hr_sd3_call {
+    /* [b, l, joint_attention_dim] and [b, pooled_projection_dim]; the
+     * negative pair as well when guidance_scale > 1 */
+    const hr_tensor *prompt_embeds, *pooled_prompt_embeds;
+    const hr_tensor *negative_prompt_embeds, *negative_pooled_prompt_embeds;
+    int64_t steps;         /* 0: 28 */
+    double guidance_scale; /* > 1: classifier-free guidance */
+    int64_t height, width; /* 0: hr_sd3_pipeline_default_size */
+    uint64_t seed;         /* the latents torch draws for it, unless `latents` */
+    const hr_tensor *latents; /* [b, latent_channels, height / f, width / f], or NULL */
+    const float *sigmas;      /* `steps` custom sigmas, or NULL */
+    double mu;                /* NAN: from the latent size when the scheduler shifts dynamically */
+    bool output_latents;      /* return the final latents (f32), not the image */
+    void (*progress)(void *ctx, int64_t step, int64_t steps); /* after each step, or NULL */
+    void *progress_ctx;
+} hr_sd3_call;
+
+/* Runs the denoising loop and the decode: *image [b, 3, height, width],
+ * f32 in [0, 1] (diffusers' output_type "np", channels first). */
+HR_API hr_status hr_sd3_pipeline_run(hr_sd3_pipeline *p, const hr_sd3_call *c, hr_tensor **image);
 
 /* ---- seeded noise -------------------------------------------------------- */
 

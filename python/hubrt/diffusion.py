@@ -225,3 +225,104 @@ def torch_randn(shape, seed):
     out = np.empty(shape, np.float32)
     check(_randn(seed & 0xFFFFFFFFFFFFFFFF, out.size, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float))))
     return out
+
+
+class _SD3Call(ctypes.Structure):
+    _fields_ = [("prompt_embeds", _P), ("pooled_prompt_embeds", _P), ("negative_prompt_embeds", _P),
+                ("negative_pooled_prompt_embeds", _P), ("steps", ctypes.c_int64), ("guidance_scale", ctypes.c_double),
+                ("height", ctypes.c_int64), ("width", ctypes.c_int64), ("seed", ctypes.c_uint64), ("latents", _P),
+                ("sigmas", ctypes.POINTER(ctypes.c_float)), ("mu", ctypes.c_double), ("output_latents", ctypes.c_bool),
+                ("progress", ctypes.CFUNCTYPE(None, _P, ctypes.c_int64, ctypes.c_int64)), ("progress_ctx", _P)]
+
+
+_pipe_load = fn("hr_sd3_pipeline_load", [ctypes.c_char_p, ctypes.POINTER(_ComponentOptions), ctypes.POINTER(_P)])
+_pipe_free = fn("hr_sd3_pipeline_free", [_P], None)
+_pipe_run = fn("hr_sd3_pipeline_run", [_P, ctypes.POINTER(_SD3Call), ctypes.POINTER(_P)])
+
+
+class StableDiffusion3PipelineOutput:
+    def __init__(self, images):
+        self.images = images
+
+
+def _seed_of(generator, seed):
+    """A seed, or a freshly seeded torch.Generator("cpu") (its initial seed:
+    hubrt draws the stream torch draws from a generator not yet used)."""
+    if seed is not None:
+        return int(seed)
+    if generator is None:
+        return 0
+    if isinstance(generator, (list, tuple)):
+        raise ValueError("a list of generators is not supported; pass one generator or seed=")
+    return int(generator.initial_seed())
+
+
+class StableDiffusion3Pipeline:
+    """diffusers' StableDiffusion3Pipeline over hubrt's transformer, scheduler
+    and VAE. Until the text encoders land, a call takes prompt_embeds and
+    pooled_prompt_embeds (and their negatives for guidance_scale > 1), as
+    diffusers' own call accepts them."""
+
+    def __init__(self, handle):
+        self._h = handle
+
+    @classmethod
+    def from_pretrained(cls, path, dtype="auto", device="cpu", variant=None, torch_dtype=None, compile=True):
+        h = _P()
+        opts = _options(_dtype_name(dtype, torch_dtype), device, variant, compile)
+        check(_pipe_load(os.fspath(path).encode(), ctypes.byref(opts), ctypes.byref(h)))
+        return cls(h)
+
+    def __del__(self):
+        if getattr(self, "_h", None) and self._h.value:
+            _pipe_free(self._h)
+            self._h = _P()
+
+    def __call__(self, prompt=None, *, prompt_embeds=None, pooled_prompt_embeds=None, negative_prompt_embeds=None,
+                 negative_pooled_prompt_embeds=None, num_inference_steps=28, guidance_scale=7.0, height=None,
+                 width=None, generator=None, seed=None, latents=None, sigmas=None, mu=None, output_type="pil",
+                 callback=None):
+        import numpy as np
+
+        if prompt is not None:
+            raise NotImplementedError("text prompts need the text encoders, which hubrt does not load yet: pass "
+                                      "prompt_embeds and pooled_prompt_embeds")
+        as_t = lambda t: None if t is None else (t if isinstance(t, Tensor) else tensor(t))  # noqa: E731
+        keep = [as_t(t) for t in (prompt_embeds, pooled_prompt_embeds, negative_prompt_embeds,
+                                  negative_pooled_prompt_embeds, latents)]
+        handle = lambda t: None if t is None else t.handle.value  # noqa: E731
+        sig = None if sigmas is None else np.ascontiguousarray(np.asarray(sigmas, np.float32))
+        if sig is not None:
+            num_inference_steps = len(sig)
+        progress_t = _SD3Call._fields_[-2][1]
+        cb = progress_t(lambda ctx, i, n: callback(int(i), int(n))) if callback else progress_t()
+        call = _SD3Call(*[handle(t) for t in keep[:4]], int(num_inference_steps), float(guidance_scale),
+                        int(height or 0), int(width or 0), _seed_of(generator, seed) & 0xFFFFFFFFFFFFFFFF,
+                        handle(keep[4]), None if sig is None else sig.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+                        float("nan") if mu is None else float(mu), output_type == "latent", cb, None)
+        out = _P()
+        check(_pipe_run(self._h, ctypes.byref(call), ctypes.byref(out)))
+        images = Tensor(out)
+        if output_type in ("latent", "hubrt"):
+            return StableDiffusion3PipelineOutput(images)
+        arr = images.numpy().transpose(0, 2, 3, 1)  # as diffusers' "np": [b, h, w, c]
+        if output_type == "np":
+            return StableDiffusion3PipelineOutput(arr)
+        from PIL import Image
+
+        return StableDiffusion3PipelineOutput([Image.fromarray((a * 255).round().astype("uint8")) for a in arr])
+
+
+class DiffusionPipeline:
+    """Loads the pipeline model_index.json names (StableDiffusion3Pipeline)."""
+
+    @staticmethod
+    def from_pretrained(path, **kwargs):
+        import json
+
+        index = os.path.join(os.fspath(path), "model_index.json")
+        with open(index) as f:
+            name = json.load(f).get("_class_name")
+        if name != "StableDiffusion3Pipeline":
+            raise ValueError(f"{index}: pipeline '{name}' is not one hubrt has (StableDiffusion3Pipeline)")
+        return StableDiffusion3Pipeline.from_pretrained(path, **kwargs)

@@ -53,7 +53,7 @@ typedef struct sd3_block {
 
 struct hr_sd3_transformer {
     hr_component c;
-    int64_t patch, in_ch, out_ch, layers, heads, head_dim, dim, joint_dim, caption_dim, pooled_dim, pos_max;
+    int64_t sample_size, patch, in_ch, out_ch, layers, heads, head_dim, dim, joint_dim, caption_dim, pooled_dim, pos_max;
     bool qk_norm;
     hr_tensor *pew, *peb, *pos;
     hr_tensor *t1w, *t1b, *t2w, *t2b, *x1w, *x1b, *x2w, *x2b;
@@ -67,6 +67,7 @@ struct hr_sd3_transformer {
 static hr_status read_config(hr_sd3_transformer *m, bool *dual_layers, int64_t cap) {
     hr_json_obj r = hr_json_doc_root(m->c.config);
     const char *where = m->c.dir;
+    HR_TRY(hr_json_get_i64(r, "sample_size", 128, &m->sample_size));
     HR_TRY(hr_json_get_i64(r, "patch_size", 2, &m->patch));
     HR_TRY(hr_json_get_i64(r, "in_channels", 16, &m->in_ch));
     HR_TRY(hr_json_get_i64(r, "num_layers", 18, &m->layers));
@@ -542,5 +543,6 @@ void hr_sd3_transformer_free(hr_sd3_transformer *m) {
 }
 
 int64_t hr_sd3_transformer_in_channels(const hr_sd3_transformer *m) { return m->in_ch; }
+int64_t hr_sd3_transformer_sample_size(const hr_sd3_transformer *m) { return m->sample_size; }
 int64_t hr_sd3_transformer_patch_size(const hr_sd3_transformer *m) { return m->patch; }
 hr_dtype hr_sd3_transformer_dtype(const hr_sd3_transformer *m) { return m->c.dtype; }
