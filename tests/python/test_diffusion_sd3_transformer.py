@@ -101,3 +101,19 @@ def test_bad_inputs_and_configs_fail_naming_the_problem(tmp_path):
                                                r"\[32, 16\], the config implies \[96, 16\]"):
         hubrt.SD3Transformer2DModel.from_pretrained(tmp_path / "transformer")
     assert np.isfinite(model(to_hr(x), to_hr(ctx), to_hr(pooled), t[:1].numpy()).sample.numpy()).all()
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_xla_cpu_equals_cpu(tmp_path, compile):
+    try:
+        hubrt.from_numpy(np.zeros(1, np.float32)).to("xla_cpu")
+    except hubrt.HubrtError as e:
+        pytest.skip(f"xla_cpu PJRT plugin unavailable: {e}")
+    make(tmp_path / "transformer", SD35)
+    x, ctx, pooled, t = inputs(2, 4, 8, 6, 5, 12, 10)
+    cpu = hubrt.SD3Transformer2DModel.from_pretrained(tmp_path / "transformer")
+    xla = hubrt.SD3Transformer2DModel.from_pretrained(tmp_path / "transformer", device="xla_cpu", compile=compile)
+    want = cpu(to_hr(x), to_hr(ctx), to_hr(pooled), t.numpy()).sample
+    got = xla(to_hr(x).to("xla_cpu"), to_hr(ctx).to("xla_cpu"), to_hr(pooled).to("xla_cpu"), t.numpy()).sample
+    assert got.device == "xla_cpu:0"
+    assert rel_err(got.to("cpu"), to_torch(want)) <= 1e-5

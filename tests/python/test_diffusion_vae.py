@@ -13,7 +13,7 @@ import torch
 
 import hubrt
 from diffusion_util import perturb, rel_err
-from oracle import to_hr
+from oracle import to_hr, to_torch
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -111,3 +111,16 @@ def test_vae_bad_folders_fail_naming_the_problem(tmp_path):
     with pytest.raises(hubrt.HubrtError, match=r"latents \[1, 4, 3, 3\] must be \[b, 16, h, w\]"):
         vae.decode(to_hr(latents((1, 4, 3, 3))))
     assert np.isfinite(vae.decode(to_hr(latents((1, 16, 2, 2)))).numpy()).all()
+
+
+def test_xla_cpu_equals_cpu(tmp_path):
+    try:
+        hubrt.from_numpy(np.zeros(1, np.float32)).to("xla_cpu")
+    except hubrt.HubrtError as e:
+        pytest.skip(f"xla_cpu PJRT plugin unavailable: {e}")
+    make_vae(tmp_path / "vae", blocks=(16, 32), groups=8)
+    z = latents((1, 16, 5, 4))
+    want = hubrt.AutoencoderKL.from_pretrained(tmp_path / "vae").decode(to_hr(z))
+    got = hubrt.AutoencoderKL.from_pretrained(tmp_path / "vae", device="xla_cpu").decode(to_hr(z).to("xla_cpu"))
+    assert got.device == "xla_cpu:0"
+    assert rel_err(got.to("cpu"), to_torch(want)) <= 1e-5

@@ -386,3 +386,28 @@ def test_empty_inputs():
     check("sum", [x], x.sum(1), dim=1)
     a, b = torch.zeros(2, 0), torch.zeros(0, 5)
     check("matmul", [a, b], a @ b)
+
+
+# ---- image ops ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("stride,padding,dilation,groups", [(1, 1, 1, 1), (2, 0, 1, 1), (1, 2, 2, 2)])
+def test_conv2d_on_xla(dtype, stride, padding, dilation, groups):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn((2, 4, 9, 7), generator=g).to(TD[dtype])
+    w = (torch.randn((6, 4 // groups, 3, 3), generator=g) * 0.3).to(TD[dtype])
+    bias = torch.randn((6,), generator=g).to(TD[dtype])
+    want = torch.nn.functional.conv2d(x.float(), w.float(), bias.float(), stride, padding, dilation, groups)
+    check("conv2d", [x, w, bias], want.to(TD[dtype]), stride_h=stride, stride_w=stride, pad_h=padding, pad_w=padding,
+          dilation_h=dilation, dilation_w=dilation, groups=groups)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_group_norm_and_upsample_on_xla(dtype):
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn((2, 8, 5, 6), generator=g) * 2 + 1).to(TD[dtype])
+    w, bias = torch.randn((8,), generator=g).to(TD[dtype]), torch.randn((8,), generator=g).to(TD[dtype])
+    want = torch.nn.functional.group_norm(x.float(), 4, w.float(), bias.float(), 1e-6).to(TD[dtype])
+    check("group_norm", [x, w, bias], want, groups=4, eps=1e-6)
+    check("upsample_nearest", [x], torch.nn.functional.interpolate(x, scale_factor=2.0, mode="nearest"), scale=2)
