@@ -1,7 +1,7 @@
 /* The models of image pipelines, each read from its diffusers folder as
  * the Hub stores it (config.json, diffusion_pytorch_model.safetensors,
- * sharded or not, fp32/fp16/bf16): the AutoencoderKL decoder and SD3's
- * transformer. */
+ * sharded or not, fp32/fp16/bf16): the AutoencoderKL decoder, SD3's
+ * transformer and its CLIP text encoders. */
 #ifndef HUBRT_IMAGE_MODELS_H
 #define HUBRT_IMAGE_MODELS_H
 
@@ -61,6 +61,22 @@ HR_API int64_t hr_sd3_transformer_in_channels(const hr_sd3_transformer *m);
 HR_API int64_t hr_sd3_transformer_patch_size(const hr_sd3_transformer *m);
 HR_API int64_t hr_sd3_transformer_sample_size(const hr_sd3_transformer *m); /* latent pixels, the default size */
 HR_API hr_dtype hr_sd3_transformer_dtype(const hr_sd3_transformer *m);
+
+/* CLIPTextModelWithProjection / CLIPTextModel (transformers), the text
+ * encoders of SD3 (CLIP-L, quick_gelu; CLIP-G, gelu). */
+typedef struct hr_clip_text hr_clip_text;
+HR_API hr_status hr_clip_text_load(const char *dir, const hr_component_options *opts, hr_clip_text **out);
+HR_API void hr_clip_text_free(hr_clip_text *m);
+/* ids [b, l] (integer, l <= max_position_embeddings) -> *hidden =
+ * hidden_states[hidden_index] (Python indexing over the n_layers + 1
+ * states: 0 the embeddings, -1 the last layer's output, -2 the one SD3
+ * reads) and *text_embeds [b, projection_dim] (the final-normed row at
+ * each prompt's end-of-text token, projected); either output may be NULL
+ * to skip it. */
+HR_API hr_status hr_clip_text_forward(hr_clip_text *m, const hr_tensor *ids, int hidden_index, hr_tensor **hidden,
+                                      hr_tensor **text_embeds);
+HR_API int64_t hr_clip_text_hidden_size(const hr_clip_text *m);
+HR_API int64_t hr_clip_text_projection_dim(const hr_clip_text *m); /* 0 without a projection */
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,7 @@ from .io import load_safetensors, save_safetensors, safetensors_metadata
 from .dlpack import from_dlpack
 from .models import AutoModelForCausalLM, HubrtModelForCausalLM, KVCache
 from .tokenizer import AutoTokenizer
-from .diffusion import (AutoencoderKL, DiffusionPipeline, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel,
+from .diffusion import (AutoencoderKL, CLIPTextModelWithProjection, DiffusionPipeline, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel,
                         StableDiffusion3Pipeline)
 from .kernels import Kernel, get_kernel, kernels_loaded, lock_kernel, verify_kernel
 
@@ -15,5 +15,5 @@ __version__ = lib.hr_version().decode()
 
 __all__ = ["HubrtError", "Tensor", "tensor", "from_numpy", "ops", "compile_stats", "reset_compile_stats",
            "load_safetensors", "save_safetensors", "safetensors_metadata", "from_dlpack",
-           "AutoModelForCausalLM", "HubrtModelForCausalLM", "AutoencoderKL", "FlowMatchEulerDiscreteScheduler", "SD3Transformer2DModel", "StableDiffusion3Pipeline", "DiffusionPipeline", "KVCache", "AutoTokenizer", "Kernel", "get_kernel",
+           "AutoModelForCausalLM", "HubrtModelForCausalLM", "AutoencoderKL", "CLIPTextModelWithProjection", "FlowMatchEulerDiscreteScheduler", "SD3Transformer2DModel", "StableDiffusion3Pipeline", "DiffusionPipeline", "KVCache", "AutoTokenizer", "Kernel", "get_kernel",
            "verify_kernel", "lock_kernel", "kernels_loaded", "__version__"]

@@ -326,3 +326,41 @@ class DiffusionPipeline:
         if name != "StableDiffusion3Pipeline":
             raise ValueError(f"{index}: pipeline '{name}' is not one hubrt has (StableDiffusion3Pipeline)")
         return StableDiffusion3Pipeline.from_pretrained(path, **kwargs)
+
+
+_clip_load = fn("hr_clip_text_load", [ctypes.c_char_p, ctypes.POINTER(_ComponentOptions), ctypes.POINTER(_P)])
+_clip_free = fn("hr_clip_text_free", [_P], None)
+_clip_forward = fn("hr_clip_text_forward", [_P, _P, ctypes.c_int, ctypes.POINTER(_P), ctypes.POINTER(_P)])
+
+
+class CLIPTextModelOutput:
+    def __init__(self, text_embeds, hidden_state):
+        self.text_embeds = text_embeds
+        self.hidden_state = hidden_state
+
+
+class CLIPTextModelWithProjection:
+    """transformers' CLIPTextModelWithProjection (and CLIPTextModel): call with
+    input_ids and the hidden_states index wanted (SD3 reads -2)."""
+
+    def __init__(self, handle):
+        self._h = handle
+
+    @classmethod
+    def from_pretrained(cls, path, subfolder=None, dtype="auto", device="cpu", variant=None, torch_dtype=None):
+        h = _P()
+        opts = _options(_dtype_name(dtype, torch_dtype), device, variant)
+        check(_clip_load(_path(path, subfolder).encode(), ctypes.byref(opts), ctypes.byref(h)))
+        return cls(h)
+
+    def __del__(self):
+        if getattr(self, "_h", None) and self._h.value:
+            _clip_free(self._h)
+            self._h = _P()
+
+    def __call__(self, input_ids, hidden_index=-1, text_embeds=True):
+        ids = input_ids if isinstance(input_ids, Tensor) else tensor(input_ids, dtype="i64")
+        hid, emb = _P(), _P()
+        check(_clip_forward(self._h, ids.handle, int(hidden_index), ctypes.byref(hid),
+                            ctypes.byref(emb) if text_embeds else None))
+        return CLIPTextModelOutput(Tensor(emb) if text_embeds else None, Tensor(hid))
