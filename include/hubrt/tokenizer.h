@@ -22,7 +22,9 @@ typedef struct hr_tokenizer hr_tokenizer;
  * chat template from the metadata (hr_gguf_tokenizer_json and
  * hr_gguf_tokenizer_config_json). tokenizer_config.json and
  * special_tokens_map.json beside a tokenizer.json add special tokens and
- * the chat template. */
+ * the chat template. A folder of vocab.json + merges.txt without a
+ * tokenizer.json (SD3's CLIP tokenizers) is read as transformers'
+ * CLIPTokenizer builds it. */
 HR_API hr_status hr_tokenizer_load(const char *path, hr_tokenizer **out);
 /* From tokenizer.json text in memory; no tokenizer_config.json. */
 HR_API hr_status hr_tokenizer_load_json(const char *json, size_t len, hr_tokenizer **out);

@@ -250,6 +250,13 @@ const char *tk_json_type(const cJSON *obj);
  * enum); errors name the component kind `what` ("unsupported decoder 'X'"). */
 hr_status tk_json_type_index(const cJSON *obj, const char *const *names, int n, const char *what, int *index);
 
+/* ---- CLIPTokenizer from vocab.json + merges.txt (tk_clip.c) --------------- */
+
+/* The tokenizer.json tree transformers' CLIPTokenizer builds from dir's
+ * vocab.json, merges.txt and tokenizer_config.json (also returned, NULL
+ * when absent). */
+hr_status tk_clip_build(const char *dir, cJSON **out, cJSON **config);
+
 /* ---- the tokenizer ---------------------------------------------------- */
 
 struct hr_tokenizer {

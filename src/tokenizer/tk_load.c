@@ -122,6 +122,31 @@ static hr_status load_json_text(const char *text, size_t len, const char *name, 
     return HR_OK;
 }
 
+/* Whether dir holds the two files of a CLIPTokenizer without tokenizer.json. */
+static bool clip_files(const char *dir) {
+    char a[4200], b[4200];
+    if (snprintf(a, sizeof a, "%s/vocab.json", dir) >= (int)sizeof a) return false;
+    if (snprintf(b, sizeof b, "%s/merges.txt", dir) >= (int)sizeof b) return false;
+    return access(a, F_OK) == 0 && access(b, F_OK) == 0;
+}
+
+static hr_status load_clip(const char *dir, hr_tokenizer **out) {
+    cJSON *j = NULL, *cfg = NULL;
+    HR_TRY(tk_clip_build(dir, &j, &cfg));
+    cJSON_Delete(cfg);
+    hr_tokenizer *t = NULL;
+    hr_status st = tokenizer_alloc(&t);
+    if (st == HR_OK) st = build_pipeline(t, j);
+    cJSON_Delete(j);
+    if (st != HR_OK) {
+        hr_error_context(st, "%s (vocab.json + merges.txt)", dir);
+        hr_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return HR_OK;
+}
+
 hr_status hr_tokenizer_load_json(const char *json, size_t len, hr_tokenizer **out) {
     if (!json || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_tokenizer_load_json: NULL argument");
     *out = NULL;
@@ -270,12 +295,17 @@ hr_status hr_tokenizer_load(const char *path, hr_tokenizer **out) {
         }
     }
     if (S_ISDIR(sb.st_mode)) HR_TRY(hr_path_check_inside(dir, file));
-    char *text;
-    size_t len;
-    HR_TRY(read_file(file, &text, &len));
     hr_tokenizer *t;
-    hr_status st = load_json_text(text, len, file, &t);
-    free(text);
+    hr_status st;
+    if (S_ISDIR(sb.st_mode) && access(file, F_OK) != 0 && clip_files(dir)) {
+        st = load_clip(dir, &t); /* vocab.json + merges.txt, as CLIPTokenizer builds from them */
+    } else {
+        char *text;
+        size_t len;
+        HR_TRY(read_file(file, &text, &len));
+        st = load_json_text(text, len, file, &t);
+        free(text);
+    }
     HR_TRY(st);
     /* tokenizer_config.json wins over special_tokens_map.json. */
     st = load_side_file(t, dir, "tokenizer_config.json");
