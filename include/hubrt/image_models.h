@@ -1,7 +1,7 @@
 /* The models of image pipelines, each read from its diffusers folder as
  * the Hub stores it (config.json, diffusion_pytorch_model.safetensors,
  * sharded or not, fp32/fp16/bf16): the AutoencoderKL decoder, SD3's
- * transformer and its CLIP text encoders. */
+ * transformer, its CLIP and T5 text encoders. */
 #ifndef HUBRT_IMAGE_MODELS_H
 #define HUBRT_IMAGE_MODELS_H
 
@@ -77,6 +77,15 @@ HR_API hr_status hr_clip_text_forward(hr_clip_text *m, const hr_tensor *ids, int
                                       hr_tensor **text_embeds);
 HR_API int64_t hr_clip_text_hidden_size(const hr_clip_text *m);
 HR_API int64_t hr_clip_text_projection_dim(const hr_clip_text *m); /* 0 without a projection */
+
+/* T5EncoderModel (transformers): SD3's text_encoder_3 (T5 v1.1's
+ * gated-gelu, or v1.0's relu), with float16's overflow clamp. */
+typedef struct hr_t5_encoder hr_t5_encoder;
+HR_API hr_status hr_t5_encoder_load(const char *dir, const hr_component_options *opts, hr_t5_encoder **out);
+HR_API void hr_t5_encoder_free(hr_t5_encoder *m);
+/* ids [b, l] (integer) -> last_hidden_state [b, l, d_model] */
+HR_API hr_status hr_t5_encoder_forward(hr_t5_encoder *m, const hr_tensor *ids, hr_tensor **out);
+HR_API int64_t hr_t5_encoder_d_model(const hr_t5_encoder *m);
 
 #ifdef __cplusplus
 }

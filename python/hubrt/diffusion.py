@@ -33,6 +33,28 @@ def _dtype_name(dtype, torch_dtype):
     return str(torch_dtype).replace("torch.", "") if torch_dtype is not None else dtype
 
 
+class _Component:
+    """A model read from its folder by a C loader (_load) and freed by _free."""
+
+    _load = _free = None
+
+    def __init__(self, handle):
+        self._h = handle
+
+    @classmethod
+    def from_pretrained(cls, path, subfolder=None, dtype="auto", device="cpu", variant=None, torch_dtype=None,
+                        compile=False):
+        h = _P()
+        opts = _options(_dtype_name(dtype, torch_dtype), device, variant, compile)
+        check(cls._load(_path(path, subfolder).encode(), ctypes.byref(opts), ctypes.byref(h)))
+        return cls(h)
+
+    def __del__(self):
+        if getattr(self, "_h", None) and self._h.value:
+            type(self)._free(self._h)
+            self._h = _P()
+
+
 _vae_load = fn("hr_vae_load", [ctypes.c_char_p, ctypes.POINTER(_ComponentOptions), ctypes.POINTER(_P)])
 _vae_free = fn("hr_vae_free", [_P], None)
 _vae_decode = fn("hr_vae_decode", [_P, _P, ctypes.POINTER(_P)])
@@ -42,23 +64,10 @@ _vae_scaling = fn("hr_vae_scaling_factor", [_P], ctypes.c_double)
 _vae_shift = fn("hr_vae_shift_factor", [_P], ctypes.c_double)
 
 
-class AutoencoderKL:
+class AutoencoderKL(_Component):
     """diffusers' AutoencoderKL: the decoder (decode(z) -> image)."""
 
-    def __init__(self, handle):
-        self._h = handle
-
-    @classmethod
-    def from_pretrained(cls, path, subfolder=None, dtype="auto", device="cpu", variant=None, torch_dtype=None):
-        h = _P()
-        opts = _options(_dtype_name(dtype, torch_dtype), device, variant)
-        check(_vae_load(_path(path, subfolder).encode(), ctypes.byref(opts), ctypes.byref(h)))
-        return cls(h)
-
-    def __del__(self):
-        if getattr(self, "_h", None) and self._h.value:
-            _vae_free(self._h)
-            self._h = _P()
+    _load, _free = staticmethod(_vae_load), staticmethod(_vae_free)
 
     @property
     def latent_channels(self):
@@ -181,25 +190,11 @@ class Transformer2DModelOutput:
         self.sample = sample
 
 
-class SD3Transformer2DModel:
+class SD3Transformer2DModel(_Component):
     """diffusers' SD3Transformer2DModel (SD3, SD3.5). compile=True compiles
     the forward once per input signature and replays it."""
 
-    def __init__(self, handle):
-        self._h = handle
-
-    @classmethod
-    def from_pretrained(cls, path, subfolder=None, dtype="auto", device="cpu", variant=None, torch_dtype=None,
-                        compile=False):
-        h = _P()
-        opts = _options(_dtype_name(dtype, torch_dtype), device, variant, compile)
-        check(_sd3_load(_path(path, subfolder).encode(), ctypes.byref(opts), ctypes.byref(h)))
-        return cls(h)
-
-    def __del__(self):
-        if getattr(self, "_h", None) and self._h.value:
-            _sd3_free(self._h)
-            self._h = _P()
+    _load, _free = staticmethod(_sd3_load), staticmethod(_sd3_free)
 
     def __call__(self, hidden_states, encoder_hidden_states, pooled_projections, timestep, return_dict=True):
         import numpy as np
@@ -213,9 +208,7 @@ class SD3Transformer2DModel:
         sample = Tensor(out)
         return Transformer2DModelOutput(sample) if return_dict else (sample,)
 
-
 _randn = fn("hr_torch_randn", [ctypes.c_uint64, ctypes.c_int64, ctypes.POINTER(ctypes.c_float)])
-
 
 def torch_randn(shape, seed):
     """torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed)),
@@ -257,26 +250,18 @@ def _seed_of(generator, seed):
     return int(generator.initial_seed())
 
 
-class StableDiffusion3Pipeline:
+class StableDiffusion3Pipeline(_Component):
     """diffusers' StableDiffusion3Pipeline over hubrt's transformer, scheduler
     and VAE. Until the text encoders land, a call takes prompt_embeds and
     pooled_prompt_embeds (and their negatives for guidance_scale > 1), as
-    diffusers' own call accepts them."""
+    diffusers' own call accepts them. The transformer is compiled once per
+    batch and resolution unless compile=False."""
 
-    def __init__(self, handle):
-        self._h = handle
+    _load, _free = staticmethod(_pipe_load), staticmethod(_pipe_free)
 
     @classmethod
     def from_pretrained(cls, path, dtype="auto", device="cpu", variant=None, torch_dtype=None, compile=True):
-        h = _P()
-        opts = _options(_dtype_name(dtype, torch_dtype), device, variant, compile)
-        check(_pipe_load(os.fspath(path).encode(), ctypes.byref(opts), ctypes.byref(h)))
-        return cls(h)
-
-    def __del__(self):
-        if getattr(self, "_h", None) and self._h.value:
-            _pipe_free(self._h)
-            self._h = _P()
+        return super().from_pretrained(path, None, dtype, device, variant, torch_dtype, compile)
 
     def __call__(self, prompt=None, *, prompt_embeds=None, pooled_prompt_embeds=None, negative_prompt_embeds=None,
                  negative_pooled_prompt_embeds=None, num_inference_steps=28, guidance_scale=7.0, height=None,
@@ -339,24 +324,11 @@ class CLIPTextModelOutput:
         self.hidden_state = hidden_state
 
 
-class CLIPTextModelWithProjection:
+class CLIPTextModelWithProjection(_Component):
     """transformers' CLIPTextModelWithProjection (and CLIPTextModel): call with
     input_ids and the hidden_states index wanted (SD3 reads -2)."""
 
-    def __init__(self, handle):
-        self._h = handle
-
-    @classmethod
-    def from_pretrained(cls, path, subfolder=None, dtype="auto", device="cpu", variant=None, torch_dtype=None):
-        h = _P()
-        opts = _options(_dtype_name(dtype, torch_dtype), device, variant)
-        check(_clip_load(_path(path, subfolder).encode(), ctypes.byref(opts), ctypes.byref(h)))
-        return cls(h)
-
-    def __del__(self):
-        if getattr(self, "_h", None) and self._h.value:
-            _clip_free(self._h)
-            self._h = _P()
+    _load, _free = staticmethod(_clip_load), staticmethod(_clip_free)
 
     def __call__(self, input_ids, hidden_index=-1, text_embeds=True):
         ids = input_ids if isinstance(input_ids, Tensor) else tensor(input_ids, dtype="i64")
@@ -364,3 +336,19 @@ class CLIPTextModelWithProjection:
         check(_clip_forward(self._h, ids.handle, int(hidden_index), ctypes.byref(hid),
                             ctypes.byref(emb) if text_embeds else None))
         return CLIPTextModelOutput(Tensor(emb) if text_embeds else None, Tensor(hid))
+
+_t5_load = fn("hr_t5_encoder_load", [ctypes.c_char_p, ctypes.POINTER(_ComponentOptions), ctypes.POINTER(_P)])
+_t5_free = fn("hr_t5_encoder_free", [_P], None)
+_t5_forward = fn("hr_t5_encoder_forward", [_P, _P, ctypes.POINTER(_P)])
+
+
+class T5EncoderModel(_Component):
+    """transformers' T5EncoderModel: model(input_ids) -> last_hidden_state."""
+
+    _load, _free = staticmethod(_t5_load), staticmethod(_t5_free)
+
+    def __call__(self, input_ids):
+        ids = input_ids if isinstance(input_ids, Tensor) else tensor(input_ids, dtype="i64")
+        out = _P()
+        check(_t5_forward(self._h, ids.handle, ctypes.byref(out)))
+        return Tensor(out)

@@ -247,17 +247,7 @@ hr_status hr_clip_text_load(const char *dir, const hr_component_options *opts, h
     *out = NULL;
     hr_clip_text *m = calloc(1, sizeof *m);
     hr_status s = m ? hr_component_open(&m->c, dir, NULL, opts) : hr_error(HR_ERR_OOM, "clip text");
-    if (s == HR_OK) { /* transformers' configs name the class in architectures */
-        const cJSON *arch = cJSON_GetObjectItemCaseSensitive((const cJSON *)hr_json_doc_root(m->c.config).node,
-                                                             "architectures");
-        const cJSON *first = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
-        bool known = !first;
-        for (int i = 0; first && cJSON_IsString(first) && clip_classes[i] && !known; i++)
-            known = !strcmp(first->valuestring, clip_classes[i]);
-        if (!known)
-            s = hr_error(HR_ERR_UNSUPPORTED, "%s/config.json: architectures[0] '%s' is not a CLIP text model", dir,
-                         cJSON_IsString(first) ? first->valuestring : "?");
-    }
+    if (s == HR_OK) s = hr_component_check_arch(&m->c, clip_classes, "a CLIP text model");
     if (s == HR_OK) s = read_config(m);
     if (s == HR_OK && !(m->l = calloc((size_t)m->layers, sizeof *m->l))) s = hr_error(HR_ERR_OOM, "clip layers");
     if (s == HR_OK) s = load_weights(m);

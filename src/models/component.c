@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cjson/cJSON.h>
+
 #include "core/error.h"
 #include "core/tensor_impl.h"
 
@@ -81,6 +83,17 @@ void hr_component_close(hr_component *c) {
     hr_checkpoint_close(c->ck);
     hr_json_doc_free(c->config);
     memset(c, 0, sizeof *c);
+}
+
+hr_status hr_component_check_arch(const hr_component *c, const char *const *archs, const char *what) {
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive((const cJSON *)hr_json_doc_root(c->config).node,
+                                                         "architectures");
+    const cJSON *first = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
+    if (!first) return HR_OK;
+    for (int i = 0; cJSON_IsString(first) && archs[i]; i++)
+        if (!strcmp(first->valuestring, archs[i])) return HR_OK;
+    return hr_error(HR_ERR_UNSUPPORTED, "%s/config.json: architectures[0] '%s' is not %s", c->dir,
+                    cJSON_IsString(first) ? first->valuestring : "?", what);
 }
 
 static hr_status own(hr_component *c, hr_tensor *t) {

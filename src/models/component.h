@@ -28,6 +28,9 @@ typedef struct hr_component {
 hr_status hr_component_open(hr_component *c, const char *dir, const char *const *classes,
                             const hr_component_options *opts);
 void hr_component_close(hr_component *c);
+/* A transformers config's architectures[0], when given, must be one of
+ * `archs` (NULL-terminated); `what` names the family in the error. */
+hr_status hr_component_check_arch(const hr_component *c, const char *const *archs, const char *what);
 
 /* Parameter `name` converted to the component's dtype on its device, its
  * shape checked against [ndim] shape (an error names the file and the
