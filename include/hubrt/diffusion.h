@@ -64,9 +64,11 @@ HR_API hr_status hr_flow_match_step(float sigma, float sigma_next, const hr_tens
 /* ---- Stable Diffusion 3 ------------------------------------------------------ */
 
 /* A diffusers StableDiffusion3Pipeline folder: model_index.json,
- * scheduler/, transformer/, vae/ (the text encoders are not read yet: a
- * call takes the prompt embeddings). opts apply to the transformer (its
- * compile flag included) and the VAE. */
+ * scheduler/, transformer/, vae/, and for text prompts tokenizer/,
+ * text_encoder/ (CLIP-L), tokenizer_2/, text_encoder_2/ (CLIP-G) and
+ * optionally tokenizer_3/, text_encoder_3/ (T5; absent: zeros in its
+ * place, as diffusers). opts apply to every model (compile: to the
+ * transformer only). */
 typedef struct hr_sd3_pipeline hr_sd3_pipeline;
 HR_API hr_status hr_sd3_pipeline_load(const char *dir, const hr_component_options *opts, hr_sd3_pipeline **out);
 HR_API void hr_sd3_pipeline_free(hr_sd3_pipeline *p);
@@ -75,8 +77,17 @@ HR_API void hr_sd3_pipeline_free(hr_sd3_pipeline *p);
 HR_API int64_t hr_sd3_pipeline_default_size(const hr_sd3_pipeline *p);
 
 typedef struct hr_sd3_call {
-    /* [b, l, joint_attention_dim] and [b, pooled_projection_dim]; the
-     * negative pair as well when guidance_scale > 1 */
+    /* The text: prompt (prompt_2 for CLIP-G and prompt_3 for T5 default to
+     * it) and the negatives for guidance (NULL: ""), encoded by the
+     * folder's tokenizers and text encoders, which are loaded for the call
+     * and freed before denoising. */
+    const char *prompt, *prompt_2, *prompt_3;
+    const char *negative_prompt, *negative_prompt_2, *negative_prompt_3;
+    int64_t max_sequence_length; /* T5's padded length; 0: 256 */
+    int64_t num_images_per_prompt; /* 0: 1 */
+    /* Or the embeddings themselves, [b, l, joint_attention_dim] and [b,
+     * pooled_projection_dim] (the negative pair too when guidance_scale >
+     * 1); a given embedding wins over the text. */
     const hr_tensor *prompt_embeds, *pooled_prompt_embeds;
     const hr_tensor *negative_prompt_embeds, *negative_pooled_prompt_embeds;
     int64_t steps;         /* 0: 28 */

@@ -59,6 +59,7 @@ HR_API hr_status hr_sd3_transformer_forward(hr_sd3_transformer *m, const hr_tens
                                             const hr_tensor *pooled, const float *timesteps, hr_tensor **out);
 HR_API int64_t hr_sd3_transformer_in_channels(const hr_sd3_transformer *m);
 HR_API int64_t hr_sd3_transformer_patch_size(const hr_sd3_transformer *m);
+HR_API int64_t hr_sd3_transformer_joint_dim(const hr_sd3_transformer *m);
 HR_API int64_t hr_sd3_transformer_sample_size(const hr_sd3_transformer *m); /* latent pixels, the default size */
 HR_API hr_dtype hr_sd3_transformer_dtype(const hr_sd3_transformer *m);
 

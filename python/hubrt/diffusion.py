@@ -221,7 +221,10 @@ def torch_randn(shape, seed):
 
 
 class _SD3Call(ctypes.Structure):
-    _fields_ = [("prompt_embeds", _P), ("pooled_prompt_embeds", _P), ("negative_prompt_embeds", _P),
+    _fields_ = [("prompt", ctypes.c_char_p), ("prompt_2", ctypes.c_char_p), ("prompt_3", ctypes.c_char_p),
+                ("negative_prompt", ctypes.c_char_p), ("negative_prompt_2", ctypes.c_char_p),
+                ("negative_prompt_3", ctypes.c_char_p), ("max_sequence_length", ctypes.c_int64),
+                ("num_images_per_prompt", ctypes.c_int64), ("prompt_embeds", _P), ("pooled_prompt_embeds", _P), ("negative_prompt_embeds", _P),
                 ("negative_pooled_prompt_embeds", _P), ("steps", ctypes.c_int64), ("guidance_scale", ctypes.c_double),
                 ("height", ctypes.c_int64), ("width", ctypes.c_int64), ("seed", ctypes.c_uint64), ("latents", _P),
                 ("sigmas", ctypes.POINTER(ctypes.c_float)), ("mu", ctypes.c_double), ("output_latents", ctypes.c_bool),
@@ -251,11 +254,10 @@ def _seed_of(generator, seed):
 
 
 class StableDiffusion3Pipeline(_Component):
-    """diffusers' StableDiffusion3Pipeline over hubrt's transformer, scheduler
-    and VAE. Until the text encoders land, a call takes prompt_embeds and
-    pooled_prompt_embeds (and their negatives for guidance_scale > 1), as
-    diffusers' own call accepts them. The transformer is compiled once per
-    batch and resolution unless compile=False."""
+    """diffusers' StableDiffusion3Pipeline on hubrt: a prompt (or prompt
+    embeddings, as diffusers' call takes them), the CLIP and T5 encoders
+    loaded for the call and freed before denoising, the transformer
+    compiled once per batch and resolution unless compile=False."""
 
     _load, _free = staticmethod(_pipe_load), staticmethod(_pipe_free)
 
@@ -263,15 +265,18 @@ class StableDiffusion3Pipeline(_Component):
     def from_pretrained(cls, path, dtype="auto", device="cpu", variant=None, torch_dtype=None, compile=True):
         return super().from_pretrained(path, None, dtype, device, variant, torch_dtype, compile)
 
-    def __call__(self, prompt=None, *, prompt_embeds=None, pooled_prompt_embeds=None, negative_prompt_embeds=None,
+    def __call__(self, prompt=None, prompt_2=None, prompt_3=None, *, negative_prompt=None, negative_prompt_2=None,
+                 negative_prompt_3=None, prompt_embeds=None, pooled_prompt_embeds=None, negative_prompt_embeds=None,
                  negative_pooled_prompt_embeds=None, num_inference_steps=28, guidance_scale=7.0, height=None,
-                 width=None, generator=None, seed=None, latents=None, sigmas=None, mu=None, output_type="pil",
-                 callback=None):
+                 width=None, num_images_per_prompt=1, generator=None, seed=None, latents=None, sigmas=None, mu=None,
+                 max_sequence_length=256, output_type="pil", callback=None):
         import numpy as np
 
-        if prompt is not None:
-            raise NotImplementedError("text prompts need the text encoders, which hubrt does not load yet: pass "
-                                      "prompt_embeds and pooled_prompt_embeds")
+        texts = [prompt, prompt_2, prompt_3, negative_prompt, negative_prompt_2, negative_prompt_3]
+        for t in texts:
+            if t is not None and not isinstance(t, str):
+                raise TypeError("hubrt's pipeline takes one prompt (a str) per call; use num_images_per_prompt")
+        texts = [None if t is None else t.encode() for t in texts]
         as_t = lambda t: None if t is None else (t if isinstance(t, Tensor) else tensor(t))  # noqa: E731
         keep = [as_t(t) for t in (prompt_embeds, pooled_prompt_embeds, negative_prompt_embeds,
                                   negative_pooled_prompt_embeds, latents)]
@@ -281,7 +286,8 @@ class StableDiffusion3Pipeline(_Component):
             num_inference_steps = len(sig)
         progress_t = _SD3Call._fields_[-2][1]
         cb = progress_t(lambda ctx, i, n: callback(int(i), int(n))) if callback else progress_t()
-        call = _SD3Call(*[handle(t) for t in keep[:4]], int(num_inference_steps), float(guidance_scale),
+        call = _SD3Call(*texts, int(max_sequence_length), int(num_images_per_prompt),
+                        *[handle(t) for t in keep[:4]], int(num_inference_steps), float(guidance_scale),
                         int(height or 0), int(width or 0), _seed_of(generator, seed) & 0xFFFFFFFFFFFFFFFF,
                         handle(keep[4]), None if sig is None else sig.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
                         float("nan") if mu is None else float(mu), output_type == "latent", cb, None)

@@ -543,6 +543,7 @@ void hr_sd3_transformer_free(hr_sd3_transformer *m) {
 }
 
 int64_t hr_sd3_transformer_in_channels(const hr_sd3_transformer *m) { return m->in_ch; }
+int64_t hr_sd3_transformer_joint_dim(const hr_sd3_transformer *m) { return m->joint_dim; }
 int64_t hr_sd3_transformer_sample_size(const hr_sd3_transformer *m) { return m->sample_size; }
 int64_t hr_sd3_transformer_patch_size(const hr_sd3_transformer *m) { return m->patch; }
 hr_dtype hr_sd3_transformer_dtype(const hr_sd3_transformer *m) { return m->c.dtype; }

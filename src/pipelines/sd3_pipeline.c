@@ -13,8 +13,12 @@
 #include "core/error.h"
 #include "hubrt/diffusion.h"
 #include "hubrt/ops.h"
+#include "pipelines/sd3_prompt.h"
 
 struct hr_sd3_pipeline {
+    char dir[1024];
+    hr_component_options opts; /* for the text encoders, loaded per call */
+    char dtype[32], device[64], variant[32];
     hr_sd3_transformer *transformer;
     hr_vae *vae;
     hr_flow_match_config sched;
@@ -41,6 +45,19 @@ hr_status hr_sd3_pipeline_load(const char *dir, const hr_component_options *opts
     }
     hr_sd3_pipeline *p = calloc(1, sizeof *p);
     if (!p) return hr_error(HR_ERR_OOM, "sd3 pipeline");
+    if (strlen(dir) >= sizeof p->dir - 32) {
+        free(p);
+        return hr_error(HR_ERR_INVALID_ARG, "%s: path too long", dir);
+    }
+    snprintf(p->dir, sizeof p->dir, "%s", dir);
+    if (opts) { /* kept for the text encoders, which load per call */
+        snprintf(p->dtype, sizeof p->dtype, "%s", opts->dtype ? opts->dtype : "");
+        snprintf(p->device, sizeof p->device, "%s", opts->device ? opts->device : "");
+        snprintf(p->variant, sizeof p->variant, "%s", opts->variant ? opts->variant : "");
+        p->opts.dtype = opts->dtype ? p->dtype : NULL;
+        p->opts.device = opts->device ? p->device : NULL;
+        p->opts.variant = opts->variant ? p->variant : NULL;
+    }
     snprintf(path, sizeof path, "%s/scheduler/scheduler_config.json", dir);
     hr_status s = hr_flow_match_config_load(path, &p->sched);
     if (s == HR_OK) {
@@ -122,8 +139,10 @@ static hr_status guide(const hr_tensor *pred, double g, hr_tensor **out) {
     return s;
 }
 
+static hr_status denoise_and_decode(hr_sd3_pipeline *p, const hr_sd3_call *c, int64_t b, hr_tensor **image);
+
 static hr_status check_embeds(const char *what, const hr_tensor *t, int ndim, int64_t b, const char *layout) {
-    if (!t) return hr_error(HR_ERR_INVALID_ARG, "sd3 pipeline: %s is required (text encoders are not loaded yet)", what);
+    if (!t) return hr_error(HR_ERR_INVALID_ARG, "sd3 pipeline: %s is required with guidance when no prompt is given", what);
     if (hr_tensor_ndim(t) != ndim || hr_tensor_shape(t)[0] != b) {
         char sh[160];
         return hr_error(HR_ERR_SHAPE, "sd3 pipeline: %s %s must be %s with the batch of prompt_embeds", what,
@@ -135,15 +154,57 @@ static hr_status check_embeds(const char *what, const hr_tensor *t, int ndim, in
 hr_status hr_sd3_pipeline_run(hr_sd3_pipeline *p, const hr_sd3_call *c, hr_tensor **image) {
     if (!p || !c || !image) return hr_error(HR_ERR_INVALID_ARG, "hr_sd3_pipeline_run: NULL argument");
     *image = NULL;
+    if (!c->prompt && !c->prompt_embeds)
+        return hr_error(HR_ERR_INVALID_ARG, "sd3 pipeline: give a prompt or prompt_embeds");
     bool cfg = c->guidance_scale > 1;
-    int64_t b = c->prompt_embeds ? hr_tensor_shape(c->prompt_embeds)[0] : 0;
-    HR_TRY(check_embeds("prompt_embeds", c->prompt_embeds, 3, b, "[b, l, joint_attention_dim]"));
-    HR_TRY(check_embeds("pooled_prompt_embeds", c->pooled_prompt_embeds, 2, b, "[b, pooled_projection_dim]"));
-    if (cfg) {
-        HR_TRY(check_embeds("negative_prompt_embeds", c->negative_prompt_embeds, 3, b, "[b, l, joint_attention_dim]"));
-        HR_TRY(check_embeds("negative_pooled_prompt_embeds", c->negative_pooled_prompt_embeds, 2, b,
-                            "[b, pooled_projection_dim]"));
+    hr_sd3_call call = *c;
+    hr_tensor *enc[4] = {0}, *rep[4] = {0};
+    bool text = c->prompt && !(c->prompt_embeds && (!cfg || c->negative_prompt_embeds));
+    if (text) { /* encoded here, the encoders freed before denoising */
+        hr_sd3_prompts sp = {c->prompt, c->prompt_2, c->prompt_3, c->negative_prompt, c->negative_prompt_2,
+                             c->negative_prompt_3, cfg, c->max_sequence_length};
+        HR_TRY(hr_sd3_encode_prompts(p->dir, &p->opts, &sp, hr_sd3_transformer_joint_dim(p->transformer),
+                                     hr_sd3_transformer_dtype(p->transformer), enc));
+        if (!c->prompt_embeds) call.prompt_embeds = enc[0], call.pooled_prompt_embeds = enc[1];
+        if (cfg && !c->negative_prompt_embeds)
+            call.negative_prompt_embeds = enc[2], call.negative_pooled_prompt_embeds = enc[3];
     }
+    int64_t per = c->num_images_per_prompt > 0 ? c->num_images_per_prompt : 1;
+    hr_status s = HR_OK;
+    if (per > 1) { /* each prompt's embeddings repeated, as diffusers' num_images_per_prompt */
+        const hr_tensor **slots[4] = {&call.prompt_embeds, &call.pooled_prompt_embeds, &call.negative_prompt_embeds,
+                                      &call.negative_pooled_prompt_embeds};
+        for (int i = 0; s == HR_OK && i < 4; i++)
+            if (*slots[i]) {
+                const hr_tensor *parts[16];
+                if (per > 16) {
+                    s = hr_error(HR_ERR_INVALID_ARG, "sd3 pipeline: num_images_per_prompt %lld (at most 16)",
+                                 (long long)per);
+                    break;
+                }
+                for (int64_t k = 0; k < per; k++) parts[k] = *slots[i];
+                s = hr_cat(parts, (int)per, 0, &rep[i]);
+                *slots[i] = rep[i];
+            }
+    }
+    c = &call;
+    int64_t b = c->prompt_embeds ? hr_tensor_shape(c->prompt_embeds)[0] : 0;
+    if (s == HR_OK) s = check_embeds("prompt_embeds", c->prompt_embeds, 3, b, "[b, l, joint_attention_dim]");
+    if (s == HR_OK) s = check_embeds("pooled_prompt_embeds", c->pooled_prompt_embeds, 2, b, "[b, pooled_projection_dim]");
+    if (s == HR_OK && cfg) {
+        s = check_embeds("negative_prompt_embeds", c->negative_prompt_embeds, 3, b, "[b, l, joint_attention_dim]");
+        if (s == HR_OK)
+            s = check_embeds("negative_pooled_prompt_embeds", c->negative_pooled_prompt_embeds, 2, b,
+                             "[b, pooled_projection_dim]");
+    }
+    if (s == HR_OK) s = denoise_and_decode(p, c, b, image);
+    for (int i = 0; i < 4; i++) hr_tensor_free(enc[i]), hr_tensor_free(rep[i]);
+    return s;
+}
+
+/* The loop and the decode for b prompts of embeddings. */
+static hr_status denoise_and_decode(hr_sd3_pipeline *p, const hr_sd3_call *c, int64_t b, hr_tensor **image) {
+    bool cfg = c->guidance_scale > 1;
     int64_t f = hr_vae_upscale(p->vae), patch = hr_sd3_transformer_patch_size(p->transformer);
     int64_t height = c->height ? c->height : hr_sd3_pipeline_default_size(p);
     int64_t width = c->width ? c->width : hr_sd3_pipeline_default_size(p);

@@ -38,3 +38,21 @@ def make_clip_tokenizer(path, pad_token="<|endoftext|>", vocab_size=400):
     if os.path.exists(os.path.join(path, "tokenizer.json")):
         os.remove(os.path.join(path, "tokenizer.json"))  # as SD3's folders: vocab.json + merges.txt only
     return CLIPTokenizer.from_pretrained(path)
+
+
+def make_t5_tokenizer(path, vocab_size=150):
+    """A tiny T5 Unigram tokenizer (<pad> 0, </s> 1, <unk> 2), trained here,
+    saved by transformers' T5Tokenizer with its tokenizer.json."""
+    import json
+
+    from tokenizers import trainers as tr
+    from transformers import T5Tokenizer
+
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
+    trainer = tr.UnigramTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>")
+    tok.train_from_iterator(CORPUS, trainer)
+    vocab = [tuple(v) for v in json.loads(tok.to_str())["model"]["vocab"]]
+    ref = T5Tokenizer(vocab=vocab, extra_ids=0)
+    ref.save_pretrained(path)
+    return T5Tokenizer.from_pretrained(path)

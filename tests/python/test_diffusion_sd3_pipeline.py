@@ -135,10 +135,10 @@ def test_bad_folders_and_calls_fail_naming_the_problem(pipelines, tmp_path):
     emb = {k: to_hr(v) for k, v in embeds().items()}
     with pytest.raises(hubrt.HubrtError, match="size 18x16 must be positive multiples of 4"):
         ours(**emb, height=16, width=18, num_inference_steps=1)
-    with pytest.raises(hubrt.HubrtError, match="negative_prompt_embeds is required"):
+    with pytest.raises(hubrt.HubrtError, match="negative_prompt_embeds is required with guidance"):
         ours(prompt_embeds=emb["prompt_embeds"], pooled_prompt_embeds=emb["pooled_prompt_embeds"],
              guidance_scale=5.0, num_inference_steps=1)
     with pytest.raises(hubrt.HubrtError, match=r"latents \[1, 16, 4, 4\] must be \[1, 16, 8, 8\]"):
         ours(**emb, latents=to_hr(torch.zeros(1, 16, 4, 4)), num_inference_steps=1)
-    with pytest.raises(NotImplementedError, match="text encoders"):
-        ours("a photo of a cat")
+    with pytest.raises(hubrt.HubrtError, match="text_encoder/config.json: missing"):
+        ours("a photo of a cat", num_inference_steps=1)
