@@ -17,6 +17,7 @@ static const command commands[] = {
     {"chat", hr_cmd_chat, "chat in the terminal with the model's chat template (/reset, /system, /quit)"},
     {"serve", hr_cmd_serve, "OpenAI-compatible server with continuous batching and a chat page"},
     {"bench", hr_cmd_bench, "time load, prefill and decode (last line: JSON)"},
+    {"text-to-image", hr_cmd_text_to_image, "a Stable Diffusion 3 folder, a prompt -> a PNG (text-to-image --help)"},
     {"kernels", hr_cmd_kernels, "kernel hub: list the cache's kernels, verify one, lock one (kernels --help)"},
     {"launch", hr_cmd_launch, "run a command once per TPU chip with libtpu's per-process environment"},
     {"tokenize", hr_cmd_tokenize, "JSON strings per line on stdin -> JSON id arrays (--add-special-tokens)"},

@@ -84,6 +84,7 @@ typedef struct hr_sd3_call {
     const char *prompt, *prompt_2, *prompt_3;
     const char *negative_prompt, *negative_prompt_2, *negative_prompt_3;
     int64_t max_sequence_length; /* T5's padded length; 0: 256 */
+    bool skip_t5;                /* zeros in T5's place even when the folder has it (less memory) */
     int64_t num_images_per_prompt; /* 0: 1 */
     /* Or the embeddings themselves, [b, l, joint_attention_dim] and [b,
      * pooled_projection_dim] (the negative pair too when guidance_scale >

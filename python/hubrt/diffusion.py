@@ -224,7 +224,7 @@ class _SD3Call(ctypes.Structure):
     _fields_ = [("prompt", ctypes.c_char_p), ("prompt_2", ctypes.c_char_p), ("prompt_3", ctypes.c_char_p),
                 ("negative_prompt", ctypes.c_char_p), ("negative_prompt_2", ctypes.c_char_p),
                 ("negative_prompt_3", ctypes.c_char_p), ("max_sequence_length", ctypes.c_int64),
-                ("num_images_per_prompt", ctypes.c_int64), ("prompt_embeds", _P), ("pooled_prompt_embeds", _P), ("negative_prompt_embeds", _P),
+                ("skip_t5", ctypes.c_bool), ("num_images_per_prompt", ctypes.c_int64), ("prompt_embeds", _P), ("pooled_prompt_embeds", _P), ("negative_prompt_embeds", _P),
                 ("negative_pooled_prompt_embeds", _P), ("steps", ctypes.c_int64), ("guidance_scale", ctypes.c_double),
                 ("height", ctypes.c_int64), ("width", ctypes.c_int64), ("seed", ctypes.c_uint64), ("latents", _P),
                 ("sigmas", ctypes.POINTER(ctypes.c_float)), ("mu", ctypes.c_double), ("output_latents", ctypes.c_bool),
@@ -269,7 +269,7 @@ class StableDiffusion3Pipeline(_Component):
                  negative_prompt_3=None, prompt_embeds=None, pooled_prompt_embeds=None, negative_prompt_embeds=None,
                  negative_pooled_prompt_embeds=None, num_inference_steps=28, guidance_scale=7.0, height=None,
                  width=None, num_images_per_prompt=1, generator=None, seed=None, latents=None, sigmas=None, mu=None,
-                 max_sequence_length=256, output_type="pil", callback=None):
+                 max_sequence_length=256, skip_t5=False, output_type="pil", callback=None):
         import numpy as np
 
         texts = [prompt, prompt_2, prompt_3, negative_prompt, negative_prompt_2, negative_prompt_3]
@@ -286,7 +286,7 @@ class StableDiffusion3Pipeline(_Component):
             num_inference_steps = len(sig)
         progress_t = _SD3Call._fields_[-2][1]
         cb = progress_t(lambda ctx, i, n: callback(int(i), int(n))) if callback else progress_t()
-        call = _SD3Call(*texts, int(max_sequence_length), int(num_images_per_prompt),
+        call = _SD3Call(*texts, int(max_sequence_length), bool(skip_t5), int(num_images_per_prompt),
                         *[handle(t) for t in keep[:4]], int(num_inference_steps), float(guidance_scale),
                         int(height or 0), int(width or 0), _seed_of(generator, seed) & 0xFFFFFFFFFFFFFFFF,
                         handle(keep[4]), None if sig is None else sig.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),

@@ -162,7 +162,7 @@ hr_status hr_sd3_pipeline_run(hr_sd3_pipeline *p, const hr_sd3_call *c, hr_tenso
     bool text = c->prompt && !(c->prompt_embeds && (!cfg || c->negative_prompt_embeds));
     if (text) { /* encoded here, the encoders freed before denoising */
         hr_sd3_prompts sp = {c->prompt, c->prompt_2, c->prompt_3, c->negative_prompt, c->negative_prompt_2,
-                             c->negative_prompt_3, cfg, c->max_sequence_length};
+                             c->negative_prompt_3, cfg, c->max_sequence_length, c->skip_t5};
         HR_TRY(hr_sd3_encode_prompts(p->dir, &p->opts, &sp, hr_sd3_transformer_joint_dim(p->transformer),
                                      hr_sd3_transformer_dtype(p->transformer), enc));
         if (!c->prompt_embeds) call.prompt_embeds = enc[0], call.pooled_prompt_embeds = enc[1];

@@ -75,14 +75,14 @@ static void encoders_free(encoders *e) {
     memset(e, 0, sizeof *e);
 }
 
-static hr_status encoders_load(const char *dir, const hr_component_options *opts, encoders *e) {
+static hr_status encoders_load(const char *dir, const hr_component_options *opts, bool skip_t5, encoders *e) {
     static const char *const toks[3] = {"tokenizer", "tokenizer_2", "tokenizer_3"};
     static const char *const encs[3] = {"text_encoder", "text_encoder_2", "text_encoder_3"};
     char path[1200];
     hr_component_options eo = opts ? *opts : (hr_component_options){0};
     eo.compile = false;
     hr_status s = HR_OK;
-    for (int i = 0; s == HR_OK && i < 3; i++) {
+    for (int i = 0; s == HR_OK && i < (skip_t5 ? 2 : 3); i++) {
         snprintf(path, sizeof path, "%s/%s/config.json", dir, encs[i]);
         bool has = exists(path);
         if (!has && i < 2) {
@@ -176,7 +176,7 @@ hr_status hr_sd3_encode_prompts(const char *dir, const hr_component_options *opt
                                 int64_t joint, hr_dtype dt, hr_tensor *out[4]) {
     memset(out, 0, 4 * sizeof *out);
     encoders e = {0};
-    HR_TRY(encoders_load(dir, opts, &e));
+    HR_TRY(encoders_load(dir, opts, p->skip_t5, &e));
     e.t5_len = p->max_sequence_length ? p->max_sequence_length : 256;
     const char *pos[3] = {p->prompt, p->prompt_2 ? p->prompt_2 : p->prompt, p->prompt_3 ? p->prompt_3 : p->prompt};
     const char *neg0 = p->negative_prompt ? p->negative_prompt : "";

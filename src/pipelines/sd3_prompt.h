@@ -9,6 +9,7 @@ typedef struct hr_sd3_prompts {
     const char *negative_prompt, *negative_prompt_2, *negative_prompt_3; /* NULL: "" (and negative_prompt) */
     bool negative;               /* encode the negatives too (guidance) */
     int64_t max_sequence_length; /* T5's; 0: 256 */
+    bool skip_t5;                /* zeros in its place, T5 not loaded */
 } hr_sd3_prompts;
 
 /* Loads dir's tokenizers and text encoders, encodes, frees them: out =
