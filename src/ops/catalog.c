@@ -41,11 +41,11 @@ static_assert(sizeof ops / sizeof ops[0] == HR_OP_COUNT, "op info table out of s
     F(topk, BOOL, hr_attrs_topk, largest) F(topk, BOOL, hr_attrs_topk, sorted)           \
     NORM_(F, rms_norm) NORM_(F, add_rms_norm) NORM_(F, layer_norm)                       \
     F(rope_cos_sin, F64, hr_attrs_rope_cos_sin, attention_scaling)                       \
+    F(rope_cos_sin, I64, hr_attrs_rope_cos_sin, dtype)                                   \
     CONV_(F)                                                                             \
     F(group_norm, I64, hr_attrs_group_norm, groups)                                      \
     F(group_norm, F64, hr_attrs_group_norm, eps)                                         \
     F(upsample_nearest, I64, hr_attrs_upsample, scale)                                   \
-    F(rope_cos_sin, I64, hr_attrs_rope_cos_sin, dtype)                                   \
     F(linear_group, I64, hr_attrs_linear_group, n)                                       \
     F(linear_group, I64, hr_attrs_linear_group, epilogue)                                \
     F(linear_group, BOOL, hr_attrs_linear_group, bias)                                   \

@@ -1,12 +1,16 @@
 /* CPU kernels for the image ops: conv2d, group_norm, upsample_nearest.
  *
- * conv2d is an implicit GEMM over the GEMM engine (gemm.h): output pixels
- * are rows, the (channel, ky, kx) window is K, the weight [o, K] is read in
- * place as linear's weight is, so bf16 takes the same f32-accumulating
- * kernels and rounds once, bias included, as torch's CPU convolution.
- * The windows are gathered (im2col) a tile of pixels at a time, so the
- * gathered copy stays a few MB whatever the image size; a 1x1 stride-1
- * unpadded convolution reads x in place.
+ * conv2d is an implicit GEMM over the GEMM engine (gemm.h), channels last
+ * inside: x and the weight are copied to [n, h, w, c] and [o, kh, kw, c]
+ * (the weight is 1/pixels of the work), so a window's row of kw pixels is
+ * one run of memory and the gathered rows (im2col) are a few memcpy each;
+ * output pixels are the rows, the (ky, kx, channel) window is K, the
+ * weight is read in place as linear's weight, and the row-major result is
+ * transposed into y once. bf16 takes the linear kernels' f32
+ * accumulation and rounds once, bias included, as torch's CPU convolution.
+ * Windows are gathered a tile of pixels at a time (4 MB); the weight is
+ * packed once for the panel kernels (not once per tile); a 1x1
+ * stride-1 unpadded convolution reads the channels-last x in place.
  *
  * group_norm: mean and variance of each (sample, group) summed in double,
  * normalized in f32 and rounded once to x's dtype (torch computes in f32
@@ -17,6 +21,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/k_eltwise.h"
+#include "backends/cpu/linear_pack.h"
 #include "core/error.h"
 #include "core/threadpool.h"
 #include "ops/op_impl.h"
@@ -27,70 +32,67 @@
 static const hr_attrs_conv2d conv_default = {1, 1, 0, 0, 1, 1, 1};
 
 typedef struct conv_ctx {
-    const hr_tensor *x, *w, *bias;
-    hr_tensor *y;
     const hr_attrs_conv2d *a;
-    int64_t cg, og, kh, kw, ho, wo, k; /* k = cg * kh * kw */
-    size_t es;                         /* x's element size */
-    /* the tile being gathered: sample n, group g, pixels [p0, p0 + np) */
-    char *col;
-    int64_t n, g, p0, np;
+    const hr_tensor *bias;
+    int64_t h, w, c, cg, og, o, kh, kw, ho, wo, k; /* k = kh * kw * cg, the window in (ky, kx, channel) order */
+    size_t es;                                     /* the element size of x, the weight and y */
+    const char *x;                                 /* sample n of x, channels last: [h, w, c] */
+    const char *wt;                                /* the weight channels last: [o, kh, kw, cg] */
+    char *col;                                     /* the gathered windows of the tile: [np, k] */
+    char *out;                                     /* sample n of y, channels last: [ho * wo, o] */
+    const uint32_t *panels;                        /* the weight packed for the panel kernels, or NULL */
+    int64_t g, p0, np;                             /* the group and pixels [p0, p0 + np) of the tile */
 } conv_ctx;
 
-/* Rows [p0, p0 + np) of the gathered windows: row p holds x's window of
- * output pixel p, in the weight's (channel, ky, kx) order, zeros where the
- * window leaves the image. */
+/* Rows [p0, p0 + np) of the gathered windows: row p holds the window of
+ * output pixel p in (ky, kx, channel) order, zeros where it leaves the
+ * image. Channels last, a window row's kw pixels are one run of kw * cg
+ * elements when dilation is 1 and the group is every channel. */
 static void im2col_body(void *arg, int ith, int nth) {
     conv_ctx *c = arg;
-    const hr_tensor *x = c->x;
-    const int64_t *xs = x->strides;
-    const char *base = (const char *)hr_tensor_ptr(x) + (c->n * xs[0] + c->g * c->cg * xs[1]) * (int64_t)c->es;
-    int64_t h = x->shape[2], w = x->shape[3], b, e;
+    const hr_attrs_conv2d *a = c->a;
+    size_t es = c->es;
+    int64_t b, e;
     hr_split_range(c->np, ith, nth, &b, &e);
     for (int64_t r = b; r < e; r++) {
         int64_t p = c->p0 + r, oy = p / c->wo, ox = p % c->wo;
-        char *dst = c->col + r * c->k * (int64_t)c->es;
-        for (int64_t ci = 0; ci < c->cg; ci++)
-            for (int64_t ky = 0; ky < c->kh; ky++, dst += c->kw * (int64_t)c->es) {
-                int64_t iy = oy * c->a->stride_h - c->a->pad_h + ky * c->a->dilation_h;
-                if (iy < 0 || iy >= h) {
-                    memset(dst, 0, (size_t)c->kw * c->es);
-                    continue;
-                }
-                const char *src = base + (ci * xs[1] + iy * xs[2]) * (int64_t)c->es;
-                int64_t ix0 = ox * c->a->stride_w - c->a->pad_w, dw = c->a->dilation_w;
-                if (dw == 1 && xs[3] == 1 && ix0 >= 0 && ix0 + c->kw <= w) { /* the whole run inside the row */
-                    memcpy(dst, src + ix0 * (int64_t)c->es, (size_t)c->kw * c->es);
-                    continue;
-                }
-                for (int64_t kx = 0; kx < c->kw; kx++) {
-                    int64_t ix = ix0 + kx * dw;
-                    if (ix < 0 || ix >= w)
-                        memset(dst + kx * (int64_t)c->es, 0, c->es);
-                    else
-                        memcpy(dst + kx * (int64_t)c->es, src + ix * xs[3] * (int64_t)c->es, c->es);
-                }
+        char *dst = c->col + r * c->k * (int64_t)es;
+        int64_t ix0 = ox * a->stride_w - a->pad_w;
+        for (int64_t ky = 0; ky < c->kh; ky++, dst += c->kw * c->cg * (int64_t)es) {
+            int64_t iy = oy * a->stride_h - a->pad_h + ky * a->dilation_h;
+            if (iy < 0 || iy >= c->h) {
+                memset(dst, 0, (size_t)(c->kw * c->cg) * es);
+                continue;
             }
+            const char *row = c->x + (iy * c->w * c->c + c->g * c->cg) * (int64_t)es;
+            if (a->dilation_w == 1 && c->cg == c->c && ix0 >= 0 && ix0 + c->kw <= c->w) {
+                memcpy(dst, row + ix0 * c->c * (int64_t)es, (size_t)(c->kw * c->c) * es);
+                continue;
+            }
+            for (int64_t kx = 0; kx < c->kw; kx++) {
+                int64_t ix = ix0 + kx * a->dilation_w;
+                char *d = dst + kx * c->cg * (int64_t)es;
+                if (ix < 0 || ix >= c->w)
+                    memset(d, 0, (size_t)c->cg * es);
+                else
+                    memcpy(d, row + ix * c->c * (int64_t)es, (size_t)c->cg * es);
+            }
+        }
     }
 }
 
-/* y[n, g's channels, pixels p0 .. p0 + rows) = a @ w_g^T + bias, a's row r
- * being pixel p0 + r at a.base + r * a.rs. */
-static hr_status conv_gemm(conv_ctx *c, hr_gemm_mat a, int64_t rows) {
-    const hr_tensor *w = c->w, *y = c->y;
+/* out[p0 .. p0 + rows, group g's channels] = a @ w_g^T + bias: the
+ * pixels are the rows, the window is K, the channels-last weight [og, k]
+ * is read in place as linear's weight, y's tile stored row-major. */
+static hr_status conv_gemm(conv_ctx *c, hr_gemm_mat a, int64_t rows, hr_dtype dt) {
     hr_gemm g = {0};
     g.m = rows;
     g.n = c->og;
     g.k = c->k;
     g.a = a;
-    g.b = (hr_gemm_mat){.base = (char *)hr_tensor_ptr(w) + c->g * c->og * w->strides[0] * (int64_t)hr_dtype_size(w->dtype),
-                        .dt = w->dtype, .rs = 1, .cs = w->strides[0]};
-    /* pixel p of channel o sits at (p / wo) * s2 + (p % wo) * s3: one stride
-     * when the rows of y's image are s2 = wo * s3 apart (checked by the caller) */
-    g.c = (hr_gemm_mat){.base = (char *)hr_tensor_ptr(y) +
-                                (c->n * y->strides[0] + c->g * c->og * y->strides[1] + c->p0 * y->strides[3]) *
-                                    (int64_t)hr_dtype_size(y->dtype),
-                        .dt = y->dtype, .rs = y->strides[3], .cs = y->strides[1]};
+    g.b = (hr_gemm_mat){.base = (char *)c->wt + c->g * c->og * c->k * (int64_t)c->es, .dt = dt, .rs = 1, .cs = c->k};
+    g.b_panels = c->panels; /* one group only */
+    g.c = (hr_gemm_mat){.base = c->out + (c->p0 * c->o + c->g * c->og) * (int64_t)c->es, .dt = dt, .rs = c->o, .cs = 1};
     if (c->bias) {
         g.bias = (const char *)hr_tensor_ptr(c->bias) +
                  c->g * c->og * c->bias->strides[0] * (int64_t)hr_dtype_size(c->bias->dtype);
@@ -100,84 +102,136 @@ static hr_status conv_gemm(conv_ctx *c, hr_gemm_mat a, int64_t rows) {
     return hr_gemm_run(&g);
 }
 
-/* Whether the weight's (channel, ky, kx) elements are one stride-1 run per
- * output channel, as the GEMM reads them. */
-static bool weight_rows_dense(const hr_tensor *w) {
-    return w->strides[3] == 1 && w->strides[2] == w->shape[3] && w->strides[1] == w->shape[2] * w->shape[3];
+/* Few output channels (conv_out's 3): the GEMM the other way round, the
+ * weight's og rows against the tile's windows as the K-contiguous side
+ * (the route for few rows, which streams the windows once), into f32; the
+ * bias is added in f32 and each value rounded once into out. */
+#define FEW_CHANNELS 16
+
+static hr_status conv_gemm_few(conv_ctx *c, int64_t rows, hr_dtype dt, float *acc) {
+    hr_gemm g = {0};
+    g.m = c->og;
+    g.n = rows;
+    g.k = c->k;
+    g.a = (hr_gemm_mat){.base = (char *)c->wt + c->g * c->og * c->k * (int64_t)c->es, .dt = dt, .rs = c->k, .cs = 1};
+    g.b = (hr_gemm_mat){.base = c->col, .dt = dt, .rs = 1, .cs = c->k};
+    g.c = (hr_gemm_mat){.base = (char *)acc, .dt = HR_F32, .rs = rows, .cs = 1};
+    HR_TRY(hr_gemm_run(&g));
+    bool simd = hr_k_simd();
+    for (int64_t o = 0; o < c->og; o++) {
+        float *row = acc + o * rows, b = 0;
+        int64_t ch = c->g * c->og + o;
+        if (c->bias)
+            hr_k_load_f32(&b, (const char *)hr_tensor_ptr(c->bias) + ch * c->bias->strides[0] *
+                                  (int64_t)hr_dtype_size(c->bias->dtype), c->bias->dtype, 1, 1, false);
+        for (int64_t p = 0; p < rows; p++) row[p] += b;
+        hr_k_store_f32(c->out + (c->p0 * c->o + ch) * (int64_t)c->es, dt, row, rows, c->o, simd);
+    }
+    return HR_OK;
 }
 
-static hr_status conv_run(conv_ctx *c) {
-    const hr_tensor *x = c->x;
+/* A new contiguous tensor holding t's values with its dims in `perm` order. */
+static hr_status permuted_copy(const hr_tensor *t, const int *perm, hr_tensor **out) {
+    hr_tensor *v = NULL;
+    HR_TRY(hr_tensor_permute(t, t->ndim, perm, &v));
+    hr_tensor_meta m;
+    hr_meta_of(v, &m);
+    hr_status s = hr_tensor_empty_meta(hr_tensor_device(t), &m, out);
+    if (s == HR_OK) hr_k_copy_strided(*out, v, true);
+    hr_tensor_free(v);
+    return s;
+}
+
+/* One sample: channels-last x, windows gathered a tile at a time, a GEMM
+ * per tile and group into channels-last out. */
+static hr_status conv_sample(conv_ctx *c, hr_dtype dt, bool direct, int64_t tile, float *acc) {
     int64_t np = c->ho * c->wo;
-    const hr_attrs_conv2d *a = c->a;
-    bool direct = c->kh == 1 && c->kw == 1 && a->stride_h == 1 && a->stride_w == 1 && a->pad_h == 0 &&
-                  a->pad_w == 0 && x->strides[2] == x->shape[3] * x->strides[3];
-    int64_t tile = direct ? np : IM2COL_TILE_BYTES / (c->k * (int64_t)c->es);
-    if (tile < 16) tile = 16;
-    if (tile > np) tile = np;
-    if (!direct) {
-        c->col = malloc((size_t)(tile * c->k) * c->es);
-        if (!c->col) return hr_error(HR_ERR_OOM, "conv2d: %lld bytes for the gathered windows",
-                                     (long long)(tile * c->k * (int64_t)c->es));
-    }
     hr_status s = HR_OK;
-    for (c->n = 0; s == HR_OK && c->n < x->shape[0]; c->n++)
-        for (c->g = 0; s == HR_OK && c->g < a->groups; c->g++)
-            for (c->p0 = 0; s == HR_OK && c->p0 < np; c->p0 += tile) {
-                c->np = np - c->p0 < tile ? np - c->p0 : tile;
-                hr_gemm_mat m;
-                if (direct) { /* x[n, group channels] is [cg, pixels]: row p, column ci at p * s3 + ci * s1 */
-                    m = (hr_gemm_mat){.base = (char *)hr_tensor_ptr(x) +
-                                              (c->n * x->strides[0] + c->g * c->cg * x->strides[1]) * (int64_t)c->es,
-                                      .dt = x->dtype, .rs = x->strides[3], .cs = x->strides[1]};
-                } else {
-                    hr_parallel_run(im2col_body, c, hr_parallel_threads_for(c->np * c->k, HR_GRAIN_ELTWISE));
-                    m = (hr_gemm_mat){.base = c->col, .dt = x->dtype, .rs = c->k, .cs = 1};
-                }
-                s = conv_gemm(c, m, c->np);
+    for (c->g = 0; s == HR_OK && c->g < c->a->groups; c->g++)
+        for (c->p0 = 0; s == HR_OK && c->p0 < np; c->p0 += tile) {
+            c->np = np - c->p0 < tile ? np - c->p0 : tile;
+            hr_gemm_mat m;
+            if (acc) { /* few output channels */
+                hr_parallel_run(im2col_body, c, hr_parallel_threads_for(c->np * c->k, HR_GRAIN_ELTWISE));
+                s = conv_gemm_few(c, c->np, dt, acc);
+                continue;
             }
-    free(c->col);
-    c->col = NULL;
+            if (direct) { /* 1x1, stride 1, unpadded: x's pixel rows are the windows */
+                m = (hr_gemm_mat){.base = (char *)c->x + (c->p0 * c->c + c->g * c->cg) * (int64_t)c->es, .dt = dt,
+                                  .rs = c->c, .cs = 1};
+            } else {
+                hr_parallel_run(im2col_body, c, hr_parallel_threads_for(c->np * c->k, HR_GRAIN_ELTWISE));
+                m = (hr_gemm_mat){.base = c->col, .dt = dt, .rs = c->k, .cs = 1};
+            }
+            s = conv_gemm(c, m, c->np, dt);
+        }
     return s;
 }
 
 static hr_status k_conv2d(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
                           int n_out) {
-    const hr_tensor *w = in[1];
+    const hr_tensor *x = in[0], *w = in[1];
     hr_tensor *y = out[0];
-    conv_ctx c = {.x = in[0], .w = w, .bias = n_in > 2 ? in[2] : NULL, .a = attrs ? attrs : &conv_default};
-    c.cg = w->shape[1];
-    c.og = w->shape[0] / c.a->groups;
-    c.kh = w->shape[2];
-    c.kw = w->shape[3];
-    c.ho = y->shape[2];
-    c.wo = y->shape[3];
-    c.k = c.cg * c.kh * c.kw;
-    c.es = hr_dtype_size(c.x->dtype);
+    conv_ctx c = {.a = attrs ? attrs : &conv_default, .bias = n_in > 2 ? in[2] : NULL};
+    const hr_attrs_conv2d *a = c.a;
+    hr_dtype dt = x->dtype;
+    c.h = x->shape[2], c.w = x->shape[3], c.c = x->shape[1];
+    c.cg = w->shape[1], c.o = w->shape[0], c.og = c.o / a->groups;
+    c.kh = w->shape[2], c.kw = w->shape[3], c.ho = y->shape[2], c.wo = y->shape[3];
+    c.k = c.kh * c.kw * c.cg;
+    c.es = hr_dtype_size(dt);
     if (hr_tensor_numel(y) == 0) return HR_OK;
-    if (c.k == 0) return hr_error(HR_ERR_SHAPE, "conv2d: empty kernel window");
-    /* Operands the GEMM cannot read in place go through dense copies. */
-    hr_tensor *wd = NULL, *yd = NULL;
-    hr_status s = HR_OK;
-    if (!weight_rows_dense(w)) {
-        hr_tensor_meta m;
-        hr_meta_of(w, &m);
-        s = hr_tensor_empty_meta(hr_tensor_device(w), &m, &wd);
-        if (s == HR_OK) hr_k_copy_strided(wd, w, true);
-        c.w = wd;
+    if (w->dtype != dt) return hr_error(HR_ERR_DTYPE, "conv2d: weight %s differs from x %s", hr_dtype_name(w->dtype),
+                                        hr_dtype_name(dt));
+    int64_t np = c.ho * c.wo;
+    bool few = c.og <= FEW_CHANNELS;
+    bool direct = !few && c.kh == 1 && c.kw == 1 && a->stride_h == 1 && a->stride_w == 1 && a->pad_h == 0 &&
+                  a->pad_w == 0;
+    int64_t tile = direct ? np : IM2COL_TILE_BYTES / (c.k * (int64_t)c.es);
+    if (tile < 16) tile = 16;
+    if (tile > np) tile = np;
+    hr_tensor *xt = NULL, *wt = NULL, *w2 = NULL, *ot = NULL, *yn = NULL, *ov = NULL, *op = NULL;
+    void *packed = NULL; /* owned by wt's buffer once attached */
+    hr_status s = permuted_copy(x, (const int[]){0, 2, 3, 1}, &xt); /* [n, h, w, c] */
+    if (s == HR_OK) s = permuted_copy(w, (const int[]){0, 2, 3, 1}, &wt); /* [o, kh, kw, cg] */
+    if (s == HR_OK) s = hr_tensor_empty_meta(hr_tensor_device(y),
+                                             &(hr_tensor_meta){.dtype = dt, .ndim = 2, .shape = {np, c.o}}, &ot);
+    float *acc = NULL;
+    if (s == HR_OK && few && !(acc = malloc((size_t)(tile * c.og) * sizeof *acc)))
+        s = hr_error(HR_ERR_OOM, "conv2d: %lld bytes of f32 sums", (long long)(tile * c.og * 4));
+    if (s == HR_OK && !direct && !(c.col = malloc((size_t)(tile * c.k) * c.es)))
+        s = hr_error(HR_ERR_OOM, "conv2d: %lld bytes for the gathered windows", (long long)(tile * c.k * (int64_t)c.es));
+    if (s == HR_OK && a->groups == 1 && !few) { /* packed once, not once per tile of pixels */
+        s = hr_tensor_view(wt, 2, (int64_t[]){c.o, c.k}, &w2);
+        size_t bytes = s == HR_OK ? hr_linear_pack_bytes(w2) : 0;
+        if (bytes && (packed = aligned_alloc(64, bytes))) {
+            s = hr_linear_pack_into(w2, packed, free, packed, NULL, NULL);
+            if (s == HR_OK) c.panels = hr_linear_panels(w2);
+            else free(packed); /* the buffer took no ownership */
+        }
     }
-    if (s == HR_OK && y->strides[2] != c.wo * y->strides[3]) {
-        hr_tensor_meta m;
-        hr_meta_of(y, &m);
-        s = hr_tensor_empty_meta(hr_tensor_device(y), &m, &yd);
-        c.y = yd;
-    } else {
-        c.y = y;
+    if (s == HR_OK) {
+        c.wt = hr_tensor_ptr(wt);
+        c.out = hr_tensor_ptr(ot);
+        s = hr_tensor_view(ot, 3, (int64_t[]){c.ho, c.wo, c.o}, &ov);
     }
-    if (s == HR_OK) s = conv_run(&c);
-    if (s == HR_OK && yd) hr_k_copy_strided(y, yd, true);
-    hr_tensor_free(wd);
-    hr_tensor_free(yd);
+    if (s == HR_OK) s = hr_tensor_permute(ov, 3, (const int[]){2, 0, 1}, &op); /* out as [o, ho, wo] */
+    for (int64_t n = 0; s == HR_OK && n < x->shape[0]; n++) {
+        c.x = (const char *)hr_tensor_ptr(xt) + n * c.h * c.w * c.c * (int64_t)c.es;
+        s = conv_sample(&c, dt, direct, tile, acc);
+        if (s == HR_OK) s = hr_tensor_select(y, 0, n, &yn);
+        if (s == HR_OK) hr_k_copy_strided(yn, op, true); /* channels last -> y's layout */
+        hr_tensor_free(yn);
+        yn = NULL;
+    }
+    free(c.col);
+    free(acc);
+    hr_tensor_free(xt);
+    hr_tensor_free(wt);
+    hr_tensor_free(ot);
+    hr_tensor_free(w2);
+    hr_tensor_free(ov);
+    hr_tensor_free(op);
     return s;
 }
 
