@@ -227,6 +227,13 @@ if [[ " $ENGINES " == *" llama.cpp "* ]] && (( $(date +%s) - START <= BUDGET ));
     || log "bench_quantized.py failed (see $WORK/quantized.err)"
 fi
 
+# --- images: an SD3-medium-shaped transformer and SD3's VAE (random bf16, made and deleted here), hubrt and diffusers
+if [[ " $ENGINES " == *" hubrt "* ]] && (( $(date +%s) - START <= BUDGET )); then
+  log "SD3-shaped transformer and VAE (bench/bench_sd3.py)"
+  HUBRT_LIBRARY=$ROOT/$BUILD/libhubrt.so timeout $((RUN_TIMEOUT * 6)) "$PY" bench/bench_sd3.py --threads "$THREADS" \
+    --out "$RESULTS" > "$WORK/sd3.out" 2> "$WORK/sd3.err" || log "bench_sd3.py failed (see $WORK/sd3.err)"
+fi
+
 # --- the experts op alone at the MoE shape's layer, against a plain read of the same weights
 if [[ " $MODELS " == *" $MOE_MODEL "* ]] && (( $(date +%s) - START <= BUDGET )) && [[ -x $ROOT/$BUILD/bench_moe ]]; then
   log "the experts op alone (bench_moe)"

@@ -117,6 +117,10 @@ static hr_status parse_token(const cJSON *it, size_t i, added_token *t) {
         return hr_error(HR_ERR_FORMAT, "added_tokens[%zu]: needs an integer 'id' in 0..%u and a string 'content'",
                         i, UINT32_MAX);
     t->len = strlen(content->valuestring);
+    /* matched through UTF-8 regexes and tries: JSON text is UTF-8, as
+     * tokenizers (serde) insists */
+    if (tk_utf8_valid_prefix(content->valuestring, t->len) != t->len)
+        return hr_error(HR_ERR_FORMAT, "added_tokens[%zu]: content is not valid UTF-8", i);
     t->content = malloc(t->len + 1);
     if (!t->content) return hr_error(HR_ERR_OOM, "tokenizer: out of memory");
     memcpy(t->content, content->valuestring, t->len + 1);

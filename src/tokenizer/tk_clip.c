@@ -56,6 +56,13 @@ static hr_status slurp(const char *dir, const char *name, bool optional, char **
         return s;
     }
     buf[n] = '\0';
+    size_t bad = tk_utf8_valid_prefix(buf, n); /* JSON and merges are UTF-8 text, without NULs */
+    const char *nul = memchr(buf, 0, bad);
+    if (nul) bad = (size_t)(nul - buf);
+    if (bad != n) {
+        free(buf);
+        return hr_error(HR_ERR_FORMAT, "%s: not UTF-8 text (at byte %zu)", path, bad);
+    }
     *text = buf;
     *len = n;
     return HR_OK;
@@ -112,24 +119,27 @@ static cJSON *added_token(int64_t id, const char *content, bool normalized) {
     return t;
 }
 
-/* The id of special token `text` in vocab, or a new one after it (as
- * transformers adds a special token the vocabulary lacks). */
+/* The id the loader will give added token `text` (tk_added.c, as
+ * tokenizers assigns them, whatever id the JSON says): its vocab id, else
+ * the next one after the vocab's entry count, in the order the added
+ * tokens come; `text` not yet among them counts as the next one to come. */
 static int64_t special_id(cJSON *vocab, cJSON *added, const char *text) {
+    int64_t next = cJSON_GetArraySize(vocab);
     const cJSON *it;
     cJSON_ArrayForEach(it, added) {
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(it, "content");
-        if (cJSON_IsString(c) && !strcmp(c->valuestring, text))
-            return (int64_t)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
+        if (!cJSON_IsString(c) || !c->valuestring[0]) continue;
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(vocab, c->valuestring);
+        bool seen = false; /* an earlier added token of the same content holds its id */
+        for (const cJSON *e = added->child; e != it && !seen; e = e->next) {
+            const cJSON *ec = cJSON_GetObjectItemCaseSensitive(e, "content");
+            seen = cJSON_IsString(ec) && !strcmp(ec->valuestring, c->valuestring);
+        }
+        int64_t id = cJSON_IsNumber(v) ? (int64_t)v->valuedouble : seen ? -1 : next++;
+        if (!strcmp(c->valuestring, text) && id >= 0) return id;
     }
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(vocab, text);
-    if (cJSON_IsNumber(v)) return (int64_t)v->valuedouble;
-    int64_t next = 0;
-    cJSON_ArrayForEach(it, vocab) if (cJSON_IsNumber(it) && (int64_t)it->valuedouble >= next) next = (int64_t)it->valuedouble + 1;
-    cJSON_ArrayForEach(it, added) {
-        int64_t id = (int64_t)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
-        if (id >= next) next = id + 1;
-    }
-    return next;
+    return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : next;
 }
 
 static hr_status add_special(cJSON *vocab, cJSON *added, const char *text, int64_t *id) {

@@ -101,6 +101,15 @@ def test_upsample_nearest_matches_interpolate(dtype, scale):
     assert torch.equal(to_torch(got), want)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_upsample_nearest_strided_input_and_output(dtype):
+    x = rand((2, 3, 5, 4), dtype)
+    xt = to_hr(x.transpose(2, 3).contiguous()).transpose(2, 3)
+    out = hubrt.from_numpy(np.zeros((2, 3, 8, 10), np.float32), dtype=dtype).transpose(2, 3)
+    hubrt.ops.call("upsample_nearest", xt, out=out, scale=2)
+    assert torch.equal(to_torch(hubrt.ops.contiguous(out)), F.interpolate(x, scale_factor=2.0, mode="nearest"))
+
+
 @pytest.mark.parametrize("call,message", [
     (lambda: hubrt.ops.conv2d(to_hr(rand((1, 4, 5, 5))), to_hr(rand((2, 3, 3, 3)))), "does not fit x"),
     (lambda: hubrt.ops.conv2d(to_hr(rand((1, 4, 2, 2))), to_hr(rand((2, 4, 3, 3)))), "does not fit the padded"),

@@ -29,6 +29,9 @@ def test_bad_clip_folders_fail_naming_the_file(tmp_path):
     (tmp_path / "tok" / "merges.txt").write_text("#version: 0.2\na b c\n")
     with pytest.raises(hubrt.HubrtError, match="merges.txt: line 2 is not two tokens"):
         hubrt.AutoTokenizer.from_pretrained(tmp_path / "tok")
+    (tmp_path / "tok" / "merges.txt").write_bytes(b"#version: 0.2\na \xffb\n")
+    with pytest.raises(hubrt.HubrtError, match=r"merges.txt: not UTF-8 text \(at byte 16\)"):
+        hubrt.AutoTokenizer.from_pretrained(tmp_path / "tok")
     (tmp_path / "tok" / "merges.txt").write_text("#version: 0.2\n")
     (tmp_path / "tok" / "vocab.json").write_text("[1, 2]")
     with pytest.raises(hubrt.HubrtError, match="vocab.json: not a JSON object"):

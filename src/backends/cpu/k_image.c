@@ -12,9 +12,10 @@
  * packed once for the panel kernels (not once per tile); a 1x1
  * stride-1 unpadded convolution reads the channels-last x in place.
  *
- * group_norm: mean and variance of each (sample, group) summed in double,
- * normalized in f32 and rounded once to x's dtype (torch computes in f32
- * and rounds once; the sums' order differs, within f32 rounding). */
+ * group_norm: mean and variance of each (sample, group) from f32 vector
+ * sums of 1024-element blocks added in double, normalized in f32 and
+ * rounded once to x's dtype (torch computes in f32 and rounds once; the
+ * sums' order differs, within f32 rounding). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,6 +281,34 @@ static float param_at(const hr_tensor *t, int64_t i, float none) {
     return v;
 }
 
+typedef float gn_v8f __attribute__((vector_size(32)));
+
+/* sum of p[0 .. n) (or of (p[i] - m)^2 when sq): f32 vector lanes over
+ * blocks of 1024, the blocks summed in double, so the error stays that of
+ * a 1024-element f32 sum whatever n is. */
+static double block_sums(const float *p, int64_t n, bool sq, float m) {
+    double total = 0;
+    for (int64_t b0 = 0; b0 < n; b0 += 1024) {
+        int64_t b1 = b0 + 1024 < n ? b0 + 1024 : n, i = b0;
+        gn_v8f acc[4] = {{0}}, mv = {m, m, m, m, m, m, m, m};
+        for (; i + 32 <= b1; i += 32)
+            for (int k = 0; k < 4; k++) {
+                gn_v8f v;
+                memcpy(&v, p + i + 8 * k, sizeof v);
+                if (sq) {
+                    v = v - mv;
+                    v = v * v;
+                }
+                acc[k] += v;
+            }
+        gn_v8f a = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        float part = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        for (; i < b1; i++) part += sq ? (p[i] - m) * (p[i] - m) : p[i];
+        total += part;
+    }
+    return total;
+}
+
 static void gn_body(void *arg, int ith, int nth) {
     gn_ctx *c = arg;
     int64_t units = c->x->shape[0] * c->groups, b, e;
@@ -288,19 +317,12 @@ static void gn_body(void *arg, int ith, int nth) {
     const hr_tensor *y = c->y;
     for (int64_t u = b; u < e; u++) {
         int64_t n = u / c->groups, g = u % c->groups;
-        double sum = 0, sq = 0;
-        for (int64_t ci = 0; ci < c->cg; ci++) {
-            float *row = buf + ci * c->hw;
-            channel_load(c->x, n, g * c->cg + ci, c->hw, row, c->simd);
-            for (int64_t i = 0; i < c->hw; i++) sum += row[i];
-        }
+        for (int64_t ci = 0; ci < c->cg; ci++) channel_load(c->x, n, g * c->cg + ci, c->hw, buf + ci * c->hw, c->simd);
         int64_t cnt = c->cg * c->hw;
-        double mean = sum / (double)cnt;
-        for (int64_t i = 0; i < cnt; i++) {
-            double d = buf[i] - mean;
-            sq += d * d;
-        }
-        float rstd = (float)(1.0 / sqrt(sq / (double)cnt + c->eps)), m = (float)mean;
+        double mean = block_sums(buf, cnt, false, 0) / (double)cnt;
+        float m = (float)mean; /* the deviations from the f32 mean, as torch's two-pass variance */
+        double var = block_sums(buf, cnt, true, m) / (double)cnt;
+        float rstd = (float)(1.0 / sqrt(var + c->eps));
         for (int64_t ci = 0; ci < c->cg; ci++) {
             int64_t ch = g * c->cg + ci;
             float wv = param_at(c->w, ch, 1.0f), bv = param_at(c->b, ch, 0.0f);
@@ -355,21 +377,48 @@ typedef struct up_ctx {
     int64_t s;
 } up_ctx;
 
-/* Output rows (n, c, oy) split over threads; each copies input row oy / s
- * with every element repeated s times. */
+/* Input rows (n, c, iy) split over threads; each writes its output row
+ * oy = iy * s with every element repeated s times, then the s - 1 rows
+ * below it as copies of that one. */
 static void up_body(void *arg, int ith, int nth) {
     up_ctx *c = arg;
     const hr_tensor *x = c->x, *y = c->y;
     size_t es = hr_dtype_size(x->dtype);
-    int64_t ho = y->shape[2], wo = y->shape[3], rows = y->shape[0] * y->shape[1] * ho, b, e;
+    int64_t hi = x->shape[2], wo = y->shape[3], rows = x->shape[0] * x->shape[1] * hi, b, e;
+    bool dense = x->strides[3] == 1 && y->strides[3] == 1;
     hr_split_range(rows, ith, nth, &b, &e);
     for (int64_t r = b; r < e; r++) {
-        int64_t oy = r % ho, nc = r / ho, ch = nc % y->shape[1], n = nc / y->shape[1];
-        const char *src = (const char *)hr_tensor_ptr(x) +
-                          (n * x->strides[0] + ch * x->strides[1] + (oy / c->s) * x->strides[2]) * (int64_t)es;
-        char *dst = (char *)hr_tensor_ptr(y) + (n * y->strides[0] + ch * y->strides[1] + oy * y->strides[2]) * (int64_t)es;
-        for (int64_t ox = 0; ox < wo; ox++)
-            memcpy(dst + ox * y->strides[3] * (int64_t)es, src + (ox / c->s) * x->strides[3] * (int64_t)es, es);
+        int64_t iy = r % hi, nc = r / hi, ch = nc % x->shape[1], n = nc / x->shape[1];
+        const char *src = (const char *)hr_tensor_ptr(x) + (n * x->strides[0] + ch * x->strides[1] + iy * x->strides[2]) * (int64_t)es;
+        char *dst = (char *)hr_tensor_ptr(y) +
+                    (n * y->strides[0] + ch * y->strides[1] + iy * c->s * y->strides[2]) * (int64_t)es;
+        if (dense && es == 2 && c->s == 2) { /* the VAE's case */
+            const uint16_t *s16 = (const uint16_t *)src;
+            uint32_t *d32 = (uint32_t *)dst; /* each pair of output pixels is one input pixel twice */
+            for (int64_t ix = 0; ix < wo / 2; ix++) {
+                uint32_t v = s16[ix];
+                d32[ix] = v | v << 16;
+            }
+        } else if (dense && es == 2) {
+            const uint16_t *s16 = (const uint16_t *)src;
+            uint16_t *d16 = (uint16_t *)dst;
+            for (int64_t ox = 0; ox < wo; ox++) d16[ox] = s16[ox / c->s];
+        } else if (dense && es == 4) {
+            const uint32_t *s32 = (const uint32_t *)src;
+            uint32_t *d32 = (uint32_t *)dst;
+            for (int64_t ox = 0; ox < wo; ox++) d32[ox] = s32[ox / c->s];
+        } else {
+            for (int64_t ox = 0; ox < wo; ox++)
+                memcpy(dst + ox * y->strides[3] * (int64_t)es, src + (ox / c->s) * x->strides[3] * (int64_t)es, es);
+        }
+        for (int64_t k = 1; k < c->s; k++) {
+            char *rowk = dst + k * y->strides[2] * (int64_t)es;
+            if (dense)
+                memcpy(rowk, dst, (size_t)wo * es);
+            else
+                for (int64_t ox = 0; ox < wo; ox++)
+                    memcpy(rowk + ox * y->strides[3] * (int64_t)es, dst + ox * y->strides[3] * (int64_t)es, es);
+        }
     }
 }
 
