@@ -113,6 +113,11 @@ HR_API hr_status hr_sd3_pipeline_run(hr_sd3_pipeline *p, const hr_sd3_call *c, h
  * bit for bit (f32; n >= 16, fewer is refused): the latents diffusers
  * draws for a seed. */
 HR_API hr_status hr_torch_randn(uint64_t seed, int64_t n, float *out);
+/* The same in dtype dt (f32, bf16 or f16) into out[n] of that type, bit for
+ * bit with torch.randn(n, dtype=...): a bf16 or f16 pipeline's latents
+ * (the f32 stream rounded, but for the last 16 values when n is not a
+ * multiple of 16, which torch draws another way for those types). */
+HR_API hr_status hr_torch_randn_as(uint64_t seed, int64_t n, hr_dtype dt, void *out);
 
 #ifdef __cplusplus
 }

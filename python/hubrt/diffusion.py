@@ -208,16 +208,23 @@ class SD3Transformer2DModel(_Component):
         sample = Tensor(out)
         return Transformer2DModelOutput(sample) if return_dict else (sample,)
 
-_randn = fn("hr_torch_randn", [ctypes.c_uint64, ctypes.c_int64, ctypes.POINTER(ctypes.c_float)])
+_randn = fn("hr_torch_randn_as", [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p])
 
-def torch_randn(shape, seed):
-    """torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed)),
-    bit for bit, as a NumPy f32 array (at least 16 values)."""
+
+def torch_randn(shape, seed, dtype="float32"):
+    """torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed),
+    dtype=dtype) bit for bit (float32, bfloat16 or float16; at least 16
+    values), as a NumPy float32 array of those values."""
     import numpy as np
 
-    out = np.empty(shape, np.float32)
-    check(_randn(seed & 0xFFFFFFFFFFFFFFFF, out.size, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float))))
-    return out
+    from .tensor import _ALIASES, DTYPES
+
+    name = _ALIASES.get(dtype, dtype)
+    out = np.empty(shape, np.float32 if name == "f32" else np.uint16)
+    check(_randn(seed & 0xFFFFFFFFFFFFFFFF, out.size, DTYPES.index(name), out.ctypes.data))
+    if name == "bf16":
+        return (out.astype(np.uint32) << 16).view(np.float32)
+    return out.view(np.float16).astype(np.float32) if name == "f16" else out
 
 
 class _SD3Call(ctypes.Structure):

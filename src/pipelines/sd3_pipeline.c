@@ -94,7 +94,8 @@ int64_t hr_sd3_pipeline_default_size(const hr_sd3_pipeline *p) {
 }
 
 /* The [b, c, h, w] starting latents: the caller's, or torch's randn stream
- * for the seed, in the transformer's dtype (f32 draws, cast). */
+ * for the seed in the transformer's dtype (diffusers draws them in the
+ * prompt embeddings' dtype, the same in a pipeline of one dtype). */
 static hr_status initial_latents(const hr_sd3_pipeline *p, const hr_sd3_call *c, int64_t b, int64_t h, int64_t w,
                                  hr_tensor **out) {
     hr_dtype dt = hr_sd3_transformer_dtype(p->transformer);
@@ -112,11 +113,13 @@ static hr_status initial_latents(const hr_sd3_pipeline *p, const hr_sd3_call *c,
         return hr_cast(c->latents, dt, out);
     }
     int64_t n = b * ch * h * w;
-    float *noise = malloc((size_t)n * sizeof *noise);
+    bool f32 = dt != HR_BF16 && dt != HR_F16; /* torch draws bf16 and f16 latents in their own stream */
+    void *noise = malloc((size_t)n * (f32 ? 4 : 2));
     if (!noise) return hr_error(HR_ERR_OOM, "sd3 pipeline: %lld latent values", (long long)n);
-    hr_status s = hr_torch_randn(c->seed, n, noise);
+    hr_status s = hr_torch_randn_as(c->seed, n, f32 ? HR_F32 : dt, noise);
     hr_tensor *f = NULL;
-    if (s == HR_OK) s = hr_tensor_from_host(hr_device_cpu(), HR_F32, 4, shape, noise, (size_t)n * sizeof *noise, &f);
+    if (s == HR_OK)
+        s = hr_tensor_from_host(hr_device_cpu(), f32 ? HR_F32 : dt, 4, shape, noise, (size_t)n * (f32 ? 4 : 2), &f);
     free(noise);
     if (s == HR_OK) s = hr_cast(f, dt, out);
     hr_tensor_free(f);

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "hubrt/diffusion.h"
 
 #ifdef __clang__
@@ -137,8 +138,8 @@ static void box_muller16(float *d) {
         float radius = sqrtf(-2.0f * cephes_log(1.0f - d[j]));
         float s, c;
         cephes_sincos(two_pi * d[j + 8], &s, &c);
-        d[j] = radius * c;
-        d[j + 8] = radius * s;
+        d[j] = fmaf(radius * c, 1.0f, 0.0f); /* torch's fmadd with std 1 and mean 0: -0 becomes +0 */
+        d[j + 8] = fmaf(radius * s, 1.0f, 0.0f);
     }
 }
 
@@ -157,5 +158,44 @@ hr_status hr_torch_randn(uint64_t seed, int64_t n, float *out) {
         box_muller16(tail);
     }
     free(g);
+    return HR_OK;
+}
+
+/* ---- bf16 and f16 ---------------------------------------------------------------- */
+
+/* torch draws a 16-bit float tensor through f32 values: the f32 stream's
+ * blocks for the whole 16-value blocks (uniforms drawn for those places
+ * only), then, when n is not a multiple of 16, one more block from the next
+ * 16 uniforms over the last 16 places; each value rounded to the type. The
+ * body is the f32 stream's; the tail is not (the f32 stream drew uniforms
+ * for every place before its tail). */
+hr_status hr_torch_randn_as(uint64_t seed, int64_t n, hr_dtype dt, void *out) {
+    if (dt == HR_F32) return hr_torch_randn(seed, n, out);
+    if (dt != HR_BF16 && dt != HR_F16)
+        return hr_error(HR_ERR_DTYPE, "randn: %s (torch's stream is reproduced for f32, bf16 and f16)", hr_dtype_name(dt));
+    if (n < 16)
+        return hr_error(HR_ERR_UNSUPPORTED, "randn: %lld values (torch draws fewer than 16 another way, which "
+                        "hubrt does not reproduce)", (long long)n);
+    mt19937 *g = malloc(sizeof *g);
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!g || !v) {
+        free(g);
+        free(v);
+        return hr_error(HR_ERR_OOM, "randn: %lld values", (long long)n);
+    }
+    mt_seed(g, seed);
+    int64_t body = n / 16 * 16;
+    for (int64_t i = 0; i < body; i++) v[i] = uniform(g);
+    for (int64_t i = 0; i < body; i += 16) box_muller16(v + i);
+    if (n % 16) {
+        float tail[16];
+        for (int i = 0; i < 16; i++) tail[i] = uniform(g);
+        box_muller16(tail);
+        memcpy(v + n - 16, tail, sizeof tail);
+    }
+    uint16_t *o = out;
+    for (int64_t i = 0; i < n; i++) o[i] = dt == HR_BF16 ? hr_f32_to_bf16(v[i]) : hr_f32_to_f16(v[i]);
+    free(g);
+    free(v);
     return HR_OK;
 }

@@ -19,6 +19,14 @@ def test_randn_equals_torch_bit_for_bit(seed, shape):
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("seed,shape", [(0, (16,)), (5, (40,)), (123, (1, 16, 64, 64)), (2**40 + 3, (2, 16, 33, 17))])
+def test_randn_16_bit_streams_equal_torch(dtype, seed, shape):
+    want = torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=getattr(torch, dtype)).float()
+    got = torch_randn(shape, seed, dtype)
+    assert np.array_equal(got.view(np.uint32), want.numpy().view(np.uint32))
+
+
 def test_randn_equals_diffusers_latents():
     randn_tensor = pytest.importorskip("diffusers.utils.torch_utils").randn_tensor
     shape = (1, 16, 32, 48)
