@@ -54,7 +54,7 @@ HR_API void hr_sd3_transformer_free(hr_sd3_transformer *m);
  * embeddings, pooled [b, pooled_projection_dim], timesteps[b] on the host
  * (the scheduler's, 0 .. num_train_timesteps) -> the model output [b,
  * out_channels, h, w] in the model's dtype (diffusers' .sample). Inputs
- * are cast to the model's dtype. */
+ * are cast to the model's dtype and moved to its device. */
 HR_API hr_status hr_sd3_transformer_forward(hr_sd3_transformer *m, const hr_tensor *x, const hr_tensor *context,
                                             const hr_tensor *pooled, const float *timesteps, hr_tensor **out);
 HR_API int64_t hr_sd3_transformer_in_channels(const hr_sd3_transformer *m);
@@ -62,6 +62,7 @@ HR_API int64_t hr_sd3_transformer_patch_size(const hr_sd3_transformer *m);
 HR_API int64_t hr_sd3_transformer_joint_dim(const hr_sd3_transformer *m);
 HR_API int64_t hr_sd3_transformer_sample_size(const hr_sd3_transformer *m); /* latent pixels, the default size */
 HR_API hr_dtype hr_sd3_transformer_dtype(const hr_sd3_transformer *m);
+HR_API hr_device *hr_sd3_transformer_device(const hr_sd3_transformer *m);
 
 /* CLIPTextModelWithProjection / CLIPTextModel (transformers), the text
  * encoders of SD3 (CLIP-L, quick_gelu; CLIP-G, gelu). */

@@ -212,8 +212,9 @@ hr_status hr_clip_text_forward(hr_clip_text *m, const hr_tensor *ids, int hidden
                         "CLIPTextModelWithProjection)", m->c.dir);
     hr_temps tp = {0};
     hr_status s;
-    hr_tensor *tok, *pos, *x = NULL, *last, *pooled;
-    T(tok, hr_embedding(m->tok, ids, &tok));
+    hr_tensor *idv, *tok, *pos, *x = NULL, *last, *pooled;
+    T(idv, hr_component_input(&m->c, ids, HR_DTYPE_COUNT, &idv));
+    T(tok, hr_embedding(m->tok, idv, &tok));
     T(pos, hr_tensor_narrow(m->pos, 0, 0, is[1], &pos));
     RUN(hr_add(tok, pos, &x));
     for (int64_t i = 0; i <= m->layers; i++) {

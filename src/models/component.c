@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/tensor_impl.h"
+#include "hubrt/ops.h"
 
 static bool is_file(const char *path) {
     struct stat st;
@@ -147,6 +148,20 @@ hr_status hr_component_wb(hr_component *c, const char *prefix, int ndim, const i
     if (!bias) return HR_OK;
     snprintf(name, sizeof name, "%s.bias", prefix);
     return hr_component_param(c, name, 1, shape, b);
+}
+
+hr_status hr_component_input(const hr_component *c, const hr_tensor *t, hr_dtype dt, hr_tensor **out) {
+    *out = NULL;
+    hr_tensor *cast = NULL;
+    if (dt == HR_DTYPE_COUNT) dt = hr_tensor_dtype(t);
+    HR_TRY(hr_cast(t, dt, &cast));
+    if (hr_tensor_device(cast) == c->dev) {
+        *out = cast;
+        return HR_OK;
+    }
+    hr_status s = hr_tensor_to(cast, c->dev, out);
+    hr_tensor_free(cast);
+    return s;
 }
 
 hr_status hr_temp_add(hr_temps *tp, hr_tensor *t) {

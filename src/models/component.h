@@ -40,6 +40,10 @@ hr_status hr_component_param(hr_component *c, const char *name, int ndim, const 
 hr_status hr_component_wb(hr_component *c, const char *prefix, int ndim, const int64_t *shape, bool bias,
                           hr_tensor **w, hr_tensor **b);
 
+/* An input of the component's forward: t in dtype dt (HR_DTYPE_COUNT:
+ * its own) on the component's device, a new tensor. */
+hr_status hr_component_input(const hr_component *c, const hr_tensor *t, hr_dtype dt, hr_tensor **out);
+
 /* A forward's error flow: RUN jumps to `done` on failure (with `s` set);
  * KEEP records a temporary in `tp`; T does both for a call making y. */
 #define RUN(expr) \

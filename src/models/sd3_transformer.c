@@ -485,11 +485,11 @@ hr_status hr_sd3_transformer_forward(hr_sd3_transformer *m, const hr_tensor *x, 
     hr_device *dev = m->c.dev;
     T(sin32, hr_tensor_from_host(dev, HR_F32, 2, (int64_t[]){b, SD3_TIME_DIM}, sin_host,
                                  (size_t)b * SD3_TIME_DIM * sizeof(float), &sin32));
-    /* the sinusoid goes to the pooled projections' dtype, the inputs to the model's */
+    /* the sinusoid goes to the pooled projections' dtype, the inputs to the model's, on its device */
     T(sinm, hr_cast(sin32, dt, &sinm));
-    T(xm, hr_cast(x, dt, &xm));
-    T(cm, hr_cast(context, dt, &cm));
-    T(pm, hr_cast(pooled, dt, &pm));
+    T(xm, hr_component_input(&m->c, x, dt, &xm));
+    T(cm, hr_component_input(&m->c, context, dt, &cm));
+    T(pm, hr_component_input(&m->c, pooled, dt, &pm));
     const hr_tensor *ins[4] = {xm, cm, pm, sinm};
     if (m->jit)
         RUN(hr_jit_call(m->jit, ins, 4, out, 1));
@@ -547,3 +547,4 @@ int64_t hr_sd3_transformer_joint_dim(const hr_sd3_transformer *m) { return m->jo
 int64_t hr_sd3_transformer_sample_size(const hr_sd3_transformer *m) { return m->sample_size; }
 int64_t hr_sd3_transformer_patch_size(const hr_sd3_transformer *m) { return m->patch; }
 hr_dtype hr_sd3_transformer_dtype(const hr_sd3_transformer *m) { return m->c.dtype; }
+hr_device *hr_sd3_transformer_device(const hr_sd3_transformer *m) { return m->c.dev; }

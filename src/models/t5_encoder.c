@@ -241,9 +241,10 @@ hr_status hr_t5_encoder_forward(hr_t5_encoder *m, const hr_tensor *ids, hr_tenso
     }
     hr_temps tp = {0};
     hr_status s;
-    hr_tensor *x = NULL, *bias;
+    hr_tensor *x = NULL, *bias, *idv;
+    T(idv, hr_component_input(&m->c, ids, HR_DTYPE_COUNT, &idv));
     T(bias, position_bias(m, is[1], &bias));
-    RUN(hr_embedding(m->embed, ids, &x));
+    RUN(hr_embedding(m->embed, idv, &x));
     for (int64_t i = 0; i < m->layers; i++) RUN(block(m, &m->b[i], bias, &x));
     RUN(t5_norm(m, x, m->final_ln, out));
 done:

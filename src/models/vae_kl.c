@@ -244,7 +244,7 @@ hr_status hr_vae_decode(hr_vae *v, const hr_tensor *z, hr_tensor **out) {
     }
     hr_status s;
     hr_tensor *x = NULL;
-    HR_TRY(hr_cast(z, v->c.dtype, &x));
+    HR_TRY(hr_component_input(&v->c, z, v->c.dtype, &x));
     if (v->post_quant) STEP(conv(x, v->pqw, v->pqb, 0, &next_));
     STEP(conv(x, v->cinw, v->cinb, 1, &next_));
     STEP(resnet(v, &v->mid[0], x, &next_));

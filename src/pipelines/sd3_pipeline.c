@@ -110,7 +110,11 @@ static hr_status initial_latents(const hr_sd3_pipeline *p, const hr_sd3_call *c,
                             hr_shape_str(hr_tensor_ndim(c->latents), ls, got, sizeof got),
                             hr_shape_str(4, shape, want, sizeof want));
         }
-        return hr_cast(c->latents, dt, out);
+        hr_tensor *cast = NULL;
+        HR_TRY(hr_cast(c->latents, dt, &cast));
+        hr_status s = hr_tensor_to(cast, hr_sd3_transformer_device(p->transformer), out);
+        hr_tensor_free(cast);
+        return s;
     }
     int64_t n = b * ch * h * w;
     bool f32 = dt != HR_BF16 && dt != HR_F16; /* torch draws bf16 and f16 latents in their own stream */
@@ -121,8 +125,11 @@ static hr_status initial_latents(const hr_sd3_pipeline *p, const hr_sd3_call *c,
     if (s == HR_OK)
         s = hr_tensor_from_host(hr_device_cpu(), f32 ? HR_F32 : dt, 4, shape, noise, (size_t)n * (f32 ? 4 : 2), &f);
     free(noise);
-    if (s == HR_OK) s = hr_cast(f, dt, out);
+    hr_tensor *cast = NULL;
+    if (s == HR_OK) s = hr_cast(f, dt, &cast);
+    if (s == HR_OK) s = hr_tensor_to(cast, hr_sd3_transformer_device(p->transformer), out);
     hr_tensor_free(f);
+    hr_tensor_free(cast);
     return s;
 }
 
@@ -232,6 +239,16 @@ static hr_status denoise_and_decode(hr_sd3_pipeline *p, const hr_sd3_call *c, in
     } else if (s == HR_OK) {
         s = hr_tensor_alias(c->prompt_embeds, &ctx);
         if (s == HR_OK) s = hr_tensor_alias(c->pooled_prompt_embeds, &pooled);
+    }
+    hr_device *dev = hr_sd3_transformer_device(p->transformer);
+    if (s == HR_OK && hr_tensor_device(ctx) != dev) { /* the prompt's rows once on the transformer's device */
+        hr_tensor *dc = NULL, *dp = NULL;
+        s = hr_tensor_to(ctx, dev, &dc);
+        if (s == HR_OK) s = hr_tensor_to(pooled, dev, &dp);
+        hr_tensor_free(ctx);
+        hr_tensor_free(pooled);
+        ctx = dc;
+        pooled = dp;
     }
     for (int64_t i = 0; s == HR_OK && i < steps; i++) {
         hr_tensor *in = NULL, *pred = NULL, *guided = NULL, *next = NULL;

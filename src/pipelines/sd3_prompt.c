@@ -114,6 +114,16 @@ static hr_status ids_tensor(const hr_tokenizer *tok, const char *what, const cha
     return s;
 }
 
+/* Replaces *t with a copy on the CPU when it lives elsewhere. */
+static hr_status to_host(hr_tensor **t) {
+    if (hr_tensor_device(*t) == hr_device_cpu()) return HR_OK;
+    hr_tensor *h = NULL;
+    HR_TRY(hr_tensor_to(*t, hr_device_cpu(), &h));
+    hr_tensor_free(*t);
+    *t = h;
+    return HR_OK;
+}
+
 /* One prompt triple -> embeds [1, 77 + t5_len, joint], pooled [1, pooled]. */
 static hr_status encode_one(const encoders *e, const char *const prompts[3], int64_t joint, hr_dtype dt,
                             hr_tensor **embeds, hr_tensor **pooled) {
@@ -124,6 +134,8 @@ static hr_status encode_one(const encoders *e, const char *const prompts[3], int
     for (int i = 0; s == HR_OK && i < 2; i++) {
         s = ids_tensor(e->tok[i], names[i], prompts[i], CLIP_LEN, &ids[i]);
         if (s == HR_OK) s = hr_clip_text_forward(e->clip[i], ids[i], -2, &hid[i], &pool[i]);
+        if (s == HR_OK) s = to_host(&hid[i]); /* composed on the CPU, whatever device encoded them */
+        if (s == HR_OK) s = to_host(&pool[i]);
     }
     /* CLIP-G's states in CLIP-L's dtype (diffusers casts to text_encoder's) */
     if (s == HR_OK) s = hr_cast(hid[1], hr_tensor_dtype(hid[0]), &h2);
@@ -135,6 +147,7 @@ static hr_status encode_one(const encoders *e, const char *const prompts[3], int
     if (s == HR_OK && e->t5) {
         s = ids_tensor(e->tok[2], names[2], prompts[2], e->t5_len, &ids[2]);
         if (s == HR_OK) s = hr_t5_encoder_forward(e->t5, ids[2], &t5);
+        if (s == HR_OK) s = to_host(&t5);
         if (s == HR_OK && hr_tensor_shape(t5)[2] != joint)
             s = hr_error(HR_ERR_FORMAT, "sd3: T5's d_model %lld differs from the transformer's joint_attention_dim %lld",
                          (long long)hr_tensor_shape(t5)[2], (long long)joint);

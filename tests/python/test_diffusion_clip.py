@@ -9,7 +9,7 @@ from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProject
 
 import hubrt
 from diffusion_util import perturb, rel_err
-from oracle import to_hr
+from oracle import to_hr, to_torch
 
 
 def make_clip(path, act="quick_gelu", eos=2, with_projection=True, seed=0):
@@ -68,3 +68,19 @@ def test_clip_errors_name_the_problem(tmp_path):
         model(to_hr(torch.zeros(1, 21, dtype=torch.int64)))
     with pytest.raises(hubrt.HubrtError, match="hidden state 4 of 4"):
         model(to_hr(torch.zeros(1, 5, dtype=torch.int64)), hidden_index=4)
+
+
+def test_xla_cpu_equals_cpu(tmp_path):
+    import numpy as np
+    try:
+        hubrt.from_numpy(np.zeros(1, np.float32)).to("xla_cpu")
+    except hubrt.HubrtError as e:
+        pytest.skip(f"xla_cpu PJRT plugin unavailable: {e}")
+    make_clip(tmp_path / "te", "gelu", 98)
+    ids = ids_with_eos(98)
+    cpu = hubrt.CLIPTextModelWithProjection.from_pretrained(tmp_path / "te")(to_hr(ids), hidden_index=-2)
+    xla = hubrt.CLIPTextModelWithProjection.from_pretrained(tmp_path / "te", device="xla_cpu")(
+        to_hr(ids).to("xla_cpu"), hidden_index=-2)
+    assert xla.hidden_state.device == "xla_cpu:0"
+    assert rel_err(xla.hidden_state.to("cpu"), to_torch(cpu.hidden_state)) <= 1e-5
+    assert rel_err(xla.text_embeds.to("cpu"), to_torch(cpu.text_embeds)) <= 1e-5

@@ -162,3 +162,16 @@ def test_bf16_pipeline_draws_torch_bf16_latents(pipelines, tmp_path):
     err = ((got - want).abs().max() / want.abs().max()).item()
     print("bf16 latents after one step, relative error", err)
     assert err <= 2e-2
+
+
+def test_xla_cpu_pipeline_equals_cpu(pipelines):
+    path, _ = pipelines
+    try:
+        hubrt.from_numpy(np.zeros(1, np.float32)).to("xla_cpu")
+    except hubrt.HubrtError as e:
+        pytest.skip(f"xla_cpu PJRT plugin unavailable: {e}")
+    emb = {k: to_hr(v) for k, v in embeds().items()}
+    kw = dict(num_inference_steps=2, guidance_scale=3.0, seed=3, output_type="np")
+    cpu = hubrt.StableDiffusion3Pipeline.from_pretrained(path)(**emb, **kw).images
+    xla = hubrt.StableDiffusion3Pipeline.from_pretrained(path, device="xla_cpu")(**emb, **kw).images
+    assert np.abs(cpu - xla).max() <= 1e-5

@@ -9,7 +9,7 @@ from transformers import T5Config, T5EncoderModel
 
 import hubrt
 from diffusion_util import perturb, rel_err
-from oracle import to_hr
+from oracle import to_hr, to_torch
 
 
 def make_t5(path, ff="gated-gelu", seed=0, scale=1.0):
@@ -62,3 +62,17 @@ def test_t5_errors_name_the_problem(tmp_path):
     make_t5(tmp_path / "ok")
     with pytest.raises(hubrt.HubrtError, match=r"input_ids \[3\] i64 must be integer \[b, l\]"):
         hubrt.T5EncoderModel.from_pretrained(tmp_path / "ok")(to_hr(torch.zeros(3, dtype=torch.int64)))
+
+
+def test_xla_cpu_equals_cpu(tmp_path):
+    import numpy as np
+    try:
+        hubrt.from_numpy(np.zeros(1, np.float32)).to("xla_cpu")
+    except hubrt.HubrtError as e:
+        pytest.skip(f"xla_cpu PJRT plugin unavailable: {e}")
+    make_t5(tmp_path / "t5")
+    ids = torch.randint(0, 120, (2, 40), generator=torch.Generator().manual_seed(1))
+    cpu = hubrt.T5EncoderModel.from_pretrained(tmp_path / "t5")(to_hr(ids))
+    xla = hubrt.T5EncoderModel.from_pretrained(tmp_path / "t5", device="xla_cpu")(to_hr(ids).to("xla_cpu"))
+    assert xla.device == "xla_cpu:0"
+    assert rel_err(xla.to("cpu"), to_torch(cpu)) <= 1e-5
