@@ -26,7 +26,7 @@ typedef struct hr_component_options {
 /* AutoencoderKL (diffusers): the decoder, as SD3's and SDXL's VAEs build
  * it (UNetMidBlock2D with its attention, UpDecoderBlock2D blocks, group
  * norms, nearest upsampling), with post_quant_conv when the config uses
- * it. */
+ * it; and the encoder (DownEncoderBlock2D blocks, quant_conv). */
 typedef struct hr_vae hr_vae;
 /* `dir` is the pipeline's vae/ folder (or any AutoencoderKL folder). */
 HR_API hr_status hr_vae_load(const char *dir, const hr_component_options *opts, hr_vae **out);
@@ -37,6 +37,12 @@ HR_API void hr_vae_free(hr_vae *v);
  * pipeline unscales latents first (latents / scaling_factor +
  * shift_factor). */
 HR_API hr_status hr_vae_decode(hr_vae *v, const hr_tensor *z, hr_tensor **out);
+/* image [b, in_channels, h, w] (h, w multiples of hr_vae_upscale; pixels
+ * in [-1, 1]) -> the latent distribution's *mean [b, latent_channels, h /
+ * f, w / f] and, when logvar is not NULL, its *logvar clamped to [-30, 20]
+ * (AutoencoderKL.encode(x).latent_dist, with quant_conv when the config
+ * uses it). The encoder's weights load on the first call. */
+HR_API hr_status hr_vae_encode(hr_vae *v, const hr_tensor *image, hr_tensor **mean, hr_tensor **logvar);
 HR_API int64_t hr_vae_latent_channels(const hr_vae *v);
 HR_API int64_t hr_vae_upscale(const hr_vae *v);
 HR_API double hr_vae_scaling_factor(const hr_vae *v);

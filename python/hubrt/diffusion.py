@@ -58,6 +58,22 @@ class _Component:
 _vae_load = fn("hr_vae_load", [ctypes.c_char_p, ctypes.POINTER(_ComponentOptions), ctypes.POINTER(_P)])
 _vae_free = fn("hr_vae_free", [_P], None)
 _vae_decode = fn("hr_vae_decode", [_P, _P, ctypes.POINTER(_P)])
+_vae_encode = fn("hr_vae_encode", [_P, _P, ctypes.POINTER(_P), ctypes.POINTER(_P)])
+
+
+class DiagonalGaussianDistribution:
+    """The encoder's latent distribution: .mean, .logvar, .mode()."""
+
+    def __init__(self, mean, logvar):
+        self.mean, self.logvar = mean, logvar
+
+    def mode(self):
+        return self.mean
+
+
+class AutoencoderKLOutput:
+    def __init__(self, latent_dist):
+        self.latent_dist = latent_dist
 _vae_latent = fn("hr_vae_latent_channels", [_P], ctypes.c_int64)
 _vae_upscale = fn("hr_vae_upscale", [_P], ctypes.c_int64)
 _vae_scaling = fn("hr_vae_scaling_factor", [_P], ctypes.c_double)
@@ -84,6 +100,13 @@ class AutoencoderKL(_Component):
     @property
     def shift_factor(self):
         return _vae_shift(self._h)
+
+    def encode(self, x):
+        """diffusers' encode(x): .latent_dist.mean / .logvar (pixels in [-1, 1])."""
+        x = x if isinstance(x, Tensor) else tensor(x)
+        mean, logvar = _P(), _P()
+        check(_vae_encode(self._h, x.handle, ctypes.byref(mean), ctypes.byref(logvar)))
+        return AutoencoderKLOutput(DiagonalGaussianDistribution(Tensor(mean), Tensor(logvar)))
 
     def decode(self, z):
         z = z if isinstance(z, Tensor) else tensor(z)

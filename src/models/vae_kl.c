@@ -38,6 +38,23 @@ typedef struct vae_up {
     hr_tensor *upw, *upb; /* upsamplers.0.conv, or NULL for the last block */
 } vae_up;
 
+typedef struct vae_down {
+    vae_resnet res[VAE_MAX_RESNETS];
+    hr_tensor *dw, *db; /* downsamplers.0.conv (stride 2 after a right/bottom zero pad), or NULL: the last block */
+} vae_down;
+
+/* The encoder, loaded on the first encode (a decode-only user never pays
+ * for it). */
+typedef struct vae_encoder {
+    bool loaded;
+    int64_t in_ch;
+    bool quant;
+    hr_tensor *cinw, *cinb, *now, *nob, *coutw, *coutb, *qw, *qb;
+    vae_resnet mid[2];
+    vae_attn attn;
+    vae_down down[VAE_MAX_BLOCKS];
+} vae_encoder;
+
 struct hr_vae {
     hr_component c;
     int64_t latent, out_ch, groups, layers, n_blocks, boc[VAE_MAX_BLOCKS];
@@ -47,6 +64,7 @@ struct hr_vae {
     vae_resnet mid[2];
     vae_attn attn;
     vae_up up[VAE_MAX_BLOCKS];
+    vae_encoder enc;
 };
 
 /* ---- config ------------------------------------------------------------------- */
@@ -109,7 +127,7 @@ static hr_status norm_wb(hr_vae *v, const char *prefix, int64_t ch, hr_tensor **
 }
 
 static hr_status load_resnet(hr_vae *v, const char *prefix, int64_t in, int64_t out, vae_resnet *r) {
-    char p[200];
+    char p[256];
     snprintf(p, sizeof p, "%s.norm1", prefix);
     HR_TRY(norm_wb(v, p, in, &r->n1w, &r->n1b));
     snprintf(p, sizeof p, "%s.conv1", prefix);
@@ -123,37 +141,80 @@ static hr_status load_resnet(hr_vae *v, const char *prefix, int64_t in, int64_t 
     return conv_wb(v, p, out, in, 1, &r->scw, &r->scb);
 }
 
+/* <blocks>.i: n resnets (the first from `in` channels) and, when
+ * `sampler` is set, its <sampler>.0.conv. */
+static hr_status load_block(hr_vae *v, const char *blocks, int64_t i, int64_t n, int64_t in, int64_t out,
+                            vae_resnet *res, const char *sampler, hr_tensor **sw, hr_tensor **sb) {
+    char p[200];
+    for (int64_t j = 0; j < n; j++) {
+        snprintf(p, sizeof p, "%s.%lld.resnets.%lld", blocks, (long long)i, (long long)j);
+        HR_TRY(load_resnet(v, p, j == 0 ? in : out, out, &res[j]));
+    }
+    if (!sampler) return HR_OK;
+    snprintf(p, sizeof p, "%s.%lld.%s.0.conv", blocks, (long long)i, sampler);
+    return conv_wb(v, p, out, out, 3, sw, sb);
+}
+
+/* <half>.mid_block.attentions.0: a group norm and four [ch, ch] linears. */
+static hr_status load_attn(hr_vae *v, const char *half, int64_t ch, vae_attn *a) {
+    static const char *const names[5] = {"group_norm", "to_q", "to_k", "to_v", "to_out.0"};
+    hr_tensor **w[5] = {&a->gnw, &a->qw, &a->kw, &a->vw, &a->ow}, **b[5] = {&a->gnb, &a->qb, &a->kb, &a->vb, &a->ob};
+    char p[200];
+    for (int i = 0; i < 5; i++) {
+        snprintf(p, sizeof p, "%s.mid_block.attentions.0.%s", half, names[i]);
+        HR_TRY(hr_component_wb(&v->c, p, i ? 2 : 1, (int64_t[]){ch, ch}, true, w[i], b[i]));
+    }
+    return HR_OK;
+}
+
 static hr_status load_weights(hr_vae *v) {
     int64_t top = v->boc[v->n_blocks - 1];
     if (v->post_quant) HR_TRY(conv_wb(v, "post_quant_conv", v->latent, v->latent, 1, &v->pqw, &v->pqb));
     HR_TRY(conv_wb(v, "decoder.conv_in", top, v->latent, 3, &v->cinw, &v->cinb));
     HR_TRY(load_resnet(v, "decoder.mid_block.resnets.0", top, top, &v->mid[0]));
     HR_TRY(load_resnet(v, "decoder.mid_block.resnets.1", top, top, &v->mid[1]));
-    if (v->mid_attn) {
-        vae_attn *a = &v->attn;
-        const int64_t sq[2] = {top, top};
-        HR_TRY(norm_wb(v, "decoder.mid_block.attentions.0.group_norm", top, &a->gnw, &a->gnb));
-        HR_TRY(hr_component_wb(&v->c, "decoder.mid_block.attentions.0.to_q", 2, sq, true, &a->qw, &a->qb));
-        HR_TRY(hr_component_wb(&v->c, "decoder.mid_block.attentions.0.to_k", 2, sq, true, &a->kw, &a->kb));
-        HR_TRY(hr_component_wb(&v->c, "decoder.mid_block.attentions.0.to_v", 2, sq, true, &a->vw, &a->vb));
-        HR_TRY(hr_component_wb(&v->c, "decoder.mid_block.attentions.0.to_out.0", 2, sq, true, &a->ow, &a->ob));
-    }
+    if (v->mid_attn) HR_TRY(load_attn(v, "decoder", top, &v->attn));
     int64_t prev = top;
     for (int64_t i = 0; i < v->n_blocks; i++) {
         int64_t out = v->boc[v->n_blocks - 1 - i];
-        char p[200];
-        for (int64_t j = 0; j <= v->layers; j++) {
-            snprintf(p, sizeof p, "decoder.up_blocks.%lld.resnets.%lld", (long long)i, (long long)j);
-            HR_TRY(load_resnet(v, p, j == 0 ? prev : out, out, &v->up[i].res[j]));
-        }
-        if (i < v->n_blocks - 1) {
-            snprintf(p, sizeof p, "decoder.up_blocks.%lld.upsamplers.0.conv", (long long)i);
-            HR_TRY(conv_wb(v, p, out, out, 3, &v->up[i].upw, &v->up[i].upb));
-        }
+        HR_TRY(load_block(v, "decoder.up_blocks", i, v->layers + 1, prev, out, v->up[i].res,
+                          i < v->n_blocks - 1 ? "upsamplers" : NULL, &v->up[i].upw, &v->up[i].upb));
         prev = out;
     }
     HR_TRY(norm_wb(v, "decoder.conv_norm_out", v->boc[0], &v->now, &v->nob));
     return conv_wb(v, "decoder.conv_out", v->out_ch, v->boc[0], 3, &v->coutw, &v->coutb);
+}
+
+/* The encoder's weights and config fields, on the first encode. */
+static hr_status load_encoder(hr_vae *v) {
+    vae_encoder *e = &v->enc;
+    if (e->loaded) return HR_OK;
+    hr_json_obj root = hr_json_doc_root(v->c.config);
+    HR_TRY(hr_json_get_i64(root, "in_channels", 3, &e->in_ch));
+    HR_TRY(hr_json_get_bool(root, "use_quant_conv", true, &e->quant));
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive((const cJSON *)root.node, "down_block_types");
+    for (int i = 0; types && i < cJSON_GetArraySize(types); i++) {
+        const cJSON *t = cJSON_GetArrayItem(types, i);
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "DownEncoderBlock2D") != 0)
+            return hr_error(HR_ERR_UNSUPPORTED, "%s/config.json: down_block_types[%d] '%s' is not a block type hubrt "
+                            "has (DownEncoderBlock2D)", v->c.dir, i, cJSON_IsString(t) ? t->valuestring : "?");
+    }
+    if (e->in_ch < 1) return hr_error(HR_ERR_FORMAT, "%s/config.json: in_channels must be >= 1", v->c.dir);
+    int64_t top = v->boc[v->n_blocks - 1], prev = v->boc[0];
+    HR_TRY(conv_wb(v, "encoder.conv_in", v->boc[0], e->in_ch, 3, &e->cinw, &e->cinb));
+    for (int64_t i = 0; i < v->n_blocks; i++) {
+        HR_TRY(load_block(v, "encoder.down_blocks", i, v->layers, prev, v->boc[i], e->down[i].res,
+                          i < v->n_blocks - 1 ? "downsamplers" : NULL, &e->down[i].dw, &e->down[i].db));
+        prev = v->boc[i];
+    }
+    HR_TRY(load_resnet(v, "encoder.mid_block.resnets.0", top, top, &e->mid[0]));
+    HR_TRY(load_resnet(v, "encoder.mid_block.resnets.1", top, top, &e->mid[1]));
+    if (v->mid_attn) HR_TRY(load_attn(v, "encoder", top, &e->attn));
+    HR_TRY(norm_wb(v, "encoder.conv_norm_out", top, &e->now, &e->nob));
+    HR_TRY(conv_wb(v, "encoder.conv_out", 2 * v->latent, top, 3, &e->coutw, &e->coutb));
+    if (e->quant) HR_TRY(conv_wb(v, "quant_conv", 2 * v->latent, 2 * v->latent, 1, &e->qw, &e->qb));
+    e->loaded = true;
+    return HR_OK;
 }
 
 /* ---- forward ------------------------------------------------------------------- */
@@ -194,8 +255,7 @@ done:
 
 /* x + to_out(attention(group_norm(x))) over the h*w pixels as one
  * sequence, one head of every channel (diffusers' VAE attention). */
-static hr_status attention(const hr_vae *v, const hr_tensor *x, hr_tensor **out) {
-    const vae_attn *a = &v->attn;
+static hr_status attention(const hr_vae *v, const vae_attn *a, const hr_tensor *x, hr_tensor **out) {
     const int64_t *xs = hr_tensor_shape(x);
     int64_t b = xs[0], c = xs[1], hw = xs[2] * xs[3];
     hr_temps tp = {0};
@@ -248,7 +308,7 @@ hr_status hr_vae_decode(hr_vae *v, const hr_tensor *z, hr_tensor **out) {
     if (v->post_quant) STEP(conv(x, v->pqw, v->pqb, 0, &next_));
     STEP(conv(x, v->cinw, v->cinb, 1, &next_));
     STEP(resnet(v, &v->mid[0], x, &next_));
-    if (v->mid_attn) STEP(attention(v, x, &next_));
+    if (v->mid_attn) STEP(attention(v, &v->attn, x, &next_));
     STEP(resnet(v, &v->mid[1], x, &next_));
     for (int64_t i = 0; i < v->n_blocks; i++) {
         for (int64_t j = 0; j <= v->layers; j++) STEP(resnet(v, &v->up[i].res[j], x, &next_));
@@ -261,6 +321,73 @@ hr_status hr_vae_decode(hr_vae *v, const hr_tensor *z, hr_tensor **out) {
     STEP(conv(x, v->coutw, v->coutb, 1, &next_));
     *out = x;
     return HR_OK;
+done:
+    return s;
+}
+
+/* x zero-padded by one column on the right and one row at the bottom (the
+ * downsampler's F.pad(x, (0, 1, 0, 1))), then its stride-2 3x3 conv. */
+static hr_status downsample(const hr_vae *v, const vae_down *d, const hr_tensor *x, hr_tensor **out) {
+    const int64_t *xs = hr_tensor_shape(x);
+    hr_device *dev = hr_tensor_device(x);
+    hr_dtype dt = hr_tensor_dtype(x);
+    hr_tensor *zc = NULL, *zr = NULL, *wide = NULL, *tall = NULL;
+    hr_status s = hr_tensor_zeros(dev, dt, 4, (int64_t[]){xs[0], xs[1], xs[2], 1}, &zc);
+    if (s == HR_OK) s = hr_cat((const hr_tensor *[]){x, zc}, 2, 3, &wide);
+    if (s == HR_OK) s = hr_tensor_zeros(dev, dt, 4, (int64_t[]){xs[0], xs[1], 1, xs[3] + 1}, &zr);
+    if (s == HR_OK) s = hr_cat((const hr_tensor *[]){wide, zr}, 2, 2, &tall);
+    hr_attrs_conv2d a = {.stride_h = 2, .stride_w = 2, .dilation_h = 1, .dilation_w = 1, .groups = 1};
+    if (s == HR_OK) s = hr_conv2d(tall, d->dw, d->db, &a, out);
+    hr_tensor_free(zc);
+    hr_tensor_free(zr);
+    hr_tensor_free(wide);
+    hr_tensor_free(tall);
+    return s;
+}
+
+hr_status hr_vae_encode(hr_vae *v, const hr_tensor *image, hr_tensor **mean, hr_tensor **logvar) {
+    if (!v || !image || !mean) return hr_error(HR_ERR_INVALID_ARG, "hr_vae_encode: NULL argument");
+    *mean = NULL;
+    if (logvar) *logvar = NULL;
+    HR_TRY(load_encoder(v));
+    const vae_encoder *e = &v->enc;
+    const int64_t *is = hr_tensor_shape(image);
+    int64_t f = hr_vae_upscale(v);
+    if (hr_tensor_ndim(image) != 4 || is[1] != e->in_ch || is[2] % f || is[3] % f) {
+        char si[160];
+        return hr_error(HR_ERR_SHAPE, "vae encode: image %s must be [b, %lld, h, w] with h and w multiples of %lld",
+                        hr_shape_str(hr_tensor_ndim(image), is, si, sizeof si), (long long)e->in_ch, (long long)f);
+    }
+    hr_status s;
+    hr_tensor *x = NULL, *lv = NULL;
+    HR_TRY(hr_component_input(&v->c, image, v->c.dtype, &x));
+    STEP(conv(x, e->cinw, e->cinb, 1, &next_));
+    for (int64_t i = 0; i < v->n_blocks; i++) {
+        for (int64_t j = 0; j < v->layers; j++) STEP(resnet(v, &e->down[i].res[j], x, &next_));
+        if (e->down[i].dw) STEP(downsample(v, &e->down[i], x, &next_));
+    }
+    STEP(resnet(v, &e->mid[0], x, &next_));
+    if (v->mid_attn) STEP(attention(v, &e->attn, x, &next_));
+    STEP(resnet(v, &e->mid[1], x, &next_));
+    STEP(norm_silu(v, x, e->now, e->nob, &next_));
+    STEP(conv(x, e->coutw, e->coutb, 1, &next_));
+    if (e->quant) STEP(conv(x, e->qw, e->qb, 0, &next_));
+    /* the moments: mean, then log-variance clamped to [-30, 20] (DiagonalGaussianDistribution) */
+    if ((s = hr_tensor_narrow(x, 1, 0, v->latent, &lv)) != HR_OK) goto done;
+    s = hr_contiguous(lv, mean);
+    hr_tensor_free(lv);
+    lv = NULL;
+    if (s == HR_OK && logvar) {
+        s = hr_tensor_narrow(x, 1, v->latent, v->latent, &lv);
+        if (s == HR_OK) s = hr_clamp(lv, &(double){-30.0}, &(double){20.0}, logvar);
+        hr_tensor_free(lv);
+    }
+    hr_tensor_free(x);
+    if (s != HR_OK) {
+        hr_tensor_free(*mean);
+        *mean = NULL;
+    }
+    return s;
 done:
     return s;
 }

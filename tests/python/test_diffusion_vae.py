@@ -124,3 +124,22 @@ def test_xla_cpu_equals_cpu(tmp_path):
     got = hubrt.AutoencoderKL.from_pretrained(tmp_path / "vae", device="xla_cpu").decode(to_hr(z).to("xla_cpu"))
     assert got.device == "xla_cpu:0"
     assert rel_err(got.to("cpu"), to_torch(want)) <= 1e-5
+
+
+@pytest.mark.parametrize("config", [dict(), dict(blocks=(32, 32, 64), layers=2, post_quant=True)])
+def test_vae_encode_matches_diffusers(tmp_path, config):
+    ref = make_vae(tmp_path / "vae", **config)
+    f = 2 ** (len(ref.config.block_out_channels) - 1)
+    x = torch.rand((2, 3, 6 * f, 4 * f), generator=torch.Generator().manual_seed(3)) * 2 - 1
+    with torch.no_grad():
+        dist = ref.encode(x).latent_dist
+    got = hubrt.AutoencoderKL.from_pretrained(tmp_path / "vae", dtype="float32").encode(to_hr(x)).latent_dist
+    assert rel_err(got.mean, dist.mean) <= 1e-4
+    assert rel_err(got.logvar, dist.logvar) <= 1e-4
+
+
+def test_vae_encode_refuses_a_size_off_the_factor(tmp_path):
+    make_vae(tmp_path / "vae")
+    vae = hubrt.AutoencoderKL.from_pretrained(tmp_path / "vae")
+    with pytest.raises(hubrt.HubrtError, match=r"image \[1, 3, 5, 4\] must be \[b, 3, h, w\] with h and w multiples of 2"):
+        vae.encode(to_hr(torch.zeros(1, 3, 5, 4)))
