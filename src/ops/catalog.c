@@ -99,6 +99,8 @@ hr_status hr_op_find(const char *name, hr_op *out) {
     return hr_error(HR_ERR_NOT_FOUND, "unknown op '%s'", name ? name : "(null)");
 }
 
+size_t hr_op_attr_field_total(void) { return sizeof attr_fields / sizeof attr_fields[0]; }
+
 const hr_attr_field *hr_op_attr_fields(hr_op op, int *n) {
     /* Fields of one op are adjacent in the list. */
     const size_t total = sizeof attr_owner / sizeof attr_owner[0];

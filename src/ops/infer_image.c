@@ -19,6 +19,9 @@ static hr_status infer_conv2d(const void *attrs, const hr_tensor *const *in, int
     char sx[160], sw[160];
     HR_TRY(hr_require_float("conv2d", "x", x));
     HR_TRY(hr_require_float("conv2d", "weight", w));
+    if (w->dtype != x->dtype)
+        return hr_error(HR_ERR_DTYPE, "weight %s must have x's dtype %s", hr_dtype_name(w->dtype),
+                        hr_dtype_name(x->dtype));
     if (x->ndim != 4 || w->ndim != 4)
         return hr_error(HR_ERR_SHAPE, "x %s must be [n, c, h, w] and weight %s [o, c / groups, kh, kw]",
                         hr_shape_str(x->ndim, x->shape, sx, sizeof sx), hr_shape_str(w->ndim, w->shape, sw, sizeof sw));

@@ -28,6 +28,9 @@ HR_OP_GROUPS(HR_X_)
 #undef HR_X_
 
 const hr_infer_fn *hr_infer_table(void);
+/* The attribute field table's length: hr_op_attr_fields finds an op's
+ * fields only as one run, so the runs of all ops must add up to it. */
+size_t hr_op_attr_field_total(void);
 const hr_cpu_kernel_fn *hr_cpu_kernel_table(void);
 
 /* Shared inference helpers. */

@@ -47,6 +47,17 @@ static void test_attr_fields_fit(void **state) {
     int n;
     hr_op_attr_fields(HR_OP_sdpa, &n);
     assert_int_equal(n, 7); /* scale, softcap, window, is_causal, exact, exact_from, sinks */
+    hr_op_attr_fields(HR_OP_rope_cos_sin, &n);
+    assert_int_equal(n, 2); /* attention_scaling, dtype: an op listed between them once hid dtype */
+    hr_op_attr_fields(HR_OP_conv2d, &n);
+    assert_int_equal(n, 7);
+    /* every op's fields are one run of the table: the runs add up to it */
+    size_t sum = 0;
+    for (int op = 0; op < HR_OP_COUNT; op++) {
+        hr_op_attr_fields((hr_op)op, &n);
+        sum += (size_t)n;
+    }
+    assert_int_equal(sum, hr_op_attr_field_total());
     hr_op_attr_fields(HR_OP_add, &n);
     assert_int_equal(n, 0);
 }

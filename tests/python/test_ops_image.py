@@ -117,6 +117,7 @@ def test_upsample_nearest_strided_input_and_output(dtype):
     (lambda: hubrt.ops.conv2d(to_hr(rand((1, 4, 5, 5))), to_hr(rand((2, 4, 3, 3))), to_hr(rand((3,)))),
      "the output channels"),
     (lambda: hubrt.ops.conv2d(to_hr(rand((1, 4, 5, 5))), to_hr(rand((2, 4, 3, 3))), stride=0), "must be >= 1"),
+    (lambda: hubrt.ops.conv2d(to_hr(rand((1, 4, 5, 5))), to_hr(rand((2, 4, 3, 3), "bf16"))), "weight bf16 must have x's dtype f32"),
     (lambda: hubrt.ops.group_norm(to_hr(rand((1, 6, 4))), 4), "divide the 6 channels"),
     (lambda: hubrt.ops.group_norm(to_hr(rand((1, 6, 4))), 3, to_hr(rand((5,)))), "the channels of x"),
     (lambda: hubrt.ops.upsample_nearest(to_hr(rand((6, 4))), 2), "must be [n, c, h, w]"),
