@@ -7,64 +7,30 @@
  * "</w>" end-of-word suffix; <|startoftext|> ... <|endoftext|> around
  * each text. Special tokens are tokenizer_config.json's added tokens and
  * its bos/eos/unk/pad tokens. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "core/path.h"
 #include "tokenizer/tk_internal.h"
 
 static const char clip_pattern[] =
     "<\\|startoftext\\|>|<\\|endoftext\\|>|'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|[^\\s\\p{L}\\p{N}]+";
 
 static hr_status slurp(const char *dir, const char *name, bool optional, char **text, size_t *len) {
-    char path[4096];
-    *text = NULL;
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
-        return hr_error(HR_ERR_INVALID_ARG, "tokenizer: path too long");
-    HR_TRY(hr_path_check_inside(dir, path));
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (optional && errno == ENOENT) return HR_OK;
-        return hr_error(errno == ENOENT ? HR_ERR_NOT_FOUND : HR_ERR_IO, "%s: %s", path, strerror(errno));
-    }
-    hr_status s = HR_OK;
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 65536 > cap) {
-            cap = cap ? 2 * cap : 1 << 20;
-            char *grown = realloc(buf, cap + 1);
-            if (!grown) {
-                s = hr_error(HR_ERR_OOM, "%s: %zu bytes", path, cap);
-                break;
-            }
-            buf = grown;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) s = hr_error(HR_ERR_IO, "%s: read error", path);
-            break;
-        }
-    }
-    fclose(f);
-    if (s != HR_OK) {
-        free(buf);
-        return s;
-    }
-    buf[n] = '\0';
+    char path[4200];
+    HR_TRY(tk_read_optional(dir, name, path, sizeof path, text, len));
+    if (!*text) return optional ? HR_OK : hr_error(HR_ERR_NOT_FOUND, "%s: missing", path);
+    char *buf = *text;
+    size_t n = *len;
     size_t bad = tk_utf8_valid_prefix(buf, n); /* JSON and merges are UTF-8 text, without NULs */
     const char *nul = memchr(buf, 0, bad);
     if (nul) bad = (size_t)(nul - buf);
     if (bad != n) {
         free(buf);
+        *text = NULL;
         return hr_error(HR_ERR_FORMAT, "%s: not UTF-8 text (at byte %zu)", path, bad);
     }
-    *text = buf;
-    *len = n;
     return HR_OK;
 }
 
@@ -216,11 +182,10 @@ static cJSON *pair(const char *s, int64_t id) {
     return a;
 }
 
-/* The tokenizer.json tree (owned by the caller); the tokenizer_config.json
- * tree too, or NULL when the folder has none. */
-hr_status tk_clip_build(const char *dir, cJSON **out, cJSON **config) {
+/* The tokenizer.json tree, owned by the caller. */
+hr_status tk_clip_build(const char *dir, cJSON **out) {
     *out = NULL;
-    *config = NULL;
+    cJSON *config = NULL; /* tokenizer_config.json: the special tokens' strings point into it */
     char *text;
     size_t len;
     HR_TRY(slurp(dir, "vocab.json", false, &text, &len));
@@ -236,7 +201,7 @@ hr_status tk_clip_build(const char *dir, cJSON **out, cJSON **config) {
     if (s == HR_OK) s = read_merges(dir, merges);
     int64_t bos = 0, eos = 0;
     const char *bos_s = NULL, *eos_s = NULL, *unk_s = NULL;
-    if (s == HR_OK) s = specials(dir, vocab, added, &bos, &eos, &bos_s, &eos_s, &unk_s, config);
+    if (s == HR_OK) s = specials(dir, vocab, added, &bos, &eos, &bos_s, &eos_s, &unk_s, &config);
     if (s == HR_OK) {
         cJSON_AddItemToObject(root, "added_tokens", added);
         added = NULL;
@@ -289,10 +254,9 @@ hr_status tk_clip_build(const char *dir, cJSON **out, cJSON **config) {
     cJSON_Delete(merges);
     cJSON_Delete(added);
     cJSON_Delete(model);
+    cJSON_Delete(config);
     if (s != HR_OK) {
         cJSON_Delete(root);
-        cJSON_Delete(*config);
-        *config = NULL;
         return s;
     }
     *out = root;

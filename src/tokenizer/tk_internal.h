@@ -253,9 +253,13 @@ hr_status tk_json_type_index(const cJSON *obj, const char *const *names, int n, 
 /* ---- CLIPTokenizer from vocab.json + merges.txt (tk_clip.c) --------------- */
 
 /* The tokenizer.json tree transformers' CLIPTokenizer builds from dir's
- * vocab.json, merges.txt and tokenizer_config.json (also returned, NULL
- * when absent). */
-hr_status tk_clip_build(const char *dir, cJSON **out, cJSON **config);
+ * vocab.json, merges.txt and tokenizer_config.json. */
+hr_status tk_clip_build(const char *dir, cJSON **out);
+
+/* dir/name (kept inside dir; `path` receives it) into *text, NUL-ended,
+ * under the tokenizer files' size and memory bounds (tk_load.c); *text is
+ * NULL when the file is absent. */
+hr_status tk_read_optional(const char *dir, const char *name, char *path, size_t cap, char **text, size_t *len);
 
 /* ---- the tokenizer ---------------------------------------------------- */
 

@@ -106,9 +106,9 @@ void hr_tokenizer_free(hr_tokenizer *t) {
     free(t);
 }
 
-static hr_status load_json_text(const char *text, size_t len, const char *name, hr_tokenizer **out) {
-    cJSON *j;
-    HR_TRY(parse_json(text, len, name, &j));
+/* A tokenizer from a parsed tokenizer.json tree (freed here); errors gain
+ * `name` as context. */
+static hr_status load_json_tree(cJSON *j, const char *name, hr_tokenizer **out) {
     hr_tokenizer *t = NULL;
     hr_status st = tokenizer_alloc(&t);
     if (st == HR_OK) st = build_pipeline(t, j);
@@ -122,6 +122,12 @@ static hr_status load_json_text(const char *text, size_t len, const char *name, 
     return HR_OK;
 }
 
+static hr_status load_json_text(const char *text, size_t len, const char *name, hr_tokenizer **out) {
+    cJSON *j;
+    HR_TRY(parse_json(text, len, name, &j));
+    return load_json_tree(j, name, out);
+}
+
 /* Whether dir holds the two files of a CLIPTokenizer without tokenizer.json. */
 static bool clip_files(const char *dir) {
     char a[4200], b[4200];
@@ -131,20 +137,11 @@ static bool clip_files(const char *dir) {
 }
 
 static hr_status load_clip(const char *dir, hr_tokenizer **out) {
-    cJSON *j = NULL, *cfg = NULL;
-    HR_TRY(tk_clip_build(dir, &j, &cfg));
-    cJSON_Delete(cfg);
-    hr_tokenizer *t = NULL;
-    hr_status st = tokenizer_alloc(&t);
-    if (st == HR_OK) st = build_pipeline(t, j);
-    cJSON_Delete(j);
-    if (st != HR_OK) {
-        hr_error_context(st, "%s (vocab.json + merges.txt)", dir);
-        hr_tokenizer_free(t);
-        return st;
-    }
-    *out = t;
-    return HR_OK;
+    cJSON *j = NULL;
+    HR_TRY(tk_clip_build(dir, &j));
+    char name[4200];
+    snprintf(name, sizeof name, "%s (vocab.json + merges.txt)", dir);
+    return load_json_tree(j, name, out);
 }
 
 hr_status hr_tokenizer_load_json(const char *json, size_t len, hr_tokenizer **out) {
@@ -204,8 +201,7 @@ static hr_status apply_config_text(hr_tokenizer *t, const char *text, size_t len
     return st;
 }
 
-/* dir/name, kept inside dir, into *text (NULL when the file is absent). */
-static hr_status read_optional(const char *dir, const char *name, char *path, size_t cap, char **text,
+hr_status tk_read_optional(const char *dir, const char *name, char *path, size_t cap, char **text,
                                size_t *len) {
     *text = NULL;
     if (snprintf(path, cap, "%s/%s", dir, name) >= (int)cap)
@@ -220,7 +216,7 @@ static hr_status read_optional(const char *dir, const char *name, char *path, si
 static hr_status load_side_file(hr_tokenizer *t, const char *dir, const char *name) {
     char path[4096], *text;
     size_t len;
-    HR_TRY(read_optional(dir, name, path, sizeof path, &text, &len));
+    HR_TRY(tk_read_optional(dir, name, path, sizeof path, &text, &len));
     if (!text) return HR_OK;
     hr_status st = apply_config_text(t, text, len, path);
     free(text);
@@ -232,7 +228,7 @@ static hr_status load_side_file(hr_tokenizer *t, const char *dir, const char *na
 static hr_status load_template_file(hr_tokenizer *t, const char *dir) {
     char path[4096], *text;
     size_t len;
-    HR_TRY(read_optional(dir, "chat_template.jinja", path, sizeof path, &text, &len));
+    HR_TRY(tk_read_optional(dir, "chat_template.jinja", path, sizeof path, &text, &len));
     if (!text) return HR_OK;
     if (memchr(text, 0, len)) {
         free(text);
