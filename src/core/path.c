@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "core/path.h"
@@ -49,4 +50,9 @@ hr_status hr_path_check_inside(const char *dir, const char *path) {
     return hr_error(HR_ERR_FORMAT, "%s: resolves to '%s', outside the model folder '%s'%s (links made on purpose: "
                     "HUBRT_ALLOW_OUTSIDE_LINKS=1)", path, real_path, real_dir,
                     blobs[0] ? " and its Hugging Face cache blobs" : "");
+}
+
+bool hr_path_is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }

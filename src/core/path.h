@@ -1,6 +1,9 @@
-/* Whether a file named inside a model folder resolves inside it. */
+/* Paths of model folders: whether a file resolves inside its folder, and
+ * whether a file is there. */
 #ifndef HR_CORE_PATH_H
 #define HR_CORE_PATH_H
+
+#include <stdbool.h>
 
 #include "hubrt/base.h"
 
@@ -10,5 +13,8 @@
  * also HR_OK when either does not exist (the opener reports that).
  * HR_ERR_FORMAT naming both otherwise, unless HUBRT_ALLOW_OUTSIDE_LINKS=1. */
 hr_status hr_path_check_inside(const char *dir, const char *path);
+
+/* Whether `path` names a regular file (links followed). */
+bool hr_path_is_file(const char *path);
 
 #endif

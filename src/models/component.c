@@ -4,18 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
+#include "core/path.h"
 #include "core/tensor_impl.h"
 #include "hubrt/ops.h"
-
-static bool is_file(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
 
 /* The weight file of `variant` in dir, as diffusers and transformers name
  * them: <stem>[.variant].safetensors, or the index <stem>.safetensors.index
@@ -30,9 +25,9 @@ static hr_status find_weights(const char *dir, const char *variant, char *out, s
     }
     for (size_t i = 0; i < sizeof stems / sizeof stems[0]; i++) {
         snprintf(out, n, "%s/%s%s.safetensors", dir, stems[i], v);
-        if (is_file(out)) return HR_OK;
+        if (hr_path_is_file(out)) return HR_OK;
         snprintf(out, n, "%s/%s.safetensors.index%s.json", dir, stems[i], v);
-        if (is_file(out)) return HR_OK;
+        if (hr_path_is_file(out)) return HR_OK;
     }
     return hr_error(HR_ERR_NOT_FOUND, "%s: no weights (diffusion_pytorch_model%s.safetensors, model%s.safetensors "
                     "or their .index%s.json)", dir, v, v, v);
@@ -52,7 +47,7 @@ hr_status hr_component_open(hr_component *c, const char *dir, const char *const 
     snprintf(c->dir, sizeof c->dir, "%s", dir);
     char path[1200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!is_file(path)) return hr_error(HR_ERR_NOT_FOUND, "%s: missing (the component's config)", path);
+    if (!hr_path_is_file(path)) return hr_error(HR_ERR_NOT_FOUND, "%s: missing (the component's config)", path);
     HR_TRY(hr_json_doc_load(path, &c->config));
     const char *cls = NULL;
     hr_status s = hr_json_get_str(hr_json_doc_root(c->config), "_class_name", NULL, &cls);

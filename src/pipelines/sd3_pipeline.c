@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/path.h"
 #include "hubrt/diffusion.h"
 #include "hubrt/ops.h"
 #include "pipelines/sd3_prompt.h"
@@ -24,13 +25,6 @@ struct hr_sd3_pipeline {
     hr_flow_match_config sched;
 };
 
-static bool readable(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return false;
-    fclose(f);
-    return true;
-}
-
 hr_status hr_sd3_pipeline_load(const char *dir, const hr_component_options *opts, hr_sd3_pipeline **out) {
     if (!dir || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_sd3_pipeline_load: NULL argument");
     *out = NULL;
@@ -39,7 +33,7 @@ hr_status hr_sd3_pipeline_load(const char *dir, const hr_component_options *opts
                                          "transformer/config.json", "vae/config.json"};
     for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, needed[i]);
-        if (!readable(path))
+        if (!hr_path_is_file(path))
             return hr_error(HR_ERR_NOT_FOUND, "%s: missing (a Stable Diffusion 3 folder has model_index.json, "
                             "scheduler/, transformer/ and vae/)", path);
     }

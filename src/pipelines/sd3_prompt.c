@@ -9,20 +9,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/path.h"
 #include "hubrt/diffusion.h"
 #include "hubrt/ops.h"
 #include "hubrt/tokenizer.h"
 #include "pipelines/sd3_prompt.h"
 
 #define CLIP_LEN 77
-
-static bool exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0;
-}
 
 /* ids of text padded to `len` with pad, its content truncated so the
  * special tokens the tokenizer wraps it in are kept (transformers'
@@ -84,7 +79,7 @@ static hr_status encoders_load(const char *dir, const hr_component_options *opts
     hr_status s = HR_OK;
     for (int i = 0; s == HR_OK && i < (skip_t5 ? 2 : 3); i++) {
         snprintf(path, sizeof path, "%s/%s/config.json", dir, encs[i]);
-        bool has = exists(path);
+        bool has = hr_path_is_file(path);
         if (!has && i < 2) {
             s = hr_error(HR_ERR_NOT_FOUND, "%s: missing (a text prompt needs SD3's CLIP encoders; pass prompt "
                          "embeddings otherwise)", path);
