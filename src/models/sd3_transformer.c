@@ -292,16 +292,23 @@ done:
     return s;
 }
 
-static hr_status feed_forward(const sd3_ff *f, const hr_tensor *x, hr_tensor **out) {
+/* linear2(act(linear1(x))): the feed-forwards (gelu-tanh) and the time and
+ * text embedders (silu). */
+static hr_status two_linears(const hr_tensor *x, const hr_tensor *w1, const hr_tensor *b1, bool silu,
+                             const hr_tensor *w2, const hr_tensor *b2, hr_tensor **out) {
     hr_temps tp = {0};
     hr_status s;
-    hr_tensor *h, *g;
-    T(h, hr_linear(x, f->w1, f->b1, &h));
-    T(g, hr_gelu(h, HR_GELU_TANH, &g));
-    RUN(hr_linear(g, f->w2, f->b2, out));
+    hr_tensor *h, *a;
+    T(h, hr_linear(x, w1, b1, &h));
+    T(a, silu ? hr_silu(h, &a) : hr_gelu(h, HR_GELU_TANH, &a));
+    RUN(hr_linear(a, w2, b2, out));
 done:
     hr_temps_free(&tp);
     return s;
+}
+
+static hr_status feed_forward(const sd3_ff *f, const hr_tensor *x, hr_tensor **out) {
+    return two_linears(x, f->w1, f->b1, false, f->w2, f->b2, out);
 }
 
 /* One joint block: replaces *x and *c (owned); *c becomes NULL after the
@@ -366,14 +373,10 @@ static hr_status time_text(const hr_sd3_transformer *m, const hr_tensor *sinus, 
                            hr_tensor **out) {
     hr_temps tp = {0};
     hr_status s;
-    hr_tensor *t, *a, *t2, *p, *pa, *p2;
-    T(t, hr_linear(sinus, m->t1w, m->t1b, &t));
-    T(a, hr_silu(t, &a));
-    T(t2, hr_linear(a, m->t2w, m->t2b, &t2));
-    T(p, hr_linear(pooled, m->x1w, m->x1b, &p));
-    T(pa, hr_silu(p, &pa));
-    T(p2, hr_linear(pa, m->x2w, m->x2b, &p2));
-    RUN(hr_add(t2, p2, out));
+    hr_tensor *t, *p;
+    T(t, two_linears(sinus, m->t1w, m->t1b, true, m->t2w, m->t2b, &t));
+    T(p, two_linears(pooled, m->x1w, m->x1b, true, m->x2w, m->x2b, &p));
+    RUN(hr_add(t, p, out));
 done:
     hr_temps_free(&tp);
     return s;
