@@ -11,6 +11,7 @@
 #include "hubrt/hub.h"
 #include "hubrt/tokenizer.h"
 #include "hubrt/chat.h"
+#include "hubrt/dist.h"
 #include "hubrt/model.h"
 #include "hubrt/image_models.h"
 #include "hubrt/diffusion.h"

@@ -18,7 +18,7 @@ PUBLIC = {
     "hubrt.h": "tools", "hubrt/base.h": "core", "hubrt/tensor.h": "core", "hubrt/runtime.h": "core",
     "hubrt/op_list.h": "core", "hubrt/ops.h": "core", "hubrt/graph.h": "graph", "hubrt/io.h": "io", "hubrt/hub.h": "io",
     "hubrt/tokenizer.h": "tokenizer", "hubrt/chat.h": "tokenizer", "hubrt/model.h": "models", "hubrt/image_models.h": "models",
-    "hubrt/diffusion.h": "pipelines",
+    "hubrt/diffusion.h": "pipelines", "hubrt/dist.h": "dist",
     # the ABI kernel libraries compile against: declarations only, no code
     "hubrt/kernel_abi.h": "core", "hubrt/kernels.h": "kernels",
 }

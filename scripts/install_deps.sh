@@ -3,7 +3,7 @@
 # with --test also what the tests drive (Chromium for the serve page test).
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
-      libcmocka-dev libdlpack-dev libcurl4-openssl-dev libmicrohttpd-dev libssl-dev libpng-dev clang libclang-rt-14-dev python3-venv)
+      libcmocka-dev libdlpack-dev libcurl4-openssl-dev libmicrohttpd-dev libssl-dev libpng-dev libopenmpi-dev openmpi-bin clang libclang-rt-14-dev python3-venv)
 [ "${1:-}" = "--test" ] && pkgs+=(chromium chromium-driver)
 missing=()
 for p in "${pkgs[@]}"; do

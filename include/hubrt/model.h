@@ -41,6 +41,15 @@ typedef struct hr_model_options {
      * quantizer does (the CPU only); NULL: kept as stored. Weights stored
      * quantized already stay in their own blocks. */
     const char *quantize;
+    /* Tensor parallelism: the model split over tp_size processes, one per
+     * rank of the MPI group this process belongs to (hubrt/dist.h; 0 or 1:
+     * not split). Each rank loads only its slices of the weights. The CPU
+     * device, float safetensors checkpoints. */
+    int64_t tp_size;
+    /* transformers' tp_plan: NULL or "auto" (the architecture's plan), or
+     * a JSON object of module pattern -> style laid over it, such as
+     * {"layers.*.self_attn.q_proj": "replicated", ...} */
+    const char *tp_plan;
 } hr_model_options;
 
 /* Architecture names this build can load, comma separated. */

@@ -66,7 +66,7 @@
     X(group_norm,   1, 3, 1, hr_attrs_group_norm)                  \
     X(upsample_nearest, 1, 1, 1, hr_attrs_upsample)                \
     /* indexing and data movement */                               \
-    X(embedding,    2, 2, 1, hr_attrs_none)                        \
+    X(embedding,    2, 2, 1, hr_attrs_embedding)                        \
     X(index_select, 2, 2, 1, hr_attrs_dim)                         \
     X(gather,       2, 2, 1, hr_attrs_dim)                         \
     X(index_copy,   3, 3, 1, hr_attrs_dim)                         \
@@ -74,7 +74,10 @@
     X(copy,         1, 1, 1, hr_attrs_none)                        \
     X(cast,         1, 1, 1, hr_attrs_cast)                        \
     X(fill,         0, 0, 1, hr_attrs_fill)                        \
-    X(arange,       0, 0, 1, hr_attrs_arange)
+    X(arange,       0, 0, 1, hr_attrs_arange)                      \
+    /* collectives over the process group (ops/collective.h) */    \
+    X(all_reduce,   1, 2, 1, hr_attrs_cast)                        \
+    X(all_gather,   1, 1, 1, hr_attrs_all_gather)
 /* clang-format on */
 
 #define HR_MAX_OP_INPUTS 16

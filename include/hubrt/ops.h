@@ -170,7 +170,27 @@ typedef struct hr_attrs_sdpa {
     bool sinks;
 } hr_attrs_sdpa;
 
+/* cast(x) -> x in `dtype`. all_reduce(x, [bias]) -> the sum of x over
+ * every process of the group, plus bias (broadcast), in `dtype`: the
+ * ranks' parts are summed in f32 in rank order, so every rank holds the
+ * same bits whatever the group's reduction algorithm. */
 typedef struct hr_attrs_cast { int64_t dtype; /* hr_dtype */ } hr_attrs_cast;
+
+/* all_gather(x) -> every rank's x joined along dim in rank order; rank r
+ * gives part r of the even split of `total` (hr_split_part), the length
+ * of dim in the output. */
+typedef struct hr_attrs_all_gather {
+    int64_t dim, total;
+} hr_attrs_all_gather;
+
+/* embedding(weight [rows, hidden], ids) -> [..., hidden]. sharded: weight
+ * holds the table's rows [first, first + rows) (a vocab-split slice); ids
+ * outside them give zero rows, for a sum over the ranks to complete.
+ * Otherwise every id must index a row. */
+typedef struct hr_attrs_embedding {
+    int64_t first;
+    bool sharded;
+} hr_attrs_embedding;
 
 typedef struct hr_attrs_fill {
     hr_ints shape;

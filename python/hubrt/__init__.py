@@ -10,10 +10,12 @@ from .tokenizer import AutoTokenizer
 from .diffusion import (AutoencoderKL, CLIPTextModelWithProjection, DiffusionPipeline, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel,
                         StableDiffusion3Pipeline, T5EncoderModel)
 from .kernels import Kernel, get_kernel, kernels_loaded, lock_kernel, verify_kernel
+from . import distributed
+from .distributed import DistributedConfig
 
 __version__ = lib.hr_version().decode()
 
 __all__ = ["HubrtError", "Tensor", "tensor", "from_numpy", "ops", "compile_stats", "reset_compile_stats",
            "load_safetensors", "save_safetensors", "safetensors_metadata", "from_dlpack",
            "AutoModelForCausalLM", "HubrtModelForCausalLM", "AutoencoderKL", "CLIPTextModelWithProjection", "FlowMatchEulerDiscreteScheduler", "SD3Transformer2DModel", "StableDiffusion3Pipeline", "T5EncoderModel", "DiffusionPipeline", "KVCache", "AutoTokenizer", "Kernel", "get_kernel",
-           "verify_kernel", "lock_kernel", "kernels_loaded", "__version__"]
+           "verify_kernel", "lock_kernel", "kernels_loaded", "distributed", "DistributedConfig", "__version__"]

@@ -22,7 +22,7 @@ _I64P = ctypes.POINTER(ctypes.c_int64)
 class _ModelOptions(ctypes.Structure):
     _fields_ = [("dtype", ctypes.c_char_p), ("device", ctypes.c_char_p),
                 ("experts_implementation", ctypes.c_char_p), ("dequantize", ctypes.c_bool),
-                ("quantize", ctypes.c_char_p)]
+                ("quantize", ctypes.c_char_p), ("tp_size", ctypes.c_int64), ("tp_plan", ctypes.c_char_p)]
 
 
 class _ForwardArgs(ctypes.Structure):
@@ -401,7 +401,7 @@ class AutoModelForCausalLM:
 
     @classmethod
     def from_pretrained(cls, path, dtype="auto", device_map="cpu", experts_implementation=None, dequantize=False,
-                        quantize=None, **kwargs):
+                        quantize=None, distributed_config=None, tp_plan=None, **kwargs):
         """experts_implementation: a mixture-of-experts model's experts, "grouped"
         (the default; transformers' "grouped_mm" and "batched_mm" name it too),
         "eager" (transformers' per-expert loop), a kernel repository "org/name"
@@ -409,7 +409,10 @@ class AutoModelForCausalLM:
         block-quantized weights, kept in their blocks on the CPU by default,
         cast to dtype at load instead. quantize: "q8_0", "q4_0", "q4_1",
         "q5_0" or "q5_1": the float linear and embedding matrices quantized
-        into it while loading (the CPU only)."""
+        into it while loading (the CPU only). distributed_config: a
+        hubrt.DistributedConfig(tp_size=N, tp_plan=...) splitting the model
+        over the N processes of this MPI group (hubrt launch -n N); tp_plan
+        alone ("auto" or a dict) means tp_size = the group's size."""
         hub_args = {k: kwargs.pop(k) for k in HUB_ARGS if k in kwargs}
         if kwargs:
             raise TypeError(f"unsupported arguments: {', '.join(sorted(kwargs))}")
@@ -418,8 +421,16 @@ class AutoModelForCausalLM:
         dev = device_map if isinstance(device_map, str) and device_map != "auto" else "cpu"
         from .kernels import Kernel
         impl = experts_implementation if isinstance(experts_implementation, str) else None
+        tp_size, plan = 1, None
+        if distributed_config is not None or tp_plan is not None:
+            from . import distributed
+            dc = distributed_config or distributed.DistributedConfig(tp_plan=tp_plan)
+            distributed.init()
+            tp_size = dc.tp_size if distributed_config is not None else distributed.size()
+            plan = dc.plan_json()
         opts = _ModelOptions(dtype=dt.encode(), device=dev.encode(), experts_implementation=impl.encode() if impl else None,
-                             dequantize=bool(dequantize), quantize=quantize.encode() if quantize else None)
+                             dequantize=bool(dequantize), quantize=quantize.encode() if quantize else None,
+                             tp_size=tp_size, tp_plan=plan.encode() if plan else None)
         h = _P()
         check(_load(os.fspath(path).encode(), ctypes.byref(opts), ctypes.byref(h)))
         model = HubrtModelForCausalLM(h, path)

@@ -234,6 +234,22 @@ static hr_status shared_step(hr_fwd *f, int64_t il, const hr_kv_plan *p, attn_vi
     return HR_OK;
 }
 
+/* out = x @ w^T + bias; split (tensor parallel, rowwise): x and w hold
+ * this rank's columns, and the partial products are summed over the
+ * ranks, the bias added once after the sum. */
+static hr_status row_split_linear(hr_fwd *f, bool split, const hr_tensor *x, const hr_tensor *w,
+                                  const hr_tensor *bias, hr_tensor *out) {
+    hr_tensor *o[1] = {out};
+    if (!split) {
+        if (bias) return hr_op_run(HR_OP_linear, NULL, IN_(x, w, bias), 3, o, 1);
+        return hr_op_run(HR_OP_linear, NULL, IN_(x, w), 2, o, 1);
+    }
+    HR_TRY(hr_op_run(HR_OP_linear, NULL, IN_(x, w), 2, o, 1));
+    hr_attrs_cast a = {.dtype = out->dtype};
+    if (bias) return hr_op_run(HR_OP_all_reduce, &a, IN_(out, bias), 2, o, 1);
+    return hr_op_run(HR_OP_all_reduce, &a, IN_(out), 1, o, 1);
+}
+
 hr_status hr_build_attention(hr_fwd *f, int64_t il, const hr_attn_weights *w, const hr_attn_opts *o,
                              const hr_tensor *h, hr_tensor *out) {
     const hr_model_config *c = &f->m->cfg;
@@ -299,13 +315,7 @@ hr_status hr_build_attention(hr_fwd *f, int64_t il, const hr_attn_weights *w, co
         st = hr_op_run(HR_OP_sdpa, &a, in, n_in, ot, 1);
     }
     if (st == HR_OK) st = hr_tensor_view(attn, 3, (int64_t[]){b, s, hq * d}, &attn_flat);
-    if (st == HR_OK) {
-        hr_tensor *ot[1] = {out};
-        if (w->bo)
-            st = hr_op_run(HR_OP_linear, NULL, IN_(attn_flat, w->wo, w->bo), 3, ot, 1);
-        else
-            st = hr_op_run(HR_OP_linear, NULL, IN_(attn_flat, w->wo), 2, ot, 1);
-    }
+    if (st == HR_OK) st = row_split_linear(f, f->m->tp.attn, attn_flat, w->wo, w->bo, out);
     views_free(&v);
     hr_tensor_free(v_heads);
     hr_tensor_free(vt);
@@ -329,9 +339,7 @@ hr_status hr_build_gated_mlp(hr_fwd *f, const hr_mlp_weights *w, hr_linear_epilo
         HR_TRY(hr_op_run(HR_OP_linear_group, &g, IN_(h, w->gate, w->up, w->b_gate, w->b_up), 5, o, 1));
     else
         HR_TRY(hr_op_run(HR_OP_linear_group, &g, IN_(h, w->gate, w->up), 3, o, 1));
-    o[0] = out;
-    if (w->b_down) return hr_op_run(HR_OP_linear, NULL, IN_(a, w->down, w->b_down), 3, o, 1);
-    return hr_op_run(HR_OP_linear, NULL, IN_(a, w->down), 2, o, 1);
+    return row_split_linear(f, f->m->tp.mlp, a, w->down, w->b_down, out);
 }
 
 /* ---- embedding and head -------------------------------------------------------- */
@@ -354,7 +362,20 @@ hr_status hr_build_lookup(hr_fwd *f, const hr_tensor *table, const hr_tensor *id
         HR_TRY(hr_op_run(HR_OP_embedding, NULL, IN_(table, ids), 2, r, 1));
         HR_TRY(hr_op_run(HR_OP_cast, &(hr_attrs_cast){.dtype = out->dtype}, IN_(rows), 1, o, 1));
     } else {
-        HR_TRY(hr_op_run(HR_OP_embedding, NULL, IN_(table, ids), 2, o, 1));
+        /* a vocab-split table: this rank's rows, zeros for the others' ids */
+        bool split = f->m->tp.embed && table == f->m->embed;
+        hr_attrs_embedding e = {.first = f->m->tp.vocab0, .sharded = true};
+        HR_TRY(hr_op_run(HR_OP_embedding, split ? &e : NULL, IN_(table, ids), 2, o, 1));
+        if (split) {
+            /* scaled before the sum: zeros stay zeros, and the one rank's row
+             * is rounded as a whole table's is */
+            if (scale != 1) {
+                hr_attrs_scale a = {.mul = dtype_rounded(scale, f->m->dtype)};
+                HR_TRY(hr_op_run(HR_OP_scale, &a, IN_(out), 1, o, 1));
+            }
+            hr_attrs_cast c = {.dtype = out->dtype};
+            return hr_op_run(HR_OP_all_reduce, &c, IN_(out), 1, o, 1);
+        }
     }
     if (scale == 1) return HR_OK;
     hr_attrs_scale a = {.mul = dtype_rounded(scale, f->m->dtype)};
@@ -367,7 +388,19 @@ hr_status hr_build_embedding(hr_fwd *f, const hr_tensor *ids, double scale) {
 
 hr_status hr_build_head(hr_fwd *f, const hr_tensor *h, double softcap, hr_tensor *out) {
     hr_tensor *o[1] = {out};
-    HR_TRY(hr_op_run(HR_OP_linear, NULL, IN_(h, f->m->lm_head), 2, o, 1));
+    if (f->m->tp.head) {
+        /* this rank's vocab rows, then every rank's logits joined */
+        hr_tensor *part = NULL;
+        const int64_t *sh = out->shape;
+        HR_TRY(hr_scratch_get(f->sc, f->m->dev, "head_part", out->dtype, 3,
+                              (int64_t[]){sh[0], sh[1], f->m->tp.vocab_n}, &part));
+        hr_tensor *po[1] = {part};
+        HR_TRY(hr_op_run(HR_OP_linear, NULL, IN_(h, f->m->lm_head), 2, po, 1));
+        hr_attrs_all_gather g = {.dim = 2, .total = sh[2]};
+        HR_TRY(hr_op_run(HR_OP_all_gather, &g, IN_(part), 1, o, 1));
+    } else {
+        HR_TRY(hr_op_run(HR_OP_linear, NULL, IN_(h, f->m->lm_head), 2, o, 1));
+    }
     if (!(softcap > 0)) return HR_OK;
     /* logits / cap, tanh, * cap, each in the logits' dtype as torch runs them */
     hr_tensor *cap = NULL;

@@ -10,6 +10,7 @@
 #include "hubrt/kernels.h"
 #include "ops/experts_impl.h"
 #include "models/forward_internal.h"
+#include "models/tp.h"
 
 /* ---- loading ------------------------------------------------------------- */
 
@@ -112,6 +113,8 @@ static hr_status model_init(hr_model *m, const char *dir, const hr_model_options
     HR_TRY(hr_checkpoint_open(dir, &m->ckpt));
     hr_status s = hr_model_check_weights(m);
     if (s != HR_OK) return hr_error_context(s, "%s", dir);
+    /* the checkpoint checked whole, then this rank's view of the config */
+    HR_TRY(hr_tp_setup(m, opts ? opts->tp_size : 1, opts ? opts->tp_plan : NULL));
     return hr_model_load_weights(m);
 }
 
@@ -120,6 +123,7 @@ hr_status hr_model_load(const char *dir, const hr_model_options *opts, hr_model 
     *out = NULL;
     hr_model *m = calloc(1, sizeof *m);
     if (!m) return hr_error(HR_ERR_OOM, "hr_model_load: out of memory");
+    m->tp.size = 1;
     hr_status s = model_init(m, dir, opts);
     if (s != HR_OK) {
         hr_model_free(m);

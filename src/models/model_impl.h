@@ -163,6 +163,16 @@ const hr_arch *hr_arch_at(int i);
 
 /* ---- the model ---------------------------------------------------------- */
 
+/* This rank's share of a tensor-parallel model (models/tp.h). */
+typedef struct hr_tp {
+    int size, rank;          /* 1, 0: not split */
+    bool attn, mlp;          /* split as the plan says */
+    bool embed, head;        /* vocab-split */
+    int64_t heads0, kv0;     /* this rank's first query head and first kv head */
+    int64_t full_heads, full_kv, full_inter; /* the config's, before hr_tp_setup localized it */
+    int64_t vocab0, vocab_n; /* this rank's vocab rows (embed or head split) */
+} hr_tp;
+
 struct hr_model {
     const hr_arch *arch;
     hr_model_config cfg;
@@ -187,6 +197,7 @@ struct hr_model {
     char experts_name[160];     /* the kernel's name, when experts_impl is set */
     float *inv_freq[HR_LAYER_KINDS]; /* [rot/2] for rope types that do not depend on the length */
     double attn_scaling[HR_LAYER_KINDS];
+    hr_tp tp;                   /* this rank's share; tp.size 1: the whole model */
     hr_scratch scratch;         /* the eager forward's activations */
     /* The compiled forward (forward_compiled.c): one jit returning every
      * position's logits, one the last position's; plans per input shape. */

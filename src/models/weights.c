@@ -9,6 +9,7 @@
 #include "device/device_impl.h"
 #include "io/st_internal.h"
 #include "models/model_impl.h"
+#include "models/tp.h"
 
 int64_t hr_model_dim(const hr_model *m, hr_dim d, int64_t il) {
     const hr_model_config *c = &m->cfg;
@@ -229,6 +230,37 @@ static hr_status load_quantized(hr_model *m, const weight_ref *r, hr_dtype dt, h
     return HR_OK;
 }
 
+/* This rank's slice of weight r (tp.h): a view of the file's bytes when
+ * it is one contiguous range in the model dtype (a colwise slice), else
+ * copied (cast) out of the file, whose pages of the tensor then go; the
+ * rest of the tensor is never read. */
+static hr_status load_slice(hr_model *m, const weight_ref *r, int axis, int64_t first, int64_t len, hr_tensor **out) {
+    hr_dtype stored = hr_checkpoint_stored_dtype(m->ckpt, r->name);
+    hr_tensor *full = NULL, *part = NULL, *t = NULL;
+    HR_TRY(hr_checkpoint_tensor_as(m->ckpt, r->name, stored, &full));
+    hr_status s = hr_tensor_narrow(full, axis, first, len, &part);
+    hr_tensor_free(full);
+    if (s == HR_OK && stored == m->dtype && hr_tensor_is_contiguous(part)) {
+        hr_tensor_set_name(part, r->name);
+        *out = part;
+        return HR_OK;
+    }
+    hr_device *host = NULL;
+    if (s == HR_OK) s = hr_device_get("cpu", &host);
+    if (s == HR_OK) s = hr_tensor_empty(host, m->dtype, part->ndim, part->shape, &t);
+    if (s == HR_OK) s = hr_copy_(t, part);
+    hr_tensor_free(part);
+    hr_checkpoint_drop_tensor(m->ckpt, r->name);
+    if (s != HR_OK) {
+        hr_tensor_free(t);
+        return hr_error_context(s, "loading rows %lld..%lld of dim %d of '%s'", (long long)first,
+                                (long long)(first + len), axis, r->name);
+    }
+    hr_tensor_set_name(t, r->name);
+    *out = t;
+    return HR_OK;
+}
+
 /* Loads weight `name` (checked by hr_model_check_weights) in the model
  * dtype onto the model's device into *out: a zero-copy view of the mapping
  * when the file's dtype matches, cast once otherwise; a stacked experts
@@ -237,6 +269,10 @@ static hr_status load_quantized(hr_model *m, const weight_ref *r, hr_dtype dt, h
 static hr_status load_weight(hr_model *m, const weight_ref *r, hr_tensor **out) {
     const char *name = r->name;
     hr_tensor *t = NULL;
+    int axis;
+    int64_t first, len;
+    hr_tp_slice(m, name, r->dims, r->il, &axis, &first, &len);
+    if (axis >= 0) return load_slice(m, r, axis, first, len, out);
     if (held_mxfp4(m, r) || held_per_expert(m, r) || stored_of(r) != HR_STORED_AS_IS) {
         if (held_mxfp4(m, r))
             HR_TRY(hr_mxfp4_load(m, name, hr_model_dim(m, r->dims[0], r->il), hr_model_dim(m, r->dims[1], r->il),

@@ -58,11 +58,16 @@ static_assert(sizeof ops / sizeof ops[0] == HR_OP_COUNT, "op info table out of s
     F(sdpa, BOOL, hr_attrs_sdpa, exact) F(sdpa, I64, hr_attrs_sdpa, exact_from)          \
     F(sdpa, BOOL, hr_attrs_sdpa, sinks)                                                  \
     DIM_(F, index_select) DIM_(F, gather) DIM_(F, index_copy) DIM_(F, cat)               \
+    F(embedding, I64, hr_attrs_embedding, first)                                         \
+    F(embedding, BOOL, hr_attrs_embedding, sharded)                                      \
     F(cast, I64, hr_attrs_cast, dtype)                                                   \
     F(fill, INTS, hr_attrs_fill, shape) F(fill, I64, hr_attrs_fill, dtype)               \
     F(fill, F64, hr_attrs_fill, value)                                                   \
     F(arange, F64, hr_attrs_arange, start) F(arange, F64, hr_attrs_arange, end)          \
-    F(arange, F64, hr_attrs_arange, step) F(arange, I64, hr_attrs_arange, dtype)
+    F(arange, F64, hr_attrs_arange, step) F(arange, I64, hr_attrs_arange, dtype)         \
+    F(all_reduce, I64, hr_attrs_cast, dtype)                                             \
+    F(all_gather, I64, hr_attrs_all_gather, dim)                                         \
+    F(all_gather, I64, hr_attrs_all_gather, total)
 
 #define FIELD_(op_, type_, struct_, field_) {#field_, HR_ATTR_##type_, offsetof(struct_, field_)},
 #define OWNER_(op_, type_, struct_, field_) HR_OP_##op_,

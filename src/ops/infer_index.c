@@ -30,6 +30,10 @@ static hr_status infer_embedding(const void *attrs, const hr_tensor *const *in, 
                         hr_shape_str(w->ndim, w->shape, s, sizeof s));
     }
     HR_TRY(hr_require_index("embedding", "ids", ids));
+    const hr_attrs_embedding *a = attrs;
+    if (a && a->sharded && a->first < 0)
+        return hr_error(HR_ERR_INVALID_ARG, "embedding: first row %lld of a sharded table is negative",
+                        (long long)a->first);
     if (ids->ndim >= HR_MAX_DIMS)
         return hr_error(HR_ERR_SHAPE, "embedding: ids have %d dims; at most %d allowed", ids->ndim,
                         HR_MAX_DIMS - 1);

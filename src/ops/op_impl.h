@@ -1,6 +1,6 @@
 /* Internal op machinery: inference and kernel tables, filled per group.
  *
- * Each op group (eltwise, reduce, linalg, nn, index, attention, moe, image) has one inference file
+ * Each op group (eltwise, reduce, linalg, nn, index, attention, moe, image, collective) has one inference file
  * src/ops/infer_<group>.c and one CPU kernel file per group under
  * src/backends/cpu/, each exporting a register function listed here. */
 #ifndef HR_OPS_OP_IMPL_H
@@ -18,7 +18,7 @@ typedef hr_status (*hr_infer_fn)(const void *attrs, const hr_tensor *const *in, 
 typedef hr_status (*hr_cpu_kernel_fn)(const void *attrs, const hr_tensor *const *in, int n_in,
                                       hr_tensor *const *out, int n_out);
 
-#define HR_OP_GROUPS(X) X(eltwise) X(reduce) X(linalg) X(nn) X(index) X(attention) X(moe) X(image)
+#define HR_OP_GROUPS(X) X(eltwise) X(reduce) X(linalg) X(nn) X(index) X(attention) X(moe) X(image) X(collective)
 
 #define HR_X_(g) void hr_infer_register_##g(hr_infer_fn *table);
 HR_OP_GROUPS(HR_X_)

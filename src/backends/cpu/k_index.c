@@ -77,6 +77,8 @@ static int64_t nd_offset(int64_t flat, int ndim, const int64_t *shape, const int
 typedef struct {
     const hr_tensor *w, *ids, *out;
     const uint32_t *panels; /* w packed for linear (a tied lm_head): rows read from there */
+    int64_t first;          /* the table's first row id; ids outside give zero rows (sharded) */
+    bool sharded;
 } emb_ctx;
 
 /* Row id of a [V, H] bf16 or f16 weight from its linear panels
@@ -114,6 +116,16 @@ static void emb_body(void *vctx, int ith, int nth) {
     for (int64_t t = b; t < e; t++) {
         int64_t id = load_index(ip + nd_offset(t, ids->ndim, ids->shape, ids->strides) * (int64_t)isz, ids->dtype);
         int64_t o = nd_offset(t, ids->ndim, out->shape, out->strides);
+        if (c->sharded) {
+            id -= c->first;
+            if (id < 0 || id >= w->shape[0]) {
+                /* another rank's row: zeros, for the sum over the ranks */
+                int64_t ds = out->strides[out->ndim - 1];
+                char *dst = op + o * (int64_t)size;
+                for (int64_t i = 0; i < hidden; i++) memset(dst + i * ds * (int64_t)size, 0, size);
+                continue;
+            }
+        }
         if (hr_dtype_is_quantized(w->dtype))
             quant_row((float *)(op + o * (int64_t)size), out->strides[out->ndim - 1], wp, w, id);
         else if (c->panels)
@@ -128,10 +140,13 @@ static void emb_body(void *vctx, int ith, int nth) {
 /* weight [V, H], ids [...] (i64/i32) -> out [..., H] */
 static hr_status k_embedding(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
                              int n_out) {
+    const hr_attrs_embedding *a = attrs;
+    bool sharded = a && a->sharded;
     char what[64];
     snprintf(what, sizeof what, "weight with %lld rows", (long long)in[0]->shape[0]);
-    HR_TRY(check_indices("embedding", "id", in[1], in[0]->shape[0], what));
-    emb_ctx c = {in[0], in[1], out[0], hr_linear_panels(in[0])};
+    /* a shard's ids are the whole table's: any id is someone's row */
+    if (!sharded) HR_TRY(check_indices("embedding", "id", in[1], in[0]->shape[0], what));
+    emb_ctx c = {in[0], in[1], out[0], hr_linear_panels(in[0]), sharded ? a->first : 0, sharded};
     int64_t n = hr_tensor_numel(out[0]);
     hr_parallel_run(emb_body, &c, hr_parallel_threads_for(n, MIN_PER_THREAD));
     return HR_OK;

@@ -44,6 +44,13 @@ static hr_status lower_embedding(hr_shlo_builder *b, const void *attrs, const hr
     return b->status;
 }
 
+/* A vocab-split shard's lookup (hr_attrs_embedding.sharded) runs in the
+ * tensor-parallel path, which is the CPU's for now. */
+static bool check_embedding(const void *attrs, const hr_tensor *const *in, int n_in) {
+    const hr_attrs_embedding *a = attrs;
+    return !a || !a->sharded;
+}
+
 static hr_status lower_index_select(hr_shlo_builder *b, const void *attrs, const hr_shlo_value *in, int n_in,
                                     const hr_tensor_meta *m, hr_shlo_value *out, int n_out) {
     const hr_attrs_dim *a = attrs;
@@ -115,6 +122,7 @@ static hr_status lower_cat(hr_shlo_builder *b, const void *attrs, const hr_shlo_
 
 void hr_shlo_register_index(hr_shlo_lowering *t) {
     t[HR_OP_embedding].lower = lower_embedding;
+    t[HR_OP_embedding].check = check_embedding;
     t[HR_OP_index_select].lower = lower_index_select;
     t[HR_OP_gather].lower = lower_gather;
     t[HR_OP_gather].check = check_gather;
