@@ -10,8 +10,16 @@
 #define HR_EXIT_USAGE 2
 
 /* Prints "hubrt <cmd>: <hr_last_error()>" to stderr and returns the exit
- * code for `s` (2 for bad input, 1 otherwise). */
+ * code for `s` (2 for bad input, 1 otherwise); in a group of ranks, ends
+ * every rank with that code instead (hr_dist_abort). */
 int hr_cli_fail(const char *cmd, hr_status s);
+/* --tp N (ranks) and --tp-plan JSON (transformers' tp_plan laid over the
+ * architecture's) into o: 1 when `flag` was one of them (its value
+ * used), 0 when not, -1 on a bad value (printed). */
+int hr_cli_tp_flag(const char *cmd, const char *flag, const char *value, hr_model_options *o);
+/* Ranks other than 0 of a tensor-parallel run print nothing on stdout
+ * (call after the model loaded: the group is joined then). */
+void hr_cli_tp_quiet(void);
 /* A model named by a path or a Hub repository id (org/name, at
  * `revision` or main): its local folder, fetched into the Hugging Face
  * cache when missing (a progress line on a terminal). *dir is malloc'd. */
@@ -26,6 +34,7 @@ int hr_cmd_chat(int argc, char **argv);
 int hr_cmd_serve(int argc, char **argv);
 int hr_cmd_bench(int argc, char **argv);
 int hr_cmd_launch(int argc, char **argv);
+int hr_cmd_launch_mpi(int argc, char **argv);
 int hr_cmd_tokenize(int argc, char **argv);
 int hr_cmd_detokenize(int argc, char **argv);
 int hr_cmd_kernels(int argc, char **argv);

@@ -101,6 +101,9 @@ int hr_cmd_bench(int argc, char **argv) {
             return HR_EXIT_USAGE;
         }
         const char *v = argv[++i];
+        int tp = hr_cli_tp_flag("bench", f, v, &opts);
+        if (tp < 0) return HR_EXIT_USAGE;
+        if (tp) continue;
         if (!strcmp(f, "--dtype")) {
             opts.dtype = v;
         } else if (!strcmp(f, "--device")) {
@@ -132,6 +135,7 @@ int hr_cmd_bench(int argc, char **argv) {
     double t0 = now_s();
     s = hr_model_load(local, &opts, &m);
     free(local);
+    if (s == HR_OK) hr_cli_tp_quiet();
     double load_s = now_s() - t0;
     hr_generate_stats warm = {0}, st = {0};
     /* A short warm-up run starts the thread pool and faults in the weights.

@@ -1,4 +1,5 @@
-/* hubrt launch: one process per TPU chip on this host.
+/* hubrt launch: one process per TPU chip on this host (--nproc), or MPI
+ * ranks (-n; cmd_launch_mpi.c).
  *
  * libtpu reads its slice of the host from the environment: each child sees
  * one chip (TPU_VISIBLE_CHIPS), the process grid (TPU_PROCESS_BOUNDS), one
@@ -24,7 +25,8 @@ static void usage(FILE *f) {
             "  --nproc N            processes (chips), default 4\n"
             "  --process-bounds B   process grid X,Y,Z (default for N = 1, 2, 4, 8: 1,1,1 1,2,1 2,2,1 2,4,1)\n"
             "  --port P             first process port, default 8476 (process i uses P + i)\n"
-            "  --dry-run            print each child's environment instead of running it\n");
+            "  --dry-run            print each child's environment instead of running it\n"
+            "       hubrt launch -n N [--hosts H,...] [--threads T] -- command: N MPI ranks (launch -n 1 --help)\n");
 }
 
 /* The host's chip grid when one process drives each chip. */
@@ -78,6 +80,10 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 }
 
 int hr_cmd_launch(int argc, char **argv) {
+    /* -n, --hosts or --threads: MPI ranks (cmd_launch_mpi.c) */
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "-n") || !strcmp(argv[i], "--hosts") || !strcmp(argv[i], "--threads"))
+            return hr_cmd_launch_mpi(argc, argv);
     int n = 4, port = 8476, cmd = -1;
     const char *bounds = NULL;
     bool dry = false;

@@ -12,6 +12,7 @@ static const char *usage_text =
     "usage: hubrt run MODEL -p PROMPT [-n N] [--greedy | --temp T --top-p P --top-k K --min-p P --seed S]\n"
     "                 [--repetition-penalty R] [--stop TEXT]... [--dtype D] [--device cpu] [--compile] [--stats]\n"
     "                 [--experts grouped|eager] [--dequantize | --quantize q8_0|q4_0|q4_1|q5_0|q5_1]\n"
+    "                 [--tp N [--tp-plan JSON]]\n"
     "  Sampling defaults come from the model's generation_config.json; --temp/--top-p/--top-k/--min-p\n"
     "  turn sampling on, --greedy turns it off. -n defaults to 128 new tokens.\n"
     "  --compile runs the compiled forward (plans cached in memory and on disk); --stats prints the\n"
@@ -21,6 +22,8 @@ static const char *usage_text =
     "  --dequantize: a GGUF file's block-quantized weights (Q4_1, Q8_0, Q4_K, ...) are cast to the\n"
     "  dtype at load; by default they stay in their blocks on the CPU. --quantize: a float checkpoint's\n"
     "  linear and embedding matrices quantized into that block type while loading.\n"
+    "  --tp N: the model split over N ranks, one process each (hubrt launch -n N -- hubrt run ...);\n"
+    "  --tp-plan: transformers' tp_plan entries laid over the model's, as a JSON object.\n"
     "  MODEL is a folder, a GGUF file or a Hub repository id (org/name, --revision R), read from\n"
     "  the Hugging Face cache and fetched into it when missing (HF_HUB_OFFLINE=1: the cache only).\n";
 
@@ -104,6 +107,12 @@ static int parse(int argc, char **argv, run_args *a) {
         NUM_("--seed", seed, has_seed)
         NUM_("--repetition-penalty", rep, has_rep)
 #undef NUM_
+        int tp = hr_cli_tp_flag("run", f, v, &a->opts);
+        if (tp < 0) return HR_EXIT_USAGE;
+        if (tp) {
+            i++;
+            continue;
+        }
         if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) {
             a->prompt = argv[++i];
         } else if (!strcmp(f, "-n")) {
@@ -182,6 +191,7 @@ int hr_cmd_run(int argc, char **argv) {
     hr_status s = hr_cli_model_dir(a.dir, a.revision, &dir);
     if (s == HR_OK) s = hr_tokenizer_load(dir, &tok); /* a GGUF file's too */
     if (s == HR_OK) s = hr_model_load(dir, &a.opts, &model);
+    if (s == HR_OK) hr_cli_tp_quiet();
     if (s == HR_OK) s = hr_tokenizer_encode(tok, a.prompt, strlen(a.prompt), true, &ids32, &n_ids);
     if (s == HR_OK && n_ids == 0) {
         fprintf(stderr, "hubrt run: the prompt encodes to no tokens\n");
@@ -216,6 +226,7 @@ int hr_cmd_run(int argc, char **argv) {
         printf("\n");
         fflush(stdout);
         if (a.stats) hr_cli_print_compile_stats();
+        if (hr_dist_rank() > 0) goto done; /* rank 0 reports */
         double decode = stats.new_tokens > 1 && stats.decode_s > 0 ? (double)(stats.new_tokens - 1) / stats.decode_s : 0;
         fprintf(stderr,
                 "prompt tokens: %lld, generated tokens: %lld, prefill: %.1f tok/s, decode: %.1f tok/s, weights: %s\n",

@@ -19,20 +19,56 @@ static const command commands[] = {
     {"bench", hr_cmd_bench, "time load, prefill and decode (last line: JSON)"},
     {"text-to-image", hr_cmd_text_to_image, "a Stable Diffusion 3 folder, a prompt -> a PNG (text-to-image --help)"},
     {"kernels", hr_cmd_kernels, "kernel hub: list the cache's kernels, verify one, lock one (kernels --help)"},
-    {"launch", hr_cmd_launch, "run a command once per TPU chip with libtpu's per-process environment"},
+    {"launch", hr_cmd_launch, "run a command as N MPI ranks (-n N, for --tp) or once per TPU chip (--nproc)"},
     {"tokenize", hr_cmd_tokenize, "JSON strings per line on stdin -> JSON id arrays (--add-special-tokens)"},
     {"detokenize", hr_cmd_detokenize, "JSON id arrays per line on stdin -> JSON strings (--skip-special-tokens)"},
 };
 
 int hr_cli_fail(const char *cmd, hr_status s) {
-    fprintf(stderr, "hubrt %s: %s\n", cmd, hr_last_error()[0] ? hr_last_error() : hr_status_name(s));
+    int code = HR_EXIT_FAIL;
     switch (s) {
     case HR_ERR_INVALID_ARG: case HR_ERR_SHAPE: case HR_ERR_DTYPE: case HR_ERR_FORMAT:
     case HR_ERR_NOT_FOUND: case HR_ERR_UNSUPPORTED: case HR_ERR_IO: case HR_ERR_PERMISSION:
-        return HR_EXIT_USAGE;
+        code = HR_EXIT_USAGE;
+        break;
     default:
-        return HR_EXIT_FAIL;
+        break;
     }
+    const char *msg = hr_last_error()[0] ? hr_last_error() : hr_status_name(s);
+    if (hr_dist_size() > 1) {
+        /* one rank failing ends them all: the others would wait on it */
+        char why[1200];
+        snprintf(why, sizeof why, "hubrt %s: %s", cmd, msg);
+        hr_dist_abort(code, why);
+    }
+    fprintf(stderr, "hubrt %s: %s\n", cmd, msg);
+    return code;
+}
+
+int hr_cli_tp_flag(const char *cmd, const char *flag, const char *value, hr_model_options *o) {
+    if (strcmp(flag, "--tp") && strcmp(flag, "--tp-plan")) return 0;
+    if (!value) {
+        fprintf(stderr, "hubrt %s: %s needs a value\n", cmd, flag);
+        return -1;
+    }
+    if (!strcmp(flag, "--tp-plan")) {
+        o->tp_plan = value;
+        return 1;
+    }
+    double n = 0;
+    if (!hr_cli_number(cmd, flag, value, &n)) return -1;
+    if (n < 1 || n > 4096 || n != (double)(int64_t)n) {
+        fprintf(stderr, "hubrt %s: --tp must be a whole number of ranks in 1..4096, got '%s'\n", cmd, value);
+        return -1;
+    }
+    o->tp_size = (int64_t)n;
+    return 1;
+}
+
+void hr_cli_tp_quiet(void) {
+    if (hr_dist_rank() == 0) return;
+    fflush(stdout);
+    if (!freopen("/dev/null", "w", stdout)) fprintf(stderr, "hubrt: rank %d: cannot silence stdout\n", hr_dist_rank());
 }
 
 hr_status hr_cli_model_dir(const char *ref, const char *revision, char **dir) {
