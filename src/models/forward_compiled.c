@@ -48,7 +48,8 @@ static const hr_tensor *resolve_weight(void *ctx, const char *name) { return hr_
 
 /* What fixes the graph besides the input shapes: the architecture, its
  * sizes and own config, the layer kinds, the dtype and the norm epsilon
- * baked into attrs, the experts and their implementation; and the graph's version (3: architectures write their
+ * baked into attrs, the experts and their implementation, this rank's tensor-parallel share; and the graph's
+ * version (3: architectures write their
  * forward), so that plans an older graph left on disk are not taken for
  * this one. */
 static uint64_t fingerprint(const hr_model *m) {
@@ -64,6 +65,11 @@ static uint64_t fingerprint(const hr_model *m) {
     if (c->kv_source) h = hr_fnv1a(h, c->kv_source, sizeof *c->kv_source * (size_t)c->n_layers);
     h = hr_fnv1a(h, m->arch_cfg, m->arch->cfg_size);
     h = hr_fnv1a(h, c->layer_kind, (size_t)c->n_layers);
+    /* a rank's plan bakes its share into attrs (the vocab rows its lookup
+     * holds): each rank's is its own */
+    const hr_tp *t = &m->tp;
+    int64_t tp[] = {t->size, t->rank, t->attn, t->mlp, t->embed, t->head, t->heads0, t->kv0, t->vocab0, t->vocab_n};
+    h = hr_fnv1a(h, tp, sizeof tp);
     return hr_fnv1a(h, &c->rms_norm_eps, sizeof c->rms_norm_eps);
 }
 

@@ -100,7 +100,11 @@ def test_tp2_matches_one_process(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["tiny-llama-bias", "tiny-qwen3-tok"])
-def test_tp2_compiled_matches_one_process(name, tmp_path):
+def test_tp2_compiled_matches_one_process(name, tmp_path, monkeypatch):
+    # twice over one plan cache: the second run's ranks read their plans
+    # from disk, each its own (a rank's share is baked into its plan)
+    monkeypatch.setenv("HUBRT_CACHE_DIR", str(tmp_path / "plans"))
+    check(FIX / name, 2, tmp_path, compile=True)
     check(FIX / name, 2, tmp_path, compile=True)
 
 
