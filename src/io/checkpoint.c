@@ -35,6 +35,7 @@ struct hr_checkpoint {
     ck_entry *entries;       /* [n], sorted by name */
     size_t n;
     hr_gguf *gguf;           /* instead of shards for a GGUF file */
+    bool ranged;             /* shards opened by ranges (hr_checkpoint_open_ranged) */
 };
 
 static char *path_join(const char *dir, const char *name) {
@@ -79,7 +80,8 @@ static hr_status ck_add_shard(hr_checkpoint *ck, const char *path) {
     }
     ck->shards[ck->n_shards] = NULL;
     ck->shard_paths[ck->n_shards++] = copy;
-    return hr_safetensors_open(path, &ck->shards[ck->n_shards - 1]);
+    hr_safetensors **slot = &ck->shards[ck->n_shards - 1];
+    return ck->ranged ? hr_safetensors_open_ranged(path, slot) : hr_safetensors_open(path, slot);
 }
 
 static hr_status ck_open_single(hr_checkpoint *ck, const char *path) {
@@ -231,7 +233,7 @@ static hr_status ck_open_folder(hr_checkpoint *ck, const char *dir) {
     return s;
 }
 
-hr_status hr_checkpoint_open(const char *path, hr_checkpoint **out) {
+static hr_status ck_open(const char *path, bool ranged, hr_checkpoint **out) {
     if (!path || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_checkpoint_open: NULL argument");
     *out = NULL;
     struct stat sb;
@@ -243,6 +245,7 @@ hr_status hr_checkpoint_open(const char *path, hr_checkpoint **out) {
         free(ck);
         return hr_error(HR_ERR_OOM, "%s: out of memory", path);
     }
+    ck->ranged = ranged;
     char *gguf = NULL;
     hr_status s = hr_gguf_resolve(path, &gguf);
     if (s != HR_OK) {
@@ -261,6 +264,10 @@ hr_status hr_checkpoint_open(const char *path, hr_checkpoint **out) {
     *out = ck;
     return HR_OK;
 }
+
+hr_status hr_checkpoint_open(const char *path, hr_checkpoint **out) { return ck_open(path, false, out); }
+
+hr_status hr_checkpoint_open_ranged(const char *path, hr_checkpoint **out) { return ck_open(path, true, out); }
 
 void hr_checkpoint_close(hr_checkpoint *ck) {
     if (!ck) return;
@@ -356,6 +363,14 @@ hr_status hr_checkpoint_tensor_as(const hr_checkpoint *ck, const char *name, hr_
     if (s != HR_OK) return hr_error_context(s, "%s: casting '%s' to %s", ck->path, name, hr_dtype_name(dt));
     hr_tensor_set_name(*out, name);
     return HR_OK;
+}
+
+hr_status hr_checkpoint_rows(const hr_checkpoint *ck, const char *name, int dim, int64_t first, int64_t len,
+                             hr_tensor **out) {
+    const ck_entry *e = ck_find(ck, name);
+    if (!e) return ck_missing(ck, name);
+    if (ck->gguf) return hr_error(HR_ERR_UNSUPPORTED, "%s: slices of GGUF tensors are not read yet", ck->path);
+    return hr_safetensors_rows(ck->shards[e->shard], name, dim, first, len, out);
 }
 
 hr_dtype hr_checkpoint_stored_dtype(const hr_checkpoint *ck, const char *name) {

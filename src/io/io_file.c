@@ -47,6 +47,40 @@ hr_status hr_io_map_file(const char *path, hr_io_map **out) {
     return HR_OK;
 }
 
+hr_status hr_io_map_range(int fd, const char *path, uint64_t offset, size_t len, hr_io_map **out, void **data) {
+    *out = NULL;
+    *data = NULL;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start = offset & ~(page - 1);
+    size_t span = (size_t)(offset - start) + len;
+    void *addr = span ? mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, (off_t)start) : NULL;
+    if (addr == MAP_FAILED)
+        return hr_error(errno == ENOMEM ? HR_ERR_OOM : HR_ERR_IO, "%s: mmap of %zu bytes at %llu failed: %s", path,
+                        len, (unsigned long long)offset, strerror(errno));
+    hr_io_map *m = malloc(sizeof *m);
+    if (!m) {
+        if (addr) munmap(addr, span);
+        return hr_error(HR_ERR_OOM, "%s: out of memory", path);
+    }
+    atomic_init(&m->refs, 1);
+    m->addr = addr;
+    m->len = span;
+    *out = m;
+    *data = addr ? (char *)addr + (offset - start) : NULL;
+    return HR_OK;
+}
+
+hr_status hr_io_pread(int fd, const char *path, uint64_t offset, void *dst, size_t len) {
+    for (size_t done = 0; done < len;) {
+        ssize_t n = pread(fd, (char *)dst + done, len - done, (off_t)(offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            return hr_error(HR_ERR_IO, "%s: reading %zu bytes at %llu: %s", path, len, (unsigned long long)offset,
+                            n < 0 ? strerror(errno) : "the file ends early");
+        done += (size_t)n;
+    }
+    return HR_OK;
+}
+
 void hr_io_map_retain(hr_io_map *m) { atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed); }
 
 void hr_io_map_release(void *ctx) {

@@ -6,10 +6,19 @@
  * mapped PROT_READ|PROT_WRITE with MAP_PRIVATE: pages stay shared with the
  * page cache until written, and a caller writing into a weight (an in-place
  * op, a torch tensor received through DLPack) gets its own copy of that
- * page instead of a SIGBUS/SIGSEGV; the file never changes. */
+ * page instead of a SIGBUS/SIGSEGV; the file never changes.
+ *
+ * A file opened by ranges (hr_safetensors_open_ranged) maps nothing at
+ * open: its header is read, and each tensor or slice asked for maps (or
+ * reads) its own bytes, so the process's address space holds what it
+ * asked for and no more. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/tensor_impl.h"
@@ -17,7 +26,8 @@
 
 struct hr_safetensors {
     char *path;
-    hr_io_map *map;
+    hr_io_map *map; /* the whole file; NULL when opened by ranges */
+    int fd;         /* a file opened by ranges; -1 otherwise */
     st_header h;
 };
 
@@ -41,6 +51,7 @@ hr_status hr_safetensors_open(const char *path, hr_safetensors **out) {
         free(st);
         return hr_error(HR_ERR_OOM, "%s: out of memory", path);
     }
+    st->fd = -1;
     hr_status s = st_map_file(path, &st->map);
     if (s == HR_OK) s = hr_st_parse(path, st->map->addr, st->map->len, &st->h);
     if (s != HR_OK) {
@@ -53,8 +64,57 @@ hr_status hr_safetensors_open(const char *path, hr_safetensors **out) {
     return HR_OK;
 }
 
+/* The header of the open file st->fd of `size` bytes, read and parsed. */
+static hr_status st_read_header(hr_safetensors *st, uint64_t size) {
+    uint8_t len8[8];
+    if (size < 8)
+        return hr_error(HR_ERR_FORMAT, "%s: %llu bytes is too short for a safetensors file (8-byte header length "
+                        "missing)", st->path, (unsigned long long)size);
+    HR_TRY(hr_io_pread(st->fd, st->path, 0, len8, 8));
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
+    /* hr_st_parse names an oversized or overlong header; read no more than fits */
+    uint64_t n = hlen > HR_ST_MAX_HEADER || hlen > size - 8 ? 0 : hlen;
+    uint8_t *buf = malloc(8 + n + 1);
+    if (!buf) return hr_error(HR_ERR_OOM, "%s: out of memory for a %llu-byte header", st->path,
+                              (unsigned long long)hlen);
+    memcpy(buf, len8, 8);
+    hr_status s = hr_io_pread(st->fd, st->path, 8, buf + 8, (size_t)n);
+    /* the parser reads 8 + hlen bytes only when they fit `size` and the limit */
+    if (s == HR_OK) s = hr_st_parse(st->path, buf, (size_t)size, &st->h);
+    free(buf);
+    return s;
+}
+
+hr_status hr_safetensors_open_ranged(const char *path, hr_safetensors **out) {
+    if (!path || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_safetensors_open_ranged: NULL argument");
+    *out = NULL;
+    hr_safetensors *st = calloc(1, sizeof *st);
+    if (!st || !(st->path = strdup(path))) {
+        free(st);
+        return hr_error(HR_ERR_OOM, "%s: out of memory", path);
+    }
+    st->fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    hr_status s = HR_OK;
+    if (st->fd < 0)
+        s = hr_error(errno == ENOENT ? HR_ERR_NOT_FOUND : HR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    else if (fstat(st->fd, &sb) != 0)
+        s = hr_error(HR_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        s = hr_error(HR_ERR_INVALID_ARG, "%s: not a regular file", path);
+    if (s == HR_OK) s = st_read_header(st, (uint64_t)sb.st_size);
+    if (s != HR_OK) {
+        hr_safetensors_close(st);
+        return s;
+    }
+    *out = st;
+    return HR_OK;
+}
+
 void hr_safetensors_close(hr_safetensors *st) {
     if (!st) return;
+    if (st->fd >= 0) close(st->fd);
     if (st->map) hr_io_map_release(st->map);
     hr_st_header_free(&st->h);
     free(st->path);
@@ -91,6 +151,7 @@ hr_status hr_safetensors_info(const hr_safetensors *st, const char *name, hr_ten
 static void st_prefetch(const uint8_t *p, size_t n) { hr_io_advise(p, n, MADV_WILLNEED); }
 
 bool hr_safetensors_drop_pages(const hr_safetensors *st, const void *p, size_t n) {
+    if (!st->map) return false; /* by ranges: a tensor's map goes with the tensor */
     uintptr_t a = (uintptr_t)p, lo = (uintptr_t)st->map->addr, hi = lo + st->map->len;
     if (a < lo || a + n > hi) return false;
     hr_io_advise(p, n, MADV_DONTNEED);
@@ -99,9 +160,41 @@ bool hr_safetensors_drop_pages(const hr_safetensors *st, const void *p, size_t n
 
 void hr_safetensors_drop_tensor(const hr_safetensors *st, const char *name) {
     const st_entry *e = NULL;
-    if (st_lookup(st, name, &e) != HR_OK) return;
+    if (st_lookup(st, name, &e) != HR_OK || !st->map) return;
     hr_safetensors_drop_pages(st, (const char *)st->map->addr + st->h.data_start + e->begin,
                               (size_t)(e->end - e->begin));
+}
+
+/* A tensor of `ndim` dims viewing bytes [off, off + n) of the data
+ * section: into the file's map, or mapped by range; copied once when
+ * the bytes are not aligned to the dtype (other writers may leave them so,
+ * and kernels load whole elements). */
+static hr_status st_view(const hr_safetensors *st, const char *name, hr_dtype dt, int ndim, const int64_t *shape,
+                         uint64_t off, size_t n, hr_tensor **out) {
+    uint64_t at = st->h.data_start + off;
+    hr_io_map *map = st->map;
+    uint8_t *p = NULL;
+    if (map) {
+        p = (uint8_t *)map->addr + at;
+        hr_io_map_retain(map);
+    } else {
+        void *data = NULL;
+        HR_TRY(hr_io_map_range(st->fd, st->path, at, n, &map, &data));
+        p = data;
+    }
+    hr_status s;
+    if ((uintptr_t)p % hr_dtype_size(dt) == 0) {
+        st_prefetch(p, n);
+        s = hr_tensor_wrap_host(dt, ndim, shape, NULL, p, n, hr_io_map_release, map, out);
+        if (s == HR_OK) map = NULL; /* the tensor holds it */
+    } else {
+        HR_LOG_DEBUG("%s: tensor '%s' is not aligned to its dtype; copying it", st->path, name);
+        s = hr_tensor_from_host(hr_device_cpu(), dt, ndim, shape, p, n, out);
+    }
+    if (map) hr_io_map_release(map);
+    if (s != HR_OK) return hr_error_context(s, "%s: tensor '%s'", st->path, name);
+    hr_tensor_set_name(*out, name);
+    return HR_OK;
 }
 
 hr_status hr_safetensors_tensor(const hr_safetensors *st, const char *name, hr_tensor **out) {
@@ -109,22 +202,41 @@ hr_status hr_safetensors_tensor(const hr_safetensors *st, const char *name, hr_t
     *out = NULL;
     const st_entry *e = NULL;
     HR_TRY(st_lookup(st, name, &e));
-    uint8_t *p = (uint8_t *)st->map->addr + st->h.data_start + e->begin;
-    size_t n = (size_t)(e->end - e->begin);
-    hr_status s;
-    if ((uintptr_t)p % hr_dtype_size(e->dtype) == 0) {
-        st_prefetch(p, n);
-        s = hr_tensor_wrap_host(e->dtype, e->ndim, e->shape, NULL, p, n, hr_io_map_release, st->map,
-                                out);
-        if (s == HR_OK) hr_io_map_retain(st->map);
-    } else {
-        /* Other writers may leave data unaligned for its type; kernels load
-         * whole elements, so such a tensor is copied once. */
-        HR_LOG_DEBUG("%s: tensor '%s' is not aligned to its dtype; copying it", st->path, name);
-        s = hr_tensor_from_host(hr_device_cpu(), e->dtype, e->ndim, e->shape, p, n, out);
+    return st_view(st, name, e->dtype, e->ndim, e->shape, e->begin, (size_t)(e->end - e->begin), out);
+}
+
+hr_status hr_safetensors_rows(const hr_safetensors *st, const char *name, int dim, int64_t first, int64_t len,
+                              hr_tensor **out) {
+    if (!out) return hr_error(HR_ERR_INVALID_ARG, "hr_safetensors_rows: out is NULL");
+    *out = NULL;
+    const st_entry *e = NULL;
+    HR_TRY(st_lookup(st, name, &e));
+    if (dim < 0 || dim >= e->ndim || first < 0 || len < 0 || first > e->shape[dim] - len)
+        return hr_error(HR_ERR_INVALID_ARG, "%s: rows %lld..%lld of dim %d of tensor '%s' are outside it", st->path,
+                        (long long)first, (long long)(first + len), dim, name);
+    int64_t shape[HR_MAX_DIMS], outer = 1, inner = 1;
+    memcpy(shape, e->shape, sizeof shape);
+    shape[dim] = len;
+    for (int i = 0; i < dim; i++) outer *= e->shape[i];
+    for (int i = dim + 1; i < e->ndim; i++) inner *= e->shape[i];
+    size_t es = hr_dtype_size(e->dtype), seg = es * (size_t)(len * inner), row = es * (size_t)(e->shape[dim] * inner);
+    if (dim == 0) return st_view(st, name, e->dtype, e->ndim, shape, e->begin + es * (size_t)(first * inner), seg, out);
+    /* one segment per outer index: copied out, the rest never touched */
+    hr_tensor *t = NULL;
+    HR_TRY(hr_tensor_empty(hr_device_cpu(), e->dtype, e->ndim, shape, &t));
+    char *dst = hr_tensor_ptr(t);
+    hr_status s = HR_OK;
+    for (int64_t o = 0; s == HR_OK && o < outer; o++) {
+        uint64_t at = st->h.data_start + e->begin + row * (uint64_t)o + es * (uint64_t)(first * inner);
+        if (st->map) memcpy(dst + seg * (size_t)o, (const char *)st->map->addr + at, seg);
+        else s = hr_io_pread(st->fd, st->path, at, dst + seg * (size_t)o, seg);
     }
-    if (s != HR_OK) return hr_error_context(s, "%s: tensor '%s'", st->path, name);
-    hr_tensor_set_name(*out, name);
+    if (s != HR_OK) {
+        hr_tensor_free(t);
+        return hr_error_context(s, "tensor '%s'", name);
+    }
+    hr_tensor_set_name(t, name);
+    *out = t;
     return HR_OK;
 }
 

@@ -67,6 +67,29 @@ typedef struct hr_io_map {
     size_t len;
 } hr_io_map;
 
+/* Maps bytes [offset, offset + len) of the open file fd (`path` names it
+ * in errors), from the page that holds offset: *data points at offset.
+ * The map is counted as a whole-file one is. */
+hr_status hr_io_map_range(int fd, const char *path, uint64_t offset, size_t len, hr_io_map **out, void **data);
+/* Reads len bytes at offset of fd into dst (a short file is an error). */
+hr_status hr_io_pread(int fd, const char *path, uint64_t offset, void *dst, size_t len);
+
+/* A safetensors file opened by ranges: its header read, nothing mapped;
+ * each tensor asked for maps its own bytes alone. For a process that
+ * holds slices of a checkpoint (a tensor-parallel rank), whose address
+ * space then holds its slices only. */
+hr_status hr_safetensors_open_ranged(const char *path, hr_safetensors **out);
+/* Rows [first, first + len) of dim `dim` of tensor `name`: for dim 0 a
+ * view of those bytes alone (mapped by range in a ranged file); for a
+ * later dim a host copy read segment by segment, nothing else read. */
+hr_status hr_safetensors_rows(const hr_safetensors *st, const char *name, int dim, int64_t first, int64_t len,
+                              hr_tensor **out);
+/* A checkpoint whose safetensors shards are opened by ranges. */
+hr_status hr_checkpoint_open_ranged(const char *path, hr_checkpoint **out);
+/* hr_safetensors_rows on the shard that holds `name` (safetensors only). */
+hr_status hr_checkpoint_rows(const hr_checkpoint *ck, const char *name, int dim, int64_t first, int64_t len,
+                             hr_tensor **out);
+
 /* Maps regular file `path` (errors name it: missing, a folder, unmappable). */
 hr_status hr_io_map_file(const char *path, hr_io_map **out);
 void hr_io_map_retain(hr_io_map *m);

@@ -10,6 +10,7 @@
 #include "hubrt/kernels.h"
 #include "ops/experts_impl.h"
 #include "models/forward_internal.h"
+#include "io/st_internal.h"
 #include "models/tp.h"
 
 /* ---- loading ------------------------------------------------------------- */
@@ -110,7 +111,9 @@ static hr_status model_init(hr_model *m, const char *dir, const hr_model_options
     HR_TRY(resolve_quantize(opts, &m->quantize));
     HR_TRY(hr_device_get(opts && opts->device ? opts->device : "cpu", &m->dev));
     HR_TRY(hr_model_rope_init(m));
-    HR_TRY(hr_checkpoint_open(dir, &m->ckpt));
+    /* a rank of a split model maps its slices alone, not the files */
+    bool split = opts && opts->tp_size > 1;
+    HR_TRY(split ? hr_checkpoint_open_ranged(dir, &m->ckpt) : hr_checkpoint_open(dir, &m->ckpt));
     hr_status s = hr_model_check_weights(m);
     if (s != HR_OK) return hr_error_context(s, "%s", dir);
     /* the checkpoint checked whole, then this rank's view of the config */

@@ -230,31 +230,24 @@ static hr_status load_quantized(hr_model *m, const weight_ref *r, hr_dtype dt, h
     return HR_OK;
 }
 
-/* This rank's slice of weight r (tp.h): a view of the file's bytes when
- * it is one contiguous range in the model dtype (a colwise slice), else
- * copied (cast) out of the file, whose pages of the tensor then go; the
- * rest of the tensor is never read. */
+/* This rank's slice of weight r (tp.h), read alone (hr_checkpoint_rows):
+ * a view of the file's bytes for rows of dim 0 (a colwise slice), a copy
+ * of one segment per row for columns (rowwise); cast when the model's
+ * dtype is another. */
 static hr_status load_slice(hr_model *m, const weight_ref *r, int axis, int64_t first, int64_t len, hr_tensor **out) {
-    hr_dtype stored = hr_checkpoint_stored_dtype(m->ckpt, r->name);
-    hr_tensor *full = NULL, *part = NULL, *t = NULL;
-    HR_TRY(hr_checkpoint_tensor_as(m->ckpt, r->name, stored, &full));
-    hr_status s = hr_tensor_narrow(full, axis, first, len, &part);
-    hr_tensor_free(full);
-    if (s == HR_OK && stored == m->dtype && hr_tensor_is_contiguous(part)) {
-        hr_tensor_set_name(part, r->name);
+    hr_tensor *part = NULL, *t = NULL;
+    HR_TRY(hr_checkpoint_rows(m->ckpt, r->name, axis, first, len, &part));
+    if (hr_tensor_dtype(part) == m->dtype) {
         *out = part;
         return HR_OK;
     }
-    hr_device *host = NULL;
-    if (s == HR_OK) s = hr_device_get("cpu", &host);
-    if (s == HR_OK) s = hr_tensor_empty(host, m->dtype, part->ndim, part->shape, &t);
+    hr_status s = hr_tensor_empty(hr_device_cpu(), m->dtype, part->ndim, part->shape, &t);
     if (s == HR_OK) s = hr_copy_(t, part);
     hr_tensor_free(part);
-    hr_checkpoint_drop_tensor(m->ckpt, r->name);
     if (s != HR_OK) {
         hr_tensor_free(t);
-        return hr_error_context(s, "loading rows %lld..%lld of dim %d of '%s'", (long long)first,
-                                (long long)(first + len), axis, r->name);
+        return hr_error_context(s, "casting rows %lld..%lld of dim %d of '%s' to %s", (long long)first,
+                                (long long)(first + len), axis, r->name, hr_dtype_name(m->dtype));
     }
     hr_tensor_set_name(t, r->name);
     *out = t;

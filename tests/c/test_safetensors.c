@@ -194,6 +194,68 @@ static void test_tensor_outlives_handle(void **state) {
     hr_tensor_free(src);
 }
 
+/* A contiguous copy of t (for comparing a view's bytes). */
+static hr_tensor *contiguous(const hr_tensor *t) {
+    hr_tensor *c = NULL;
+    assert_int_equal(hr_tensor_empty(NULL, hr_tensor_dtype(t), hr_tensor_ndim(t), hr_tensor_shape(t), &c), HR_OK);
+    assert_int_equal(hr_copy_(c, t), HR_OK);
+    return c;
+}
+
+/* Opened by ranges, a file gives the same tensors as mapped whole, and
+ * slices of any dim equal the whole tensor's narrowed; a slice outside
+ * the tensor is refused naming it. */
+static void test_ranged_matches_mapped(void **state) {
+    const int64_t s2[] = {7, 5}, s3[] = {3, 4, 6}, s1[] = {9};
+    hr_tensor *ts[4] = {make_tensor(HR_F32, 2, s2, 1), make_tensor(HR_BF16, 3, s3, 2), make_tensor(HR_F16, 1, s1, 3),
+                        make_tensor(HR_I64, 2, s2, 4)};
+    const char *np[4] = {"a", "b", "c", "d"};
+    const char *path = tmp_path("ranged.safetensors");
+    assert_int_equal(hr_safetensors_write(path, np, (const hr_tensor *const *)ts, 4, NULL, 0), HR_OK);
+    hr_safetensors *whole, *ranged;
+    assert_int_equal(hr_safetensors_open(path, &whole), HR_OK);
+    assert_int_equal(hr_safetensors_open_ranged(path, &ranged), HR_OK);
+    for (int i = 0; i < 4; i++) {
+        hr_tensor *a, *b;
+        assert_int_equal(hr_safetensors_tensor(ranged, np[i], &a), HR_OK);
+        assert_same_bytes(a, ts[i]);
+        hr_tensor_free(a);
+        for (int d = 0; d < hr_tensor_ndim(ts[i]); d++) {
+            int64_t n = hr_tensor_shape(ts[i])[d], first = n / 3, len = n - n / 3 - 1;
+            hr_tensor *want, *want_c;
+            assert_int_equal(hr_tensor_narrow(ts[i], d, first, len, &want), HR_OK);
+            want_c = contiguous(want);
+            assert_int_equal(hr_safetensors_rows(ranged, np[i], d, first, len, &a), HR_OK);
+            assert_int_equal(hr_safetensors_rows(whole, np[i], d, first, len, &b), HR_OK);
+            assert_string_equal(hr_tensor_name(a), np[i]);
+            assert_same_bytes(a, want_c);
+            assert_same_bytes(b, want_c);
+            hr_tensor_free(a);
+            hr_tensor_free(b);
+            hr_tensor_free(want);
+            hr_tensor_free(want_c);
+        }
+    }
+    hr_tensor *t = NULL;
+    assert_int_equal(hr_safetensors_rows(ranged, "a", 1, 3, 3, &t), HR_ERR_INVALID_ARG);
+    assert_error_has("rows 3..6 of dim 1 of tensor 'a' are outside it");
+    assert_int_equal(hr_safetensors_rows(ranged, "a", 2, 0, 1, &t), HR_ERR_INVALID_ARG);
+    assert_int_equal(hr_safetensors_rows(ranged, "zz", 0, 0, 1, &t), HR_ERR_NOT_FOUND);
+    assert_null(t);
+    /* the tensors outlive the handle: each holds its own range */
+    assert_int_equal(hr_safetensors_rows(ranged, "b", 0, 1, 2, &t), HR_OK);
+    hr_safetensors_close(ranged);
+    hr_safetensors_close(whole);
+    hr_tensor *want, *want_c;
+    assert_int_equal(hr_tensor_narrow(ts[1], 0, 1, 2, &want), HR_OK);
+    want_c = contiguous(want);
+    assert_same_bytes(t, want_c);
+    hr_tensor_free(t);
+    hr_tensor_free(want);
+    hr_tensor_free(want_c);
+    for (int i = 0; i < 4; i++) hr_tensor_free(ts[i]);
+}
+
 static void test_write_strided_views(void **state) {
     const int64_t shape[] = {5, 7};
     hr_tensor *src = make_tensor(HR_BF16, 2, shape, 1), *tv, *sl;
@@ -346,12 +408,14 @@ static void test_malformed_files(void **state) {
         snprintf(fname, sizeof fname, "bad_%s.safetensors", c->name);
         const char *path = tmp_path(fname);
         size_t n = make_file(path, c->json, c->len_field, c->data, img, sizeof img);
-        hr_safetensors *st = (hr_safetensors *)1;
-        hr_status s = hr_safetensors_open(path, &st);
-        if (s == HR_OK) fail_msg("%s: opened", c->name);
-        assert_null(st);
-        if (!strstr(hr_last_error(), c->want) || !strstr(hr_last_error(), fname))
-            fail_msg("%s: error '%s' lacks '%s' or the file name", c->name, hr_last_error(), c->want);
+        for (int ranged = 0; ranged < 2; ranged++) {
+            hr_safetensors *st = (hr_safetensors *)1;
+            hr_status s = ranged ? hr_safetensors_open_ranged(path, &st) : hr_safetensors_open(path, &st);
+            if (s == HR_OK) fail_msg("%s: opened%s", c->name, ranged ? " by ranges" : "");
+            assert_null(st);
+            if (!strstr(hr_last_error(), c->want) || !strstr(hr_last_error(), fname))
+                fail_msg("%s: error '%s' lacks '%s' or the file name", c->name, hr_last_error(), c->want);
+        }
         /* from memory, and every truncation of it, fails cleanly too */
         st_header h;
         assert_int_not_equal(hr_st_parse("mem", img, n, &h), HR_OK);
@@ -382,6 +446,8 @@ static void test_truncated_and_missing(void **state) {
     assert_int_equal(hr_io_read_file(full, 1 << 20, &text, &len), HR_OK);
     write_bytes(path, text, len - 10);
     assert_int_equal(hr_safetensors_open(path, &st), HR_ERR_FORMAT);
+    assert_error_has("tensor 'w': data_offsets [0, 256] outside the data section of 246 bytes");
+    assert_int_equal(hr_safetensors_open_ranged(path, &st), HR_ERR_FORMAT);
     assert_error_has("tensor 'w': data_offsets [0, 256] outside the data section of 246 bytes");
     free(text);
     hr_tensor_free(t);
@@ -526,6 +592,7 @@ int main(void) {
         cmocka_unit_test(test_round_trip_all_dtypes),
         cmocka_unit_test(test_header_matches_reference_layout),
         cmocka_unit_test(test_tensor_outlives_handle),
+        cmocka_unit_test(test_ranged_matches_mapped),
         cmocka_unit_test(test_write_strided_views),
         cmocka_unit_test(test_write_is_atomic),
         cmocka_unit_test(test_unaligned_tensor),
