@@ -122,6 +122,32 @@ def test_qwen3_moe_tp2_experts_replicated(qwen3_moe, tmp_path):
     check(qwen3_moe, 2, tmp_path)
 
 
+@pytest.fixture(scope="module")
+def llama_448mb(tmp_path_factory):
+    """A float32 Llama of 448 MB, for a cap on the address space."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    return make(tmp_path_factory, "llama-448mb", LlamaForCausalLM, LlamaConfig, vocab_size=32000, hidden_size=1024,
+                intermediate_size=2816, num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=8,
+                max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
+
+
+def test_address_space_cap_fails_whole_and_fits_split(llama_448mb, tmp_path):
+    """A cap of 0.7x the checkpoint over each process's own address space:
+    one process fails cleanly, naming what it could not map; two ranks,
+    each mapping its slices alone, fit and generate the one-process tokens."""
+    size_mb = (llama_448mb / "model.safetensors").stat().st_size / 2**20
+    budget = ["--as-budget-mb", f"{0.7 * size_mb:.0f}", "--new", "16"]
+    env = {"MALLOC_ARENA_MAX": "1"}  # per-thread malloc arenas reserve 64 MB of address space each
+    p = subprocess.run([sys.executable, WORKER, llama_448mb, tmp_path / "one", *budget], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, **env})
+    assert p.returncode == 3, p.stderr[-2000:]
+    assert "load failed:" in p.stderr and "model.safetensors" in p.stderr and "mmap" in p.stderr
+    logits, ids, prompt, _ = run_tp(llama_448mb, 2, tmp_path, *budget, env=env)
+    ref_logits, ref_ids = reference(llama_448mb, prompt, new=16)
+    np.testing.assert_array_equal(ids, ref_ids)
+    assert np.abs(logits - ref_logits).max() / (ref_logits.max() - ref_logits.min()) <= TOL
+
+
 def test_kv_heads_that_do_not_split_need_a_plan(llama_odd, tmp_path):
     rc, _, se = launch(2, sys.executable, WORKER, llama_odd, tmp_path / "x", "--tp", 2)
     assert rc != 0

@@ -4,7 +4,12 @@ prompt's logits and a greedy generation (rank 0), and each rank's peak
 RSS; or plays a fault in rank 1.
 
     tp_worker.py MODEL OUT.npz --tp N [--plan JSON] [--compile] [--new K]
-                 [--dtype D] [--fault raise|hang|kill|exit|exit0]"""
+                 [--dtype D] [--fault raise|hang|kill|exit|exit0]
+                 [--as-budget-mb MB]
+
+--as-budget-mb caps the rank's address space (RLIMIT_AS, what `prlimit
+--as` and `ulimit -v` set) at what it holds once it joined the group plus
+MB: a load that needs more fails with the library's message, exit 3."""
 import argparse
 import json
 import os
@@ -26,11 +31,22 @@ p.add_argument("--compile", action="store_true")
 p.add_argument("--new", type=int, default=64)
 p.add_argument("--dtype", default="float32")
 p.add_argument("--fault")
+p.add_argument("--as-budget-mb", type=float)
 a = p.parse_args()
 
 plan = json.loads(a.plan) if a.plan else "auto"
-model = hubrt.AutoModelForCausalLM.from_pretrained(
-    a.model, dtype=a.dtype, distributed_config=hubrt.DistributedConfig(tp_size=a.tp, tp_plan=plan))
+dc = hubrt.DistributedConfig(tp_size=a.tp, tp_plan=plan) if a.tp > 1 else None
+if a.as_budget_mb:
+    if dc:
+        hubrt.distributed.init()  # MPI's own mappings are not the model's
+    vm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize:")) * 1024
+    cap = vm + int(a.as_budget_mb * 2**20)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+try:
+    model = hubrt.AutoModelForCausalLM.from_pretrained(a.model, dtype=a.dtype, distributed_config=dc)
+except hubrt.HubrtError as e:
+    print(f"load failed: {e}", file=sys.stderr)
+    sys.exit(3)
 rank = hubrt.distributed.rank()
 if a.fault and rank == 1:
     if a.fault == "raise":
