@@ -15,7 +15,9 @@ static const char *usage_text =
     "  --dequantize: a GGUF file's block-quantized weights cast to the dtype at load (default: kept)\n"
     "  --quantize q8_0|q4_0|q4_1|q5_0|q5_1: float linear and embedding matrices quantized at load\n"
     "  --compile: compiled forward (static shapes, plans cached in memory and on disk)\n"
-    "  --stats: print the compile-cache statistics to stderr\n";
+    "  --stats: print the compile-cache statistics to stderr\n"
+    "  --tp N [--tp-plan JSON]: split over N ranks (hubrt launch -n N -- hubrt bench ...); each rank\n"
+    "  prints its own JSON line, with \"tp\" and \"rank\"\n";
 
 static double now_s(void) {
     struct timespec ts;
@@ -135,7 +137,6 @@ int hr_cmd_bench(int argc, char **argv) {
     double t0 = now_s();
     s = hr_model_load(local, &opts, &m);
     free(local);
-    if (s == HR_OK) hr_cli_tp_quiet();
     double load_s = now_s() - t0;
     hr_generate_stats warm = {0}, st = {0};
     /* A short warm-up run starts the thread pool and faults in the weights.
@@ -159,7 +160,10 @@ int hr_cmd_bench(int argc, char **argv) {
             dir, hr_model_arch(m), hr_dtype_name(hr_model_dtype(m)), load_s, prefill, decode, (long long)batch,
             hr_num_threads());
     if (stats) hr_cli_print_compile_stats();
-    printf("{\"arch\":\"%s\",\"dtype\":\"%s\",\"weights\":\"%s\",\"threads\":%d,\"batch\":%lld,\"prompt_len\":%lld,"
+    /* every rank of a split model reports: its memory is its own */
+    if (hr_dist_size() > 1) printf("{\"tp\":%d,\"rank\":%d,", hr_dist_size(), hr_dist_rank());
+    else printf("{");
+    printf("\"arch\":\"%s\",\"dtype\":\"%s\",\"weights\":\"%s\",\"threads\":%d,\"batch\":%lld,\"prompt_len\":%lld,"
            "\"gen\":%lld,\"load_s\":%.4f,\"prefill_s\":%.4f,\"decode_s\":%.4f,\"prefill_tok_s\":%.2f,"
            "\"decode_tok_s\":%.2f,\"prefill_cpu_s\":%.4f,\"decode_cpu_s\":%.4f,\"peak_rss_mb\":%.1f",
            hr_model_arch(m), hr_dtype_name(hr_model_dtype(m)), hr_model_weight_types(m), hr_num_threads(), (long long)batch,

@@ -1,9 +1,11 @@
 /* The process group over MPI (hubrt/dist.h), and the exchange the
  * collective ops run through (ops/collective.h).
  *
- * Every exchange is non-blocking and polled against a deadline: MPI's
- * blocking collectives wait forever on a rank that stopped, and mpirun
- * notices only ranks that ended, not one stuck before a collective. */
+ * Exchanges are MPI's blocking collectives (Open MPI's non-blocking ones,
+ * polled, took ~100x longer per decode step), watched by a thread: an
+ * exchange in flight past the deadline means a rank stopped (mpirun
+ * notices ranks that ended, not one stuck before a collective), so the
+ * watcher names the exchange and ends this rank, and mpirun the rest. */
 #include "hubrt/dist.h"
 
 #include <stdio.h>
@@ -17,13 +19,18 @@
 #include <dlfcn.h>
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
+#include <unistd.h>
 
 static struct {
     bool joined, finalized;
     int rank, size;
     double timeout;
-    unsigned long long seq; /* exchanges so far: messages name which one waited */
+    unsigned long long seq;     /* exchanges so far: messages name which one waited */
+    _Atomic long long since_ms; /* when the exchange in flight began (monotonic ms), 0: none */
+    _Atomic(const char *) what;
     hr_collectives coll;
 } g;
 
@@ -39,38 +46,49 @@ static double timeout_s(void) {
     return 120;
 }
 
-static void die(int code, const char *fmt, const char *what, double waited) {
-    fprintf(stderr, fmt, g.rank, g.size, what, g.seq, waited);
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, code);
-    _Exit(code); /* MPI_Abort does not return; should it, the rank still ends */
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Polls req to completion: spinning first (a decode step's exchanges
- * take microseconds), then sleeping between polls; past the deadline,
- * ends every rank. */
-static hr_status wait_for(MPI_Request *req, const char *what) {
-    double t0 = MPI_Wtime();
-    for (long polls = 0;; polls++) {
-        int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) {
-            char msg[MPI_MAX_ERROR_STRING];
-            int len = 0;
-            MPI_Error_string(rc, msg, &len);
-            fprintf(stderr, "hubrt: rank %d of %d: %s #%llu failed: %s; ending every rank\n", g.rank, g.size, what,
-                    g.seq, msg);
-            fflush(stderr);
-            MPI_Abort(MPI_COMM_WORLD, 3);
-            _Exit(3);
-        }
-        if (done) return HR_OK;
-        if (polls < 20000) continue;
-        double waited = MPI_Wtime() - t0;
-        if (waited > g.timeout)
-            die(3, "hubrt: rank %d of %d: %s #%llu waited %.0f s for the other ranks: one of them died, exited or "
-                   "never reached it (HUBRT_DIST_TIMEOUT); ending every rank\n", what, waited);
-        nanosleep(&(struct timespec){0, 50 * 1000}, NULL);
+/* The watcher: wakes ten times a second, and past the deadline of the
+ * exchange in flight ends this rank (no MPI call from this thread: the
+ * group is joined funneled). mpirun then ends the others. */
+static void *watch(void *arg) {
+    (void)arg;
+    for (;;) {
+        nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+        long long since = atomic_load(&g.since_ms);
+        if (!since || (double)(now_ms() - since) < g.timeout * 1000) continue;
+        fprintf(stderr, "hubrt: rank %d of %d: %s #%llu waited %.0f s for the other ranks: one of them died, exited "
+                "or never reached it (HUBRT_DIST_TIMEOUT); ending every rank\n", g.rank, g.size,
+                atomic_load(&g.what), g.seq, (double)(now_ms() - since) / 1000);
+        fflush(stderr);
+        _exit(3);
     }
+    return NULL;
+}
+
+static void begin(const char *what) {
+    g.seq++;
+    atomic_store(&g.what, what);
+    atomic_store(&g.since_ms, now_ms());
+}
+
+/* Ends the exchange begun; a failed one (MPI_ERRORS_RETURN) ends every
+ * rank: the group cannot go on. */
+static hr_status end(int rc) {
+    atomic_store(&g.since_ms, 0);
+    if (rc == MPI_SUCCESS) return HR_OK;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    fprintf(stderr, "hubrt: rank %d of %d: %s #%llu failed: %s; ending every rank\n", g.rank, g.size,
+            atomic_load(&g.what), g.seq, msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    _exit(3);
 }
 
 static hr_status mpi_all_gather(const void *in, size_t bytes, void *out, const size_t *counts, const size_t *displs) {
@@ -86,12 +104,10 @@ static hr_status mpi_all_gather(const void *in, size_t bytes, void *out, const s
         c[r] = (int)counts[r];
         d[r] = (int)displs[r];
     }
-    MPI_Request req;
-    g.seq++;
-    int rc = MPI_Iallgatherv(in, (int)bytes, MPI_BYTE, out, c, d, MPI_BYTE, MPI_COMM_WORLD, &req);
+    begin("all_gather");
+    hr_status s = end(MPI_Allgatherv(in, (int)bytes, MPI_BYTE, out, c, d, MPI_BYTE, MPI_COMM_WORLD));
     free(c);
-    if (rc != MPI_SUCCESS) return hr_error(HR_ERR_IO, "all_gather #%llu: MPI_Iallgatherv failed (%d)", g.seq, rc);
-    return wait_for(&req, "all_gather");
+    return s;
 }
 
 static void at_exit(void) { hr_dist_finalize(); }
@@ -117,6 +133,8 @@ hr_status hr_dist_init(void) {
     g.timeout = timeout_s();
     g.coll = (hr_collectives){.rank = g.rank, .size = g.size, .all_gather = mpi_all_gather};
     g.joined = true;
+    pthread_t t;
+    if (g.size > 1 && pthread_create(&t, NULL, watch, NULL) == 0) pthread_detach(t);
     hr_collectives_install(&g.coll);
     atexit(at_exit);
     return HR_OK;
@@ -127,11 +145,8 @@ int hr_dist_size(void) { return g.joined ? g.size : 1; }
 
 hr_status hr_dist_barrier(void) {
     if (!g.joined || g.size == 1) return HR_OK;
-    MPI_Request req;
-    g.seq++;
-    if (MPI_Ibarrier(MPI_COMM_WORLD, &req) != MPI_SUCCESS)
-        return hr_error(HR_ERR_IO, "barrier #%llu: MPI_Ibarrier failed", g.seq);
-    return wait_for(&req, "barrier");
+    begin("barrier");
+    return end(MPI_Barrier(MPI_COMM_WORLD));
 }
 
 void hr_dist_abort(int code, const char *why) {
