@@ -2,6 +2,7 @@
  * file maps of the weight files, and advice on their pages. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,11 +44,60 @@ hr_status hr_io_map_file(const char *path, hr_io_map **out) {
     atomic_init(&m->refs, 1);
     m->addr = addr;
     m->len = len;
+    m->owner = NULL;
     *out = m;
     return HR_OK;
 }
 
-hr_status hr_io_map_range(int fd, const char *path, uint64_t offset, size_t len, hr_io_map **out, void **data) {
+/* The live range maps, so that a reader can tell its views by address. */
+static pthread_mutex_t g_ranges_lock = PTHREAD_MUTEX_INITIALIZER;
+static hr_io_map **g_ranges;
+static size_t g_n_ranges, g_cap_ranges;
+
+static bool ranges_add(hr_io_map *m) {
+    pthread_mutex_lock(&g_ranges_lock);
+    bool ok = g_n_ranges < g_cap_ranges;
+    if (!ok) {
+        size_t cap = g_cap_ranges ? 2 * g_cap_ranges : 64;
+        hr_io_map **r = realloc(g_ranges, cap * sizeof *r);
+        if (r) g_ranges = r, g_cap_ranges = cap, ok = true;
+    }
+    if (ok) g_ranges[g_n_ranges++] = m;
+    pthread_mutex_unlock(&g_ranges_lock);
+    return ok;
+}
+
+static void ranges_remove(hr_io_map *m) {
+    pthread_mutex_lock(&g_ranges_lock);
+    for (size_t i = 0; i < g_n_ranges; i++)
+        if (g_ranges[i] == m) {
+            g_ranges[i] = g_ranges[--g_n_ranges];
+            break;
+        }
+    pthread_mutex_unlock(&g_ranges_lock);
+}
+
+bool hr_io_range_owned(const void *owner, const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p;
+    bool found = false;
+    pthread_mutex_lock(&g_ranges_lock);
+    for (size_t i = 0; i < g_n_ranges && !found; i++) {
+        uintptr_t lo = (uintptr_t)g_ranges[i]->addr, hi = lo + g_ranges[i]->len;
+        found = owner && g_ranges[i]->owner == owner && a >= lo && a + n <= hi;
+    }
+    pthread_mutex_unlock(&g_ranges_lock);
+    return found;
+}
+
+void hr_io_range_disown(const void *owner) {
+    pthread_mutex_lock(&g_ranges_lock);
+    for (size_t i = 0; i < g_n_ranges; i++)
+        if (g_ranges[i]->owner == owner) g_ranges[i]->owner = NULL;
+    pthread_mutex_unlock(&g_ranges_lock);
+}
+
+hr_status hr_io_map_range(int fd, const char *path, uint64_t offset, size_t len, const void *owner, hr_io_map **out,
+                          void **data) {
     *out = NULL;
     *data = NULL;
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start = offset & ~(page - 1);
@@ -57,15 +107,35 @@ hr_status hr_io_map_range(int fd, const char *path, uint64_t offset, size_t len,
         return hr_error(errno == ENOMEM ? HR_ERR_OOM : HR_ERR_IO, "%s: mmap of %zu bytes at %llu failed: %s", path,
                         len, (unsigned long long)offset, strerror(errno));
     hr_io_map *m = malloc(sizeof *m);
-    if (!m) {
+    if (!m || (addr && !ranges_add(m))) {
+        free(m);
         if (addr) munmap(addr, span);
         return hr_error(HR_ERR_OOM, "%s: out of memory", path);
     }
     atomic_init(&m->refs, 1);
     m->addr = addr;
     m->len = span;
+    m->owner = owner;
     *out = m;
     *data = addr ? (char *)addr + (offset - start) : NULL;
+    return HR_OK;
+}
+
+hr_status hr_io_map_anon(size_t len, const void *owner, const char *what, hr_io_map **out) {
+    *out = NULL;
+    void *addr = len ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : NULL;
+    if (addr == MAP_FAILED) return hr_error(HR_ERR_OOM, "%s: cannot map %zu bytes: %s", what, len, strerror(errno));
+    hr_io_map *m = malloc(sizeof *m);
+    if (!m || (addr && !ranges_add(m))) {
+        free(m);
+        if (addr) munmap(addr, len);
+        return hr_error(HR_ERR_OOM, "%s: out of memory", what);
+    }
+    atomic_init(&m->refs, 1);
+    m->addr = addr;
+    m->len = len;
+    m->owner = owner;
+    *out = m;
     return HR_OK;
 }
 
@@ -86,6 +156,7 @@ void hr_io_map_retain(hr_io_map *m) { atomic_fetch_add_explicit(&m->refs, 1, mem
 void hr_io_map_release(void *ctx) {
     hr_io_map *m = ctx;
     if (!m || atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
+    ranges_remove(m);
     if (m->addr) munmap(m->addr, m->len);
     free(m);
 }

@@ -115,6 +115,7 @@ hr_status hr_safetensors_open_ranged(const char *path, hr_safetensors **out) {
 void hr_safetensors_close(hr_safetensors *st) {
     if (!st) return;
     if (st->fd >= 0) close(st->fd);
+    hr_io_range_disown(st);
     if (st->map) hr_io_map_release(st->map);
     hr_st_header_free(&st->h);
     free(st->path);
@@ -151,7 +152,12 @@ hr_status hr_safetensors_info(const hr_safetensors *st, const char *name, hr_ten
 static void st_prefetch(const uint8_t *p, size_t n) { hr_io_advise(p, n, MADV_WILLNEED); }
 
 bool hr_safetensors_drop_pages(const hr_safetensors *st, const void *p, size_t n) {
-    if (!st->map) return false; /* by ranges: a tensor's map goes with the tensor */
+    if (!st->map) {
+        /* by ranges: the tensors' own maps of this file */
+        if (!hr_io_range_owned(st, p, n)) return false;
+        hr_io_advise(p, n, MADV_DONTNEED);
+        return true;
+    }
     uintptr_t a = (uintptr_t)p, lo = (uintptr_t)st->map->addr, hi = lo + st->map->len;
     if (a < lo || a + n > hi) return false;
     hr_io_advise(p, n, MADV_DONTNEED);
@@ -179,7 +185,7 @@ static hr_status st_view(const hr_safetensors *st, const char *name, hr_dtype dt
         hr_io_map_retain(map);
     } else {
         void *data = NULL;
-        HR_TRY(hr_io_map_range(st->fd, st->path, at, n, &map, &data));
+        HR_TRY(hr_io_map_range(st->fd, st->path, at, n, st, &map, &data));
         p = data;
     }
     hr_status s;
@@ -221,22 +227,25 @@ hr_status hr_safetensors_rows(const hr_safetensors *st, const char *name, int di
     for (int i = dim + 1; i < e->ndim; i++) inner *= e->shape[i];
     size_t es = hr_dtype_size(e->dtype), seg = es * (size_t)(len * inner), row = es * (size_t)(e->shape[dim] * inner);
     if (dim == 0) return st_view(st, name, e->dtype, e->ndim, shape, e->begin + es * (size_t)(first * inner), seg, out);
-    /* one segment per outer index: copied out, the rest never touched */
-    hr_tensor *t = NULL;
-    HR_TRY(hr_tensor_empty(hr_device_cpu(), e->dtype, e->ndim, shape, &t));
-    char *dst = hr_tensor_ptr(t);
+    /* one segment per outer index, copied out (the rest never touched)
+     * into memory the loader may drop once it packed or copied it, as it
+     * drops a file's pages */
+    hr_io_map *map = NULL;
+    size_t bytes = seg * (size_t)outer;
+    HR_TRY(hr_io_map_anon(bytes, st->map ? NULL : st, st->path, &map));
+    char *dst = map->addr;
     hr_status s = HR_OK;
-    for (int64_t o = 0; s == HR_OK && o < outer; o++) {
+    for (int64_t o = 0; s == HR_OK && bytes && o < outer; o++) {
         uint64_t at = st->h.data_start + e->begin + row * (uint64_t)o + es * (uint64_t)(first * inner);
         if (st->map) memcpy(dst + seg * (size_t)o, (const char *)st->map->addr + at, seg);
         else s = hr_io_pread(st->fd, st->path, at, dst + seg * (size_t)o, seg);
     }
+    if (s == HR_OK) s = hr_tensor_wrap_host(e->dtype, e->ndim, shape, NULL, dst, bytes, hr_io_map_release, map, out);
     if (s != HR_OK) {
-        hr_tensor_free(t);
+        hr_io_map_release(map);
         return hr_error_context(s, "tensor '%s'", name);
     }
-    hr_tensor_set_name(t, name);
-    *out = t;
+    hr_tensor_set_name(*out, name);
     return HR_OK;
 }
 

@@ -65,12 +65,27 @@ typedef struct hr_io_map {
     _Atomic int refs;
     void *addr;
     size_t len;
+    const void *owner; /* a range map's reader (hr_io_map_range), for hr_io_range_owned */
 } hr_io_map;
 
 /* Maps bytes [offset, offset + len) of the open file fd (`path` names it
  * in errors), from the page that holds offset: *data points at offset.
- * The map is counted as a whole-file one is. */
-hr_status hr_io_map_range(int fd, const char *path, uint64_t offset, size_t len, hr_io_map **out, void **data);
+ * The map is counted as a whole-file one is, and known as `owner`'s
+ * while it lives. */
+hr_status hr_io_map_range(int fd, const char *path, uint64_t offset, size_t len, const void *owner, hr_io_map **out,
+                          void **data);
+/* len bytes of anonymous memory counted and known as owner's as a range
+ * map is: a slice copied out of a file (hr_safetensors_rows), which the
+ * loader then treats as the file's bytes (packs or copies it, and drops
+ * its pages: a dropped page reads back as zeros, not as the file, so only
+ * bytes nothing reads again are dropped). */
+hr_status hr_io_map_anon(size_t len, const void *owner, const char *what, hr_io_map **out);
+/* Whether [p, p + n) lies in a live range map of `owner` (a loader asking
+ * whether a weight views a file, whose pages it may drop). */
+bool hr_io_range_owned(const void *owner, const void *p, size_t n);
+/* owner's range maps are no longer its (it closed; they live on in the
+ * tensors over them). */
+void hr_io_range_disown(const void *owner);
 /* Reads len bytes at offset of fd into dst (a short file is an error). */
 hr_status hr_io_pread(int fd, const char *path, uint64_t offset, void *dst, size_t len);
 

@@ -134,10 +134,14 @@ def llama_448mb(tmp_path_factory):
 def test_address_space_cap_fails_whole_and_fits_split(llama_448mb, tmp_path):
     """A cap of 0.7x the checkpoint over each process's own address space:
     one process fails cleanly, naming what it could not map; two ranks,
-    each mapping its slices alone, fit and generate the one-process tokens."""
+    each mapping its slices alone, fit and generate the one-process tokens.
+    The weights stay views of the files (HUBRT_WEIGHTS=mmap): the default
+    copy into huge pages holds a weight's resident bytes once but its
+    address space twice, the view's (pages dropped) and the copy's."""
     size_mb = (llama_448mb / "model.safetensors").stat().st_size / 2**20
     budget = ["--as-budget-mb", f"{0.7 * size_mb:.0f}", "--new", "16"]
-    env = {"MALLOC_ARENA_MAX": "1"}  # per-thread malloc arenas reserve 64 MB of address space each
+    # per-thread malloc arenas reserve 64 MB of address space each
+    env = {"MALLOC_ARENA_MAX": "1", "HUBRT_WEIGHTS": "mmap"}
     p = subprocess.run([sys.executable, WORKER, llama_448mb, tmp_path / "one", *budget], capture_output=True,
                        text=True, timeout=300, env={**os.environ, **env})
     assert p.returncode == 3, p.stderr[-2000:]
