@@ -66,6 +66,6 @@ kw = dict(cache_implementation="static") if a.compile else {}
 gen = model.generate(ids, max_new_tokens=a.new, do_sample=False, eos_token_id=[], **kw)
 peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 with open(f"{a.out}.rank{rank}.json", "w") as f:
-    json.dump({"rank": rank, "peak_rss_mb": peak_mb}, f)
+    json.dump({"rank": rank, "peak_rss_mb": peak_mb, "netns": os.readlink("/proc/self/ns/net")}, f)
 if rank == 0:
     np.savez(a.out, logits=np.asarray(logits, dtype=np.float32), ids=np.asarray(gen), prompt=ids)
