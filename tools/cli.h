@@ -13,8 +13,8 @@
  * code for `s` (2 for bad input, 1 otherwise); in a group of ranks, ends
  * every rank with that code instead (hr_dist_abort). */
 int hr_cli_fail(const char *cmd, hr_status s);
-/* --tp N (ranks) and --tp-plan JSON (transformers' tp_plan laid over the
- * architecture's) into o: 1 when `flag` was one of them (its value
+/* --tp N (ranks), --tp-plan JSON (transformers' tp_plan laid over the
+ * architecture's) and --ep N (experts split over the group) into o: 1 when `flag` was one of them (its value
  * used), 0 when not, -1 on a bad value (printed). */
 int hr_cli_tp_flag(const char *cmd, const char *flag, const char *value, hr_model_options *o);
 /* Ranks other than 0 of a tensor-parallel run print nothing on stdout

@@ -12,7 +12,7 @@ static const char *usage_text =
     "usage: hubrt run MODEL -p PROMPT [-n N] [--greedy | --temp T --top-p P --top-k K --min-p P --seed S]\n"
     "                 [--repetition-penalty R] [--stop TEXT]... [--dtype D] [--device cpu] [--compile] [--stats]\n"
     "                 [--experts grouped|eager] [--dequantize | --quantize q8_0|q4_0|q4_1|q5_0|q5_1]\n"
-    "                 [--tp N [--tp-plan JSON]]\n"
+    "                 [--tp N [--tp-plan JSON]] [--ep N]\n"
     "  Sampling defaults come from the model's generation_config.json; --temp/--top-p/--top-k/--min-p\n"
     "  turn sampling on, --greedy turns it off. -n defaults to 128 new tokens.\n"
     "  --compile runs the compiled forward (plans cached in memory and on disk); --stats prints the\n"
@@ -24,6 +24,7 @@ static const char *usage_text =
     "  linear and embedding matrices quantized into that block type while loading.\n"
     "  --tp N: the model split over N ranks, one process each (hubrt launch -n N -- hubrt run ...);\n"
     "  --tp-plan: transformers' tp_plan entries laid over the model's, as a JSON object.\n"
+    "  --ep N: a mixture-of-experts model's experts split over the N ranks.\n"
     "  MODEL is a folder, a GGUF file or a Hub repository id (org/name, --revision R), read from\n"
     "  the Hugging Face cache and fetched into it when missing (HF_HUB_OFFLINE=1: the cache only).\n";
 

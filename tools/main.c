@@ -46,7 +46,7 @@ int hr_cli_fail(const char *cmd, hr_status s) {
 }
 
 int hr_cli_tp_flag(const char *cmd, const char *flag, const char *value, hr_model_options *o) {
-    if (strcmp(flag, "--tp") && strcmp(flag, "--tp-plan")) return 0;
+    if (strcmp(flag, "--tp") && strcmp(flag, "--tp-plan") && strcmp(flag, "--ep")) return 0;
     if (!value) {
         fprintf(stderr, "hubrt %s: %s needs a value\n", cmd, flag);
         return -1;
@@ -58,10 +58,10 @@ int hr_cli_tp_flag(const char *cmd, const char *flag, const char *value, hr_mode
     double n = 0;
     if (!hr_cli_number(cmd, flag, value, &n)) return -1;
     if (n < 1 || n > 4096 || n != (double)(int64_t)n) {
-        fprintf(stderr, "hubrt %s: --tp must be a whole number of ranks in 1..4096, got '%s'\n", cmd, value);
+        fprintf(stderr, "hubrt %s: %s must be a whole number of ranks in 1..4096, got '%s'\n", cmd, flag, value);
         return -1;
     }
-    o->tp_size = (int64_t)n;
+    *(!strcmp(flag, "--ep") ? &o->ep_size : &o->tp_size) = (int64_t)n;
     return 1;
 }
 

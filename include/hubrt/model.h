@@ -50,6 +50,12 @@ typedef struct hr_model_options {
      * a JSON object of module pattern -> style laid over it, such as
      * {"layers.*.self_attn.q_proj": "replicated", ...} */
     const char *tp_plan;
+    /* Expert parallelism: a mixture-of-experts model's experts split over
+     * ep_size ranks (each holds experts [E r / ep, E (r + 1) / ep), the
+     * tokens' outputs summed over the ranks), as transformers'
+     * enable_expert_parallel does; 0 or 1: replicated. The group is the
+     * same as tp_size's: ep_size is 1 or its size (tp_size 1 or the same). */
+    int64_t ep_size;
 } hr_model_options;
 
 /* Architecture names this build can load, comma separated. */

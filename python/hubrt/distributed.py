@@ -14,7 +14,7 @@ the group (MPI_Finalize)."""
 import ctypes
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ._lib import check, fn, lib
 
@@ -33,10 +33,19 @@ class DistributedConfig:
     tp_plan "auto" is the architecture's base_model_tp_plan, or a dict of
     module pattern -> style laid over it, such as
     {"layers.*.self_attn.q_proj": "replicated", ...} to replicate the
-    attention when tp_size does not fit the kv heads."""
+    attention when tp_size does not fit the kv heads.
+    enable_expert_parallel (transformers' name) or ep_size splits a
+    mixture-of-experts model's experts over the same group (ep_size alone,
+    with tp_size 1, splits the experts and replicates the rest)."""
     tp_size: int = 1
     tp_plan: object = "auto"
-    extra: dict = field(default_factory=dict)
+    ep_size: int = 1
+    enable_expert_parallel: bool = False
+
+    def experts_split(self):
+        if self.enable_expert_parallel and self.ep_size in (1, self.tp_size):
+            return self.tp_size
+        return self.ep_size
 
     def plan_json(self):
         if self.tp_plan in (None, "auto"):

@@ -22,7 +22,8 @@ _I64P = ctypes.POINTER(ctypes.c_int64)
 class _ModelOptions(ctypes.Structure):
     _fields_ = [("dtype", ctypes.c_char_p), ("device", ctypes.c_char_p),
                 ("experts_implementation", ctypes.c_char_p), ("dequantize", ctypes.c_bool),
-                ("quantize", ctypes.c_char_p), ("tp_size", ctypes.c_int64), ("tp_plan", ctypes.c_char_p)]
+                ("quantize", ctypes.c_char_p), ("tp_size", ctypes.c_int64), ("tp_plan", ctypes.c_char_p),
+                ("ep_size", ctypes.c_int64)]
 
 
 class _ForwardArgs(ctypes.Structure):
@@ -421,16 +422,17 @@ class AutoModelForCausalLM:
         dev = device_map if isinstance(device_map, str) and device_map != "auto" else "cpu"
         from .kernels import Kernel
         impl = experts_implementation if isinstance(experts_implementation, str) else None
-        tp_size, plan = 1, None
+        tp_size, ep_size, plan = 1, 1, None
         if distributed_config is not None or tp_plan is not None:
             from . import distributed
             dc = distributed_config or distributed.DistributedConfig(tp_plan=tp_plan)
             distributed.init()
             tp_size = dc.tp_size if distributed_config is not None else distributed.size()
+            ep_size = dc.experts_split() if distributed_config is not None else 1
             plan = dc.plan_json()
         opts = _ModelOptions(dtype=dt.encode(), device=dev.encode(), experts_implementation=impl.encode() if impl else None,
                              dequantize=bool(dequantize), quantize=quantize.encode() if quantize else None,
-                             tp_size=tp_size, tp_plan=plan.encode() if plan else None)
+                             tp_size=tp_size, tp_plan=plan.encode() if plan else None, ep_size=ep_size)
         h = _P()
         check(_load(os.fspath(path).encode(), ctypes.byref(opts), ctypes.byref(h)))
         model = HubrtModelForCausalLM(h, path)

@@ -68,7 +68,8 @@ static uint64_t fingerprint(const hr_model *m) {
     /* a rank's plan bakes its share into attrs (the vocab rows its lookup
      * holds): each rank's is its own */
     const hr_tp *t = &m->tp;
-    int64_t tp[] = {t->size, t->rank, t->attn, t->mlp, t->embed, t->head, t->heads0, t->kv0, t->vocab0, t->vocab_n};
+    int64_t tp[] = {t->size, t->rank, t->attn, t->mlp, t->embed, t->head, t->heads0, t->kv0, t->vocab0, t->vocab_n,
+                    t->ep, t->experts0, t->experts_n};
     h = hr_fnv1a(h, tp, sizeof tp);
     return hr_fnv1a(h, &c->rms_norm_eps, sizeof c->rms_norm_eps);
 }

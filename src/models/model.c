@@ -112,12 +112,12 @@ static hr_status model_init(hr_model *m, const char *dir, const hr_model_options
     HR_TRY(hr_device_get(opts && opts->device ? opts->device : "cpu", &m->dev));
     HR_TRY(hr_model_rope_init(m));
     /* a rank of a split model maps its slices alone, not the files */
-    bool split = opts && opts->tp_size > 1;
+    bool split = opts && (opts->tp_size > 1 || opts->ep_size > 1);
     HR_TRY(split ? hr_checkpoint_open_ranged(dir, &m->ckpt) : hr_checkpoint_open(dir, &m->ckpt));
     hr_status s = hr_model_check_weights(m);
     if (s != HR_OK) return hr_error_context(s, "%s", dir);
     /* the checkpoint checked whole, then this rank's view of the config */
-    HR_TRY(hr_tp_setup(m, opts ? opts->tp_size : 1, opts ? opts->tp_plan : NULL));
+    HR_TRY(hr_tp_setup(m, opts ? opts->tp_size : 1, opts ? opts->ep_size : 1, opts ? opts->tp_plan : NULL));
     return hr_model_load_weights(m);
 }
 

@@ -171,6 +171,8 @@ typedef struct hr_tp {
     int64_t heads0, kv0;     /* this rank's first query head and first kv head */
     int64_t full_heads, full_kv, full_inter; /* the config's, before hr_tp_setup localized it */
     int64_t vocab0, vocab_n; /* this rank's vocab rows (embed or head split) */
+    bool ep;                 /* experts split (expert parallelism) */
+    int64_t experts0, experts_n; /* this rank's experts */
 } hr_tp;
 
 struct hr_model {

@@ -23,9 +23,26 @@ hr_status hr_build_experts(hr_fwd *f, const hr_moe_weights *w, const hr_moe_opts
     /* the forward's batch-invariant steps (hubrt serve --deterministic) take the rows one at a time */
     hr_attrs_experts ea = {.act = o->act, .per_expert = m->experts_per_expert, .impl = m->experts_impl,
                            .limit = o->limit, .alpha = o->alpha, .batch_invariant = f->kv[HR_LAYER_FULL].exact};
+    hr_tensor *local = NULL;
+    if (m->tp.ep) {
+        /* this rank's experts [e0, e0 + n): the router's indices shifted to
+         * them, another rank's slots outside [0, n), which add nothing */
+        hr_tensor *e0 = NULL;
+        HR_TRY(hr_scratch_get(f->sc, m->dev, "top_i_local", topi->dtype, topi->ndim, topi->shape, &local));
+        HR_TRY(hr_tensor_scalar(m->dev, topi->dtype, (double)m->tp.experts0, &e0));
+        hr_status s = run1(HR_OP_sub, NULL, IN_(topi, e0), 2, local);
+        hr_tensor_free(e0);
+        HR_TRY(s);
+        topi = local;
+    }
     if (w->gate_up_bias)
-        return run1(HR_OP_experts, &ea, IN_(h, wts, topi, w->gate_up, w->down, w->gate_up_bias, w->down_bias), 7, out);
-    return run1(HR_OP_experts, &ea, IN_(h, wts, topi, w->gate_up, w->down), 5, out);
+        HR_TRY(run1(HR_OP_experts, &ea, IN_(h, wts, topi, w->gate_up, w->down, w->gate_up_bias, w->down_bias), 7, out));
+    else
+        HR_TRY(run1(HR_OP_experts, &ea, IN_(h, wts, topi, w->gate_up, w->down), 5, out));
+    if (!m->tp.ep) return HR_OK;
+    /* every token's outputs from every rank's experts */
+    hr_attrs_cast c = {.dtype = out->dtype};
+    return run1(HR_OP_all_reduce, &c, IN_(out), 1, out);
 }
 
 hr_status hr_build_softmax_topk(hr_fwd *f, const hr_tensor *logits, bool norm, hr_tensor **topv,

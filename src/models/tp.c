@@ -223,10 +223,38 @@ static hr_status resolve(hr_model *m, int tp, const tp_plan *p) {
     return HR_OK;
 }
 
-hr_status hr_tp_setup(hr_model *m, int64_t tp_size, const char *plan) {
+/* The architectures whose experts split (their experts weights stored as
+ * the experts op reads them, [E, ...]). */
+static const char *const ep_archs[] = {"Qwen3MoeForCausalLM"};
+
+static hr_status setup_ep(hr_model *m, int64_t ep) {
+    hr_tp *t = &m->tp;
+    bool known = false;
+    for (size_t i = 0; i < sizeof ep_archs / sizeof ep_archs[0]; i++) known |= !strcmp(m->arch->name, ep_archs[i]);
+    if (!m->cfg.n_experts)
+        return hr_error(HR_ERR_INVALID_ARG, "ep_size %lld: %s has no experts to split", (long long)ep, m->arch->name);
+    if (!known)
+        return hr_error(HR_ERR_UNSUPPORTED, "expert parallelism: %s's experts are not split yet (Qwen3-MoE's are)",
+                        m->arch->name);
+    if (m->cfg.n_experts < ep)
+        return hr_error(HR_ERR_INVALID_ARG, "ep_size %lld is more than num_experts %lld", (long long)ep,
+                        (long long)m->cfg.n_experts);
+    t->ep = true;
+    hr_split_part(m->cfg.n_experts, ep, t->rank, &t->experts0, &t->experts_n);
+    return HR_OK;
+}
+
+hr_status hr_tp_setup(hr_model *m, int64_t tp_size, int64_t ep_size, const char *plan) {
     m->tp = (hr_tp){.size = 1};
-    if (tp_size == 1 || tp_size == 0) return HR_OK;
+    if (tp_size == 0) tp_size = 1;
+    if (ep_size == 0) ep_size = 1;
     if (tp_size < 0 || tp_size > 4096) return hr_error(HR_ERR_INVALID_ARG, "tp_size %lld is not 1..4096", (long long)tp_size);
+    if (ep_size < 0 || ep_size > 4096) return hr_error(HR_ERR_INVALID_ARG, "ep_size %lld is not 1..4096", (long long)ep_size);
+    if (tp_size > 1 && ep_size > 1 && ep_size != tp_size)
+        return hr_error(HR_ERR_INVALID_ARG, "ep_size %lld and tp_size %lld: the experts split over the tensor-parallel "
+                        "group (ep_size 1 or %lld)", (long long)ep_size, (long long)tp_size, (long long)tp_size);
+    if (tp_size == 1 && ep_size == 1) return HR_OK;
+    int64_t group = tp_size > 1 ? tp_size : ep_size;
     bool planned = false;
     for (size_t i = 0; i < sizeof planned_archs / sizeof planned_archs[0]; i++)
         planned |= !strcmp(m->arch->name, planned_archs[i]);
@@ -240,14 +268,18 @@ hr_status hr_tp_setup(hr_model *m, int64_t tp_size, const char *plan) {
         return hr_error(HR_ERR_UNSUPPORTED, "tensor parallelism splits float safetensors checkpoints; GGUF files "
                         "and quantize are not split yet");
     HR_TRY(hr_dist_init());
-    if (hr_dist_size() != tp_size)
-        return hr_error(HR_ERR_INVALID_ARG, "tp_size %lld, but the process group has %d process%s: start one "
-                        "process per rank (hubrt launch -n %lld -- ..., or mpirun -n %lld ...)", (long long)tp_size,
-                        hr_dist_size(), hr_dist_size() == 1 ? "" : "es", (long long)tp_size, (long long)tp_size);
+    const char *which = tp_size > 1 ? "tp_size" : "ep_size";
+    if (hr_dist_size() != group)
+        return hr_error(HR_ERR_INVALID_ARG, "%s %lld, but the process group has %d process%s: start one "
+                        "process per rank (hubrt launch -n %lld -- ..., or mpirun -n %lld ...)", which,
+                        (long long)group, hr_dist_size(), hr_dist_size() == 1 ? "" : "es", (long long)group,
+                        (long long)group);
     tp_plan p;
     HR_TRY(parse_plan(m->arch, plan, &p));
-    m->tp = (hr_tp){.size = (int)tp_size, .rank = hr_dist_rank()};
-    hr_status s = resolve(m, (int)tp_size, &p);
+    m->tp = (hr_tp){.size = (int)group, .rank = hr_dist_rank()};
+    /* ep alone: every layer replicated but the experts */
+    hr_status s = tp_size > 1 ? resolve(m, (int)tp_size, &p) : HR_OK;
+    if (s == HR_OK && ep_size > 1) s = setup_ep(m, ep_size);
     if (s != HR_OK) m->tp = (hr_tp){.size = 1};
     return s;
 }
@@ -279,6 +311,11 @@ void hr_tp_slice(const hr_model *m, const char *name, const hr_dim *dims, int64_
     if (vocab) {
         bool head = !strcmp(module, "lm_head") || (m->cfg.tie_word_embeddings && !strcmp(module, "embed_tokens"));
         if ((head ? m->tp.head : m->tp.embed) && part_of(m, HR_DIM_VOCAB, il, first, len)) *axis = 0;
+        return;
+    }
+    if (il >= 0 && dims[0] == HR_DIM_EXPERTS && m->tp.ep && strstr(module, ".experts")) {
+        /* this rank's experts (the router, [E, hidden], stays whole) */
+        *first = m->tp.experts0, *len = m->tp.experts_n, *axis = 0;
         return;
     }
     if (il < 0 || dims[2]) return; /* outside the layers, or stacked experts: replicated */

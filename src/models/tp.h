@@ -9,7 +9,9 @@
  * vocab-split embedding looks up its rows and sums, and a vocab-split
  * head gathers the logits. What no plan entry names is replicated (norms,
  * routers and experts: MoE experts are outside tp_plan, as in
- * transformers). */
+ * transformers) unless ep_size splits them: each rank then holds its
+ * experts, runs the tokens routed to them (the others' slots add nothing)
+ * and the outputs are summed. */
 #ifndef HR_MODELS_TP_H
 #define HR_MODELS_TP_H
 
@@ -25,11 +27,12 @@ typedef enum hr_tp_style {
 
 
 /* Resolves `plan` (NULL or "auto": the architecture's; else a JSON
- * object of module pattern -> style laid over it) for tp_size ranks,
+ * object of module pattern -> style laid over it) for tp_size ranks and
+ * the experts' split over ep_size (tp_size's group, or alone),
  * joins the process group, checks the shapes divide, and turns m->cfg
  * into this rank's view (heads, kv heads, intermediate_size). After the
  * weights were checked against the full config, before they load. */
-hr_status hr_tp_setup(hr_model *m, int64_t tp_size, const char *plan);
+hr_status hr_tp_setup(hr_model *m, int64_t tp_size, int64_t ep_size, const char *plan);
 /* The part of weight `name` (dims as its table gives them, layer il) this
  * rank loads: rows [first, first + len) of dim *axis, or *axis -1 for
  * all of it. */

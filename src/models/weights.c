@@ -76,13 +76,13 @@ static void part_name(const hr_model *m, const weight_ref *r, int p, int64_t e, 
 }
 
 /* A stacked experts weight from its parts, per expert or stacked by
- * expert: [experts, rows, cols] in the model dtype on the host, each part
+ * expert: experts [e0, e0 + n_e) (all of them, or a rank's) as [n_e,
+ * rows, cols] in the model dtype on the host, each part
  * cast and copied into its rows and its file pages dropped, so memory holds
  * the stacked copy and one part at a time, never a second full copy. */
-static hr_status load_stacked(hr_model *m, const weight_ref *r, hr_tensor **out) {
+static hr_status load_stacked(hr_model *m, const weight_ref *r, int64_t e0, int64_t n_e, hr_tensor **out) {
     int np = n_parts(r->spec);
-    int64_t shape[3] = {hr_model_dim(m, r->dims[0], r->il), hr_model_dim(m, r->dims[1], r->il),
-                        hr_model_dim(m, r->dims[2], r->il)};
+    int64_t shape[3] = {n_e, hr_model_dim(m, r->dims[1], r->il), hr_model_dim(m, r->dims[2], r->il)};
     int64_t rows = shape[1] / np;
     bool whole_parts = held_in_parts(m, r);
     hr_device *host = NULL;
@@ -93,7 +93,7 @@ static hr_status load_stacked(hr_model *m, const weight_ref *r, hr_tensor **out)
     char name[256];
     for (int64_t e = 0; s == HR_OK && e < (whole_parts ? 1 : shape[0]); e++)
         for (int p = 0; s == HR_OK && p < np; p++) {
-            part_name(m, r, p, e, name, sizeof name);
+            part_name(m, r, p, e0 + e, name, sizeof name);
             hr_tensor *src = NULL, *expert = NULL, *dst = NULL;
             s = hr_checkpoint_tensor_as(m->ckpt, name, m->dtype, &src);
             /* a stacked part fills rows [p rows, (p + 1) rows) of every expert */
@@ -265,6 +265,8 @@ static hr_status load_weight(hr_model *m, const weight_ref *r, hr_tensor **out) 
     int axis;
     int64_t first, len;
     hr_tp_slice(m, name, r->dims, r->il, &axis, &first, &len);
+    /* a rank's experts of a weight held per expert: those experts' tensors alone */
+    if (axis == 0 && held_per_expert(m, r) && !held_in_parts(m, r)) return load_stacked(m, r, first, len, out);
     if (axis >= 0) return load_slice(m, r, axis, first, len, out);
     if (held_mxfp4(m, r) || held_per_expert(m, r) || stored_of(r) != HR_STORED_AS_IS) {
         if (held_mxfp4(m, r))
@@ -272,7 +274,8 @@ static hr_status load_weight(hr_model *m, const weight_ref *r, hr_tensor **out) 
                                  hr_model_dim(m, r->dims[2], r->il), stored_of(r) == HR_STORED_TRANSPOSED_INTERLEAVED,
                                  &t));
         else
-            HR_TRY(held_per_expert(m, r) ? load_stacked(m, r, &t) : load_rearranged(m, r, &t));
+            HR_TRY(held_per_expert(m, r) ? load_stacked(m, r, 0, hr_model_dim(m, r->dims[0], r->il), &t)
+                                         : load_rearranged(m, r, &t));
         if (hr_tensor_device(t) == m->dev) {
             *out = t;
             return HR_OK;

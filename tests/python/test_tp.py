@@ -41,10 +41,11 @@ def launch(n, *args, timeout=120, env=None):
     return p.returncode, p.stdout, p.stderr
 
 
-def run_tp(model, n, tmp_path, *extra, **kw):
-    """The worker's results at tp=n: logits, generated ids, per-rank peak RSS."""
+def run_tp(model, n, tmp_path, *extra, tp=None, **kw):
+    """The worker's results on n ranks (tp=n unless given): logits, generated
+    ids, per-rank peak RSS."""
     out = tmp_path / f"tp{n}"
-    rc, so, se = launch(n, sys.executable, WORKER, model, out, "--tp", n, *extra, **kw)
+    rc, so, se = launch(n, sys.executable, WORKER, model, out, "--tp", n if tp is None else tp, *extra, **kw)
     assert rc == 0, se[-3000:]
     r = np.load(f"{out}.npz")
     rss = [json.load(open(f"{out}.rank{i}.json"))["peak_rss_mb"] for i in range(n)]
@@ -58,8 +59,8 @@ def reference(model, prompt, compile=False, new=64):
                                                                eos_token_id=[], **kw))
 
 
-def check(model, n, tmp_path, *extra, compile=False):
-    logits, ids, prompt, _ = run_tp(model, n, tmp_path, *extra, *(["--compile"] if compile else []))
+def check(model, n, tmp_path, *extra, compile=False, tp=None):
+    logits, ids, prompt, _ = run_tp(model, n, tmp_path, *extra, *(["--compile"] if compile else []), tp=tp)
     ref_logits, ref_ids = reference(model, prompt, compile)
     err = np.abs(logits - ref_logits).max() / (ref_logits.max() - ref_logits.min())
     assert err <= TOL, f"tp={n} logits differ from tp=1 by {err:.2e} of the range"
@@ -120,6 +121,35 @@ def test_tp3_oversubscribed_uneven_splits(llama_odd, tmp_path):
 
 def test_qwen3_moe_tp2_experts_replicated(qwen3_moe, tmp_path):
     check(qwen3_moe, 2, tmp_path)
+
+
+@pytest.mark.parametrize("tp", [2, 1])
+def test_qwen3_moe_experts_split_ep2(qwen3_moe, tp, tmp_path):
+    """ep_size=2: each rank holds 4 of the 8 experts (read per expert, as
+    transformers saved them), with the attention split (tp=2) or replicated."""
+    check(qwen3_moe, 2, tmp_path, "--ep", 2, tp=tp)
+    check(qwen3_moe, 2, tmp_path, "--ep", 2, tp=tp, compile=True)
+
+
+def test_qwen3_moe_stacked_experts_split_ep2(qwen3_moe, tmp_path):
+    """Experts stored stacked ([E, 2I, H]): a rank maps its experts' rows."""
+    from moe_util import copy_with
+
+    def stack(t):
+        for il in range(3):
+            p = f"model.layers.{il}.mlp.experts."
+            if f"{p}0.gate_proj.weight" not in t:
+                continue  # the dense layer
+            gu = [torch.cat([t.pop(f"{p}{e}.gate_proj.weight"), t.pop(f"{p}{e}.up_proj.weight")]) for e in range(8)]
+            t[p + "gate_up_proj"] = torch.stack(gu)
+            t[p + "down_proj"] = torch.stack([t.pop(f"{p}{e}.down_proj.weight") for e in range(8)])
+
+    check(copy_with(qwen3_moe, tmp_path / "stacked", tensors=stack), 2, tmp_path, "--ep", 2)
+
+
+def test_ep_errors(tmp_path):
+    rc, _, se = launch(2, sys.executable, WORKER, FIX / "tiny-llama", tmp_path / "x", "--tp", 1, "--ep", 2)
+    assert rc != 0 and "ep_size 2: LlamaForCausalLM has no experts to split" in se
 
 
 @pytest.fixture(scope="module")

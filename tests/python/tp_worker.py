@@ -3,7 +3,7 @@
 prompt's logits and a greedy generation (rank 0), and each rank's peak
 RSS; or plays a fault in rank 1.
 
-    tp_worker.py MODEL OUT.npz --tp N [--plan JSON] [--compile] [--new K]
+    tp_worker.py MODEL OUT.npz --tp N [--ep N] [--plan JSON] [--compile] [--new K]
                  [--dtype D] [--fault raise|hang|kill|exit|exit0]
                  [--as-budget-mb MB]
 
@@ -26,6 +26,7 @@ p = argparse.ArgumentParser()
 p.add_argument("model")
 p.add_argument("out")
 p.add_argument("--tp", type=int, default=1)
+p.add_argument("--ep", type=int, default=1)
 p.add_argument("--plan")
 p.add_argument("--compile", action="store_true")
 p.add_argument("--new", type=int, default=64)
@@ -35,7 +36,7 @@ p.add_argument("--as-budget-mb", type=float)
 a = p.parse_args()
 
 plan = json.loads(a.plan) if a.plan else "auto"
-dc = hubrt.DistributedConfig(tp_size=a.tp, tp_plan=plan) if a.tp > 1 else None
+dc = hubrt.DistributedConfig(tp_size=a.tp, tp_plan=plan, ep_size=a.ep) if a.tp > 1 or a.ep > 1 else None
 if a.as_budget_mb:
     if dc:
         hubrt.distributed.init()  # MPI's own mappings are not the model's
