@@ -21,6 +21,8 @@ static const char *usage_text =
     "usage: hubrt chat MODEL [--system TEXT] [-n N] [--greedy | --temp T --top-p P --top-k K --seed S]\n"
     "                  [--no-think] [--dtype D] [--device cpu] [--revision R] [--experts grouped|eager]\n"
     "                  [--dequantize | --quantize q8_0|q4_0|q4_1|q5_0|q5_1]\n"
+    "  --tp N [--tp-plan JSON] [--ep N]: split over N ranks (hubrt launch -n N -- hubrt chat ...);\n"
+    "  rank 0 reads stdin and prints.\n"
     "  One message per line on stdin; the answer streams to stdout. /reset forgets the conversation,\n"
     "  /system TEXT sets the system prompt, /quit leaves; Ctrl-C stops the current answer.\n"
     "  --no-think passes enable_thinking=false to the template (Qwen3 and others). -n: new tokens\n"
@@ -52,6 +54,12 @@ static int parse(int argc, char **argv, chat_args *a) {
             return HR_EXIT_USAGE;
         }
         double num;
+        int tp = hr_cli_tp_flag("chat", f, v, &a->opts);
+        if (tp < 0) return HR_EXIT_USAGE;
+        if (tp) {
+            i++;
+            continue;
+        }
         if (!strcmp(f, "--greedy")) a->greedy = true;
         else if (!strcmp(f, "--no-think")) a->no_think = true;
         else if (!strcmp(f, "--system")) a->system = argv[++i];
@@ -246,6 +254,37 @@ static hr_status turn(chat_session *s, const char *line) {
     return st;
 }
 
+/* The next line of stdin into *line (length in *got, -1 at the end), as
+ * getline gives it. Split over ranks, rank 0 reads (mpirun feeds stdin to
+ * rank 0 alone) and hands each line to the others, so every rank runs
+ * the same turns. */
+static hr_status read_line(char **line, size_t *cap, ssize_t *got) {
+    errno = 0;
+    if (hr_dist_size() == 1) {
+        *got = getline(line, cap, stdin);
+        return HR_OK;
+    }
+    int64_t n = -1;
+    if (hr_dist_rank() == 0) {
+        do {
+            errno = 0;
+            *got = getline(line, cap, stdin);
+        } while (*got < 0 && errno == EINTR && (clearerr(stdin), 1));
+        n = *got;
+    }
+    HR_TRY(hr_dist_broadcast(&n, sizeof n, 0));
+    *got = (ssize_t)n;
+    if (n < 0) return HR_OK;
+    if ((size_t)n + 1 > *cap) {
+        char *grown = realloc(*line, (size_t)n + 1);
+        if (!grown) return hr_error(HR_ERR_OOM, "chat: out of memory for a %lld-byte line", (long long)n);
+        *line = grown;
+        *cap = (size_t)n + 1;
+    }
+    HR_TRY(hr_dist_broadcast(*line, (size_t)n + 1, 0));
+    return HR_OK;
+}
+
 static hr_status session(chat_session *s) {
     const char *system = s->a->system;
     char *system_owned = NULL, *line = NULL;
@@ -253,9 +292,10 @@ static hr_status session(chat_session *s) {
     bool tty = isatty(STDIN_FILENO);
     hr_status st = reset(s, system);
     while (st == HR_OK) {
-        if (tty) fputs("> ", stderr);
-        errno = 0;
-        ssize_t got = getline(&line, &cap, stdin);
+        if (tty && hr_dist_rank() == 0) fputs("> ", stderr);
+        ssize_t got = 0;
+        st = read_line(&line, &cap, &got);
+        if (st != HR_OK) break;
         if (got < 0) {
             if (errno == EINTR) { /* Ctrl-C at the prompt: a new prompt */
                 clearerr(stdin);
@@ -297,6 +337,7 @@ int hr_cmd_chat(int argc, char **argv) {
         st = hr_error(HR_ERR_NOT_FOUND, "%s: the tokenizer has no chat template (tokenizer_config.json's "
                       "chat_template, or the GGUF file's tokenizer.chat_template)", a.model);
     if (st == HR_OK) st = hr_model_load(dir, &a.opts, &s.model);
+    if (st == HR_OK) hr_cli_tp_quiet();
     if (st == HR_OK) {
         /* no SA_RESTART: a Ctrl-C at the prompt interrupts the read */
         struct sigaction sa = {.sa_handler = on_sigint};

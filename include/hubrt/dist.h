@@ -29,6 +29,9 @@ HR_API int hr_dist_rank(void);
 HR_API int hr_dist_size(void);
 /* Waits for every rank (with the deadline). */
 HR_API hr_status hr_dist_barrier(void);
+/* buf's `bytes` bytes from rank `root` into every rank's buf (with the
+ * deadline): what one rank read (a prompt, a random seed) for all. */
+HR_API hr_status hr_dist_broadcast(void *buf, size_t bytes, int root);
 /* Ends every rank now with exit code `code`, after printing `why` with
  * this rank's number to stderr: a rank that failed calls it so that the
  * others do not wait on it. Without a group, exits the process. */

@@ -77,7 +77,8 @@
     X(arange,       0, 0, 1, hr_attrs_arange)                      \
     /* collectives over the process group (ops/collective.h) */    \
     X(all_reduce,   1, 2, 1, hr_attrs_cast)                        \
-    X(all_gather,   1, 1, 1, hr_attrs_all_gather)
+    X(all_gather,   1, 1, 1, hr_attrs_all_gather)                  \
+    X(broadcast,    1, 1, 1, hr_attrs_broadcast)
 /* clang-format on */
 
 #define HR_MAX_OP_INPUTS 16

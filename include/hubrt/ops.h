@@ -183,6 +183,12 @@ typedef struct hr_attrs_all_gather {
     int64_t dim, total;
 } hr_attrs_all_gather;
 
+/* broadcast(x) -> rank `root`'s x on every rank (each rank's x of the
+ * same shape and dtype; what the others hold is overwritten). */
+typedef struct hr_attrs_broadcast {
+    int64_t root;
+} hr_attrs_broadcast;
+
 /* embedding(weight [rows, hidden], ids) -> [..., hidden]. sharded: weight
  * holds the table's rows [first, first + rows) (a vocab-split slice); ids
  * outside them give zero rows, for a sum over the ranks to complete.

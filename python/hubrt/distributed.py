@@ -90,3 +90,21 @@ def size():
 
 def barrier():
     check(_barrier())
+
+
+_broadcast = fn("hr_dist_broadcast", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int])
+
+
+def broadcast_bytes(data, root=0):
+    """Rank root's bytes on every rank (the others pass a buffer of the same
+    length, whose contents are replaced)."""
+    buf = ctypes.create_string_buffer(bytes(data), len(data))
+    check(_broadcast(ctypes.cast(buf, ctypes.c_void_p), len(data), root))
+    return buf.raw
+
+
+def shared_seed():
+    """A random seed, the same on every rank (rank 0's): split models must
+    sample alike, or their ranks would feed each other different tokens."""
+    import os
+    return int.from_bytes(broadcast_bytes(os.urandom(8)), "little")

@@ -139,9 +139,10 @@ class KVCache:
 class HubrtModelForCausalLM:
     """A loaded causal LM. Use AutoModelForCausalLM.from_pretrained."""
 
-    def __init__(self, handle, path):
+    def __init__(self, handle, path, split=False):
         self._h = handle
         self.name_or_path = str(path)
+        self._split = split  # over the ranks of a process group (tp_size or ep_size > 1)
 
     def __del__(self):
         if getattr(self, "_h", None) and self._h.value:
@@ -287,7 +288,13 @@ class HubrtModelForCausalLM:
         cfg.min_p = float((g["min_p"] or 0.0) if min_p is None else min_p)
         cfg.repetition_penalty = float(g["repetition_penalty"] if repetition_penalty is None
                                        else repetition_penalty)
-        cfg.seed = int.from_bytes(os.urandom(8), "little") if seed is None else int(seed) % 2**64
+        if seed is not None:
+            cfg.seed = int(seed) % 2**64
+        elif self._split:
+            from . import distributed
+            cfg.seed = distributed.shared_seed()  # rank 0's: every rank must draw alike
+        else:
+            cfg.seed = int.from_bytes(os.urandom(8), "little")
         eos_arr = None
         if eos_token_id is not None:
             eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
@@ -435,7 +442,7 @@ class AutoModelForCausalLM:
                              tp_size=tp_size, tp_plan=plan.encode() if plan else None, ep_size=ep_size)
         h = _P()
         check(_load(os.fspath(path).encode(), ctypes.byref(opts), ctypes.byref(h)))
-        model = HubrtModelForCausalLM(h, path)
+        model = HubrtModelForCausalLM(h, path, split=tp_size > 1 or ep_size > 1)
         if isinstance(experts_implementation, Kernel):
             model.set_experts_implementation(experts_implementation)
         return model

@@ -248,8 +248,12 @@ def sdpa(q, k, v, mask=None, scale=0.0, is_causal=False, window=0, softcap=0.0, 
                 exact_from=exact_from, sinks=sinks is not None)
 
 
-def embedding(weight, ids):
-    return call("embedding", weight, ids)
+def embedding(weight, ids, first=None):
+    """weight's rows looked up by ids; with `first`, weight holds the rows
+    [first, first + len) of a vocab-split table and other ids give zeros."""
+    if first is None:
+        return call("embedding", weight, ids)
+    return call("embedding", weight, ids, first=first, sharded=True)
 
 
 def index_select(x, dim, index):
@@ -278,6 +282,25 @@ def contiguous(x):
 
 def cast(x, dtype):
     return call("cast", x, dtype=dtype)
+
+
+# ---- collectives over the process group (hubrt.distributed) ----
+
+def all_reduce(x, bias=None, dtype=None):
+    """The sum of x over the ranks (in f32, rank order), plus bias, in dtype
+    (default x's): the same on every rank."""
+    return call("all_reduce", x, bias, dtype=dtype or x.dtype)
+
+
+def all_gather(x, dim, total):
+    """Every rank's x joined along dim in rank order; rank r gives part r of
+    the even split of `total`."""
+    return call("all_gather", x, dim=dim, total=total)
+
+
+def broadcast(x, root=0):
+    """Rank root's x on every rank."""
+    return call("broadcast", x, root=root)
 
 
 def fill(shape, value, dtype="f32", device="cpu"):

@@ -110,6 +110,13 @@ static hr_status mpi_all_gather(const void *in, size_t bytes, void *out, const s
     return s;
 }
 
+static hr_status mpi_broadcast(void *buf, size_t bytes, int root) {
+    if (bytes > INT_MAX)
+        return hr_error(HR_ERR_INVALID_ARG, "broadcast: %zu bytes is beyond MPI's int counts", bytes);
+    begin("broadcast");
+    return end(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
+}
+
 static void at_exit(void) { hr_dist_finalize(); }
 
 hr_status hr_dist_init(void) {
@@ -131,7 +138,7 @@ hr_status hr_dist_init(void) {
     MPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g.size);
     g.timeout = timeout_s();
-    g.coll = (hr_collectives){.rank = g.rank, .size = g.size, .all_gather = mpi_all_gather};
+    g.coll = (hr_collectives){.rank = g.rank, .size = g.size, .all_gather = mpi_all_gather, .broadcast = mpi_broadcast};
     g.joined = true;
     pthread_t t;
     if (g.size > 1 && pthread_create(&t, NULL, watch, NULL) == 0) pthread_detach(t);
@@ -147,6 +154,14 @@ hr_status hr_dist_barrier(void) {
     if (!g.joined || g.size == 1) return HR_OK;
     begin("barrier");
     return end(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+hr_status hr_dist_broadcast(void *buf, size_t bytes, int root) {
+    if (!g.joined || g.size == 1) return root == 0 ? HR_OK : hr_error(HR_ERR_INVALID_ARG, "broadcast: root %d "
+                                                                       "is not a rank of a group of one", root);
+    if (root < 0 || root >= g.size)
+        return hr_error(HR_ERR_INVALID_ARG, "broadcast: root %d is not a rank of the group of %d", root, g.size);
+    return mpi_broadcast(buf, bytes, root);
 }
 
 void hr_dist_abort(int code, const char *why) {
@@ -176,6 +191,11 @@ hr_status hr_dist_init(void) {
 int hr_dist_rank(void) { return 0; }
 int hr_dist_size(void) { return 1; }
 hr_status hr_dist_barrier(void) { return HR_OK; }
+
+hr_status hr_dist_broadcast(void *buf, size_t bytes, int root) {
+    (void)buf, (void)bytes;
+    return root == 0 ? HR_OK : hr_error(HR_ERR_INVALID_ARG, "broadcast: root %d is not a rank of a group of one", root);
+}
 
 void hr_dist_abort(int code, const char *why) {
     fprintf(stderr, "hubrt: %s\n", why);

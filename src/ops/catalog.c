@@ -67,7 +67,8 @@ static_assert(sizeof ops / sizeof ops[0] == HR_OP_COUNT, "op info table out of s
     F(arange, F64, hr_attrs_arange, step) F(arange, I64, hr_attrs_arange, dtype)         \
     F(all_reduce, I64, hr_attrs_cast, dtype)                                             \
     F(all_gather, I64, hr_attrs_all_gather, dim)                                         \
-    F(all_gather, I64, hr_attrs_all_gather, total)
+    F(all_gather, I64, hr_attrs_all_gather, total)                                       \
+    F(broadcast, I64, hr_attrs_broadcast, root)
 
 #define FIELD_(op_, type_, struct_, field_) {#field_, HR_ATTR_##type_, offsetof(struct_, field_)},
 #define OWNER_(op_, type_, struct_, field_) HR_OP_##op_,

@@ -18,6 +18,8 @@ typedef struct hr_collectives {
      * rank; this rank's `bytes` bytes of in are its own count. Errors
      * (a deadline missed, a transport failure) name the exchange. */
     hr_status (*all_gather)(const void *in, size_t bytes, void *out, const size_t *counts, const size_t *displs);
+    /* buf's `bytes` bytes from rank root into every rank's buf */
+    hr_status (*broadcast)(void *buf, size_t bytes, int root);
 } hr_collectives;
 
 /* Installs c (NULL: back to a group of one); c must outlive its use. */

@@ -1,6 +1,7 @@
 /* Shape and dtype inference for the collectives: all_reduce keeps x's
  * shape in its attrs' dtype; all_gather joins the ranks' parts along a
- * dim. What the parts hold is data, checked by the kernels. */
+ * dim; broadcast keeps x's shape and dtype. What the parts hold is data,
+ * checked by the kernels (the root against the group's size). */
 #include "core/error.h"
 #include "ops/collective.h"
 #include "ops/op_impl.h"
@@ -49,7 +50,19 @@ static hr_status infer_all_gather(const void *attrs, const hr_tensor *const *in,
     return HR_OK;
 }
 
+static hr_status infer_broadcast(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor_meta *out,
+                                 int n_out) {
+    const hr_attrs_broadcast *a = attrs;
+    if (!a) return hr_error(HR_ERR_INVALID_ARG, "broadcast: attrs (root) are required");
+    if (a->root < 0) return hr_error(HR_ERR_INVALID_ARG, "broadcast: root %lld is negative", (long long)a->root);
+    if (hr_dtype_is_quantized(in[0]->dtype))
+        return hr_error(HR_ERR_DTYPE, "broadcast: x is block-quantized (%s)", hr_dtype_name(in[0]->dtype));
+    hr_meta_of(in[0], out);
+    return HR_OK;
+}
+
 void hr_infer_register_collective(hr_infer_fn *table) {
+    table[HR_OP_broadcast] = infer_broadcast;
     table[HR_OP_all_reduce] = infer_all_reduce;
     table[HR_OP_all_gather] = infer_all_gather;
 }

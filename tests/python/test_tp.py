@@ -218,6 +218,35 @@ def test_cli_run_tp2_prints_the_one_process_text_once():
     assert se.count("prompt tokens:") == 1
 
 
+def test_cli_chat_tp2_answers_as_one_process():
+    """Rank 0 reads the turns (mpirun gives it stdin) and hands them on."""
+    turns = "Hello there\nAnd then?\n/reset\nWhat is 2+2?\n"
+    args = ["chat", FIX / "tiny-qwen3-tok", "--greedy", "-n", "10", "--no-think", "--dtype", "float32"]
+    one = subprocess.run([str(CLI), *map(str, args)], input=turns, capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0, one.stderr
+    e = {**os.environ, "HUBRT_DIST_TIMEOUT": "20"}
+    two = subprocess.run([str(CLI), "launch", "-n", "2", "--", str(CLI), *map(str, args), "--tp", "2"], input=turns,
+                         capture_output=True, text=True, timeout=120, env=e)
+    assert two.returncode == 0, two.stderr
+    assert two.stdout == one.stdout and one.stdout.count("\n") == 3
+
+
+def test_python_sampling_draws_one_seed_for_every_rank(tmp_path):
+    """generate(do_sample=True) without a seed: rank 0's random seed for all
+    (ranks drawing their own would feed each other different tokens)."""
+    script = tmp_path / "sample.py"
+    script.write_text(
+        "import sys, numpy as np, hubrt\n"
+        "m = hubrt.AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype='float32',\n"
+        "    distributed_config=hubrt.DistributedConfig(tp_size=2))\n"
+        "ids = m.generate(np.array([[5, 6, 7]]), max_new_tokens=24, do_sample=True, temperature=1.5, eos_token_id=[])\n"
+        "np.save(f'{sys.argv[2]}.{hubrt.distributed.rank()}.npy', ids)\n")
+    rc, _, se = launch(2, sys.executable, script, FIX / "tiny-llama", tmp_path / "ids")
+    assert rc == 0, se[-2000:]
+    a, b = (np.load(tmp_path / f"ids.{r}.npy") for r in range(2))
+    np.testing.assert_array_equal(a, b)
+
+
 def test_launch_dry_run_sets_threads_and_root():
     p = subprocess.run([str(CLI), "launch", "-n", "3", "--threads", "2", "--dry-run", "--", "hubrt", "run"],
                        capture_output=True, text=True)

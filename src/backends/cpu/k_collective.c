@@ -3,7 +3,7 @@
  * gathers every rank's part as f32 and sums the parts in rank order, so
  * every rank ends with the same bits (an MPI reduction may sum in an
  * order that differs by rank) and nothing is rounded to a 16-bit dtype
- * before the sum. */
+ * before the sum. broadcast sends the root's bytes to every rank. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,7 +135,26 @@ static hr_status k_all_gather(const void *attrs, const hr_tensor *const *in, int
     return s;
 }
 
+static hr_status k_broadcast(const void *attrs, const hr_tensor *const *in, int n_in, hr_tensor *const *out,
+                             int n_out) {
+    const hr_attrs_broadcast *a = attrs;
+    const hr_collectives *g = hr_collectives_current();
+    int ranks = g ? g->size : 1;
+    if (a->root >= ranks)
+        return hr_error(HR_ERR_INVALID_ARG, "broadcast: root %lld is not a rank of the group of %d", (long long)a->root,
+                        ranks);
+    size_t bytes = hr_dtype_size(in[0]->dtype) * (size_t)hr_tensor_numel(in[0]);
+    char *buf = malloc(bytes + 1);
+    if (!buf) return hr_error(HR_ERR_OOM, "broadcast: out of memory for %zu bytes", bytes);
+    hr_status s = contiguous_bytes(in[0], in[0]->shape, in[0]->ndim, buf);
+    if (s == HR_OK && ranks > 1) s = g->broadcast(buf, bytes, (int)a->root);
+    if (s == HR_OK) s = store_bytes(out[0], buf);
+    free(buf);
+    return s;
+}
+
 void hr_cpu_register_collective(hr_cpu_kernel_fn *table) {
+    table[HR_OP_broadcast] = k_broadcast;
     table[HR_OP_all_reduce] = k_all_reduce;
     table[HR_OP_all_gather] = k_all_gather;
 }

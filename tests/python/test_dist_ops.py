@@ -1,0 +1,50 @@
+"""The collective ops (all_reduce, all_gather, broadcast) and the sharded
+embedding lookup: over 3 ranks (oversubscribed on this machine's cores)
+against torch computed from every rank's inputs (dist_ops_worker.py), and
+in a process that joined no group (a group of one)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import hubrt
+from hubrt import ops
+from test_tp import CLI
+
+WORKER = Path(__file__).with_name("dist_ops_worker.py")
+
+
+@pytest.mark.skipif(not hubrt.distributed.available(), reason="libhubrt built without MPI")
+def test_collectives_over_three_ranks_match_torch(tmp_path):
+    out = tmp_path / "ok"
+    p = subprocess.run([str(CLI), "launch", "-n", "3", "--", sys.executable, str(WORKER), str(out)],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "HUBRT_DIST_TIMEOUT": "30"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert out.read_text() == "ok"
+
+
+def test_a_group_of_one():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.float32([1, 2, 3, 4])
+    np.testing.assert_array_equal(ops.all_reduce(hubrt.from_numpy(x), hubrt.from_numpy(b)).numpy(), x + b)
+    np.testing.assert_array_equal(ops.all_reduce(hubrt.from_numpy(x), dtype="bf16").numpy(),
+                                  torch.from_numpy(x).bfloat16().float().numpy())
+    np.testing.assert_array_equal(ops.all_gather(hubrt.from_numpy(x), dim=0, total=3).numpy(), x)
+    np.testing.assert_array_equal(ops.broadcast(hubrt.from_numpy(x)).numpy(), x)
+    with pytest.raises(hubrt.HubrtError, match="root 1 is not a rank of the group of 1"):
+        ops.broadcast(hubrt.from_numpy(x), root=1)
+    with pytest.raises(hubrt.HubrtError, match="rank 0 of 1 holds 3 along dim 0, but its part of 5 is 5"):
+        ops.all_gather(hubrt.from_numpy(x), dim=0, total=5)
+    with pytest.raises(hubrt.HubrtError, match="total 2 is less than this rank's part 3"):
+        ops.all_gather(hubrt.from_numpy(x), dim=0, total=2)
+    with pytest.raises(hubrt.HubrtError, match=r"all_reduce.: shapes \[3, 4\] and \[3\] do not broadcast"):
+        ops.all_reduce(hubrt.from_numpy(x), hubrt.from_numpy(np.zeros(3, np.float32)))
+    ids = hubrt.from_numpy(np.array([0, 5, 6, 9]))
+    rows = ops.embedding(hubrt.from_numpy(x), ids, first=5).numpy()
+    np.testing.assert_array_equal(rows, np.stack([np.zeros(4), x[0], x[1], np.zeros(4)]).astype(np.float32))
+    with pytest.raises(hubrt.HubrtError, match="id 5 at position 1 is out of range for weight with 3 rows"):
+        ops.embedding(hubrt.from_numpy(x), ids)
