@@ -35,6 +35,10 @@ int hr_cmd_serve(int argc, char **argv);
 int hr_cmd_bench(int argc, char **argv);
 int hr_cmd_launch(int argc, char **argv);
 int hr_cmd_launch_mpi(int argc, char **argv);
+/* A TPU host's process grid X,Y,Z for n processes of one chip each (1, 2,
+ * 4, 8), or NULL; and whether b is a grid of n processes. */
+const char *hr_cli_tpu_default_bounds(int n);
+bool hr_cli_tpu_bounds_valid(const char *b, int n);
 int hr_cmd_tokenize(int argc, char **argv);
 int hr_cmd_detokenize(int argc, char **argv);
 int hr_cmd_kernels(int argc, char **argv);

@@ -30,7 +30,7 @@ static void usage(FILE *f) {
 }
 
 /* The host's chip grid when one process drives each chip. */
-static const char *default_bounds(int n) {
+const char *hr_cli_tpu_default_bounds(int n) {
     switch (n) {
     case 1: return "1,1,1";
     case 2: return "1,2,1";
@@ -40,7 +40,7 @@ static const char *default_bounds(int n) {
     }
 }
 
-static bool bounds_valid(const char *b, int n) {
+bool hr_cli_tpu_bounds_valid(const char *b, int n) {
     int x, y, z;
     char end;
     return sscanf(b, "%d,%d,%d%c", &x, &y, &z, &end) == 3 && x > 0 && y > 0 && z > 0 && x * y * z == n;
@@ -80,9 +80,10 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 }
 
 int hr_cmd_launch(int argc, char **argv) {
-    /* -n, --hosts or --threads: MPI ranks (cmd_launch_mpi.c) */
+    /* -n, --hosts, --threads or --tpu: MPI ranks (cmd_launch_mpi.c) */
     for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
-        if (!strcmp(argv[i], "-n") || !strcmp(argv[i], "--hosts") || !strcmp(argv[i], "--threads"))
+        if (!strcmp(argv[i], "-n") || !strcmp(argv[i], "--hosts") || !strcmp(argv[i], "--threads") ||
+            !strcmp(argv[i], "--tpu"))
             return hr_cmd_launch_mpi(argc, argv);
     int n = 4, port = 8476, cmd = -1;
     const char *bounds = NULL;
@@ -119,8 +120,8 @@ int hr_cmd_launch(int argc, char **argv) {
         usage(stderr);
         return HR_EXIT_USAGE;
     }
-    if (!bounds) bounds = default_bounds(n);
-    if (!bounds || !bounds_valid(bounds, n)) {
+    if (!bounds) bounds = hr_cli_tpu_default_bounds(n);
+    if (!bounds || !hr_cli_tpu_bounds_valid(bounds, n)) {
         fprintf(stderr, "hubrt launch: --process-bounds %s must be X,Y,Z with X*Y*Z = %d processes\n",
                 bounds ? bounds : "(none: no default for this count)", n);
         return HR_EXIT_USAGE;

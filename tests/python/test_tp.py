@@ -256,6 +256,25 @@ def test_launch_dry_run_sets_threads_and_root():
     assert ("--allow-run-as-root" in cmd) == (os.geteuid() == 0)
 
 
+def test_launch_tpu_gives_each_rank_libtpu_variables():
+    """--tpu: the shared variables from the launcher (ranks fill each host's
+    slots in turn), each rank's chip, port and task id from its place in the
+    MPI layout, set by libhubrt before it looks for libtpu."""
+    p = subprocess.run([str(CLI), "launch", "-n", "4", "--tpu", "--hosts", "h1,h2", "--port", "9000", "--dry-run", "--",
+                        "hubrt", "run"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    cmd = p.stdout.split()
+    for want in ("h1:2,h2:2", "TPU_PROCESS_BOUNDS=2,2,1", "TPU_CHIPS_PER_PROCESS_BOUNDS=1,1,1",
+                 "TPU_PROCESS_ADDRESSES=h1:9000,h1:9001,h2:9000,h2:9001", "HUBRT_TPU_BASE_PORT=9000"):
+        assert want in cmd, (want, cmd)
+    p = subprocess.run([str(CLI), "launch", "-n", "3", "--tpu", "--dry-run", "--", "x"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--process-bounds (none: no default for this count)" in p.stderr
+    rc, _, se = launch(2, CLI, "info", env={"HUBRT_LOG": "info", "HUBRT_TPU_BASE_PORT": "9100"})
+    assert rc == 0, se
+    for r in (0, 1):
+        assert f"tpu: rank {r} (local {r}): TPU_VISIBLE_CHIPS={r} TPU_PROCESS_PORT={9100 + r} CLOUD_TPU_TASK_ID={r}" in se
+
+
 @pytest.mark.parametrize("fault,says", [
     ("raise", "rank 1 of 2: RuntimeError: rank 1 fails on purpose"),
     ("hang", "rank 0 of 2: all_gather #"),

@@ -188,6 +188,39 @@ static char g_message[N_BACKENDS][2560];
 static bool g_tried[N_BACKENDS];
 static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The MPI layout's value of one of these variables (Open MPI's, then
+ * MPICH's Hydra), or -1. */
+static long mpi_env(const char *ompi, const char *mpich) {
+    const char *v = getenv(ompi);
+    if (!v) v = getenv(mpich);
+    char *end = NULL;
+    long n = v ? strtol(v, &end, 10) : -1;
+    return v && end != v && !*end && n >= 0 ? n : -1;
+}
+
+/* A rank started by `hubrt launch -n N --tpu` (mpirun) gets the variables
+ * that libtpu reads and that are the same for every process from the
+ * launcher (TPU_PROCESS_BOUNDS, TPU_CHIPS_PER_PROCESS_BOUNDS,
+ * TPU_PROCESS_ADDRESSES, HUBRT_TPU_BASE_PORT); its own three come from its
+ * place in the MPI layout, here, before libtpu starts: its chip (the local
+ * rank), its port (the base + the local rank) and its task id (the rank).
+ * Variables already set are left alone. */
+static void tpu_env_from_mpi(void) {
+    const char *base = getenv("HUBRT_TPU_BASE_PORT");
+    long rank = mpi_env("OMPI_COMM_WORLD_RANK", "PMI_RANK");
+    long local = mpi_env("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID");
+    if (!base || rank < 0 || local < 0) return;
+    char v[32];
+    snprintf(v, sizeof v, "%ld", local);
+    setenv("TPU_VISIBLE_CHIPS", v, 0);
+    snprintf(v, sizeof v, "%ld", atol(base) + local);
+    setenv("TPU_PROCESS_PORT", v, 0);
+    snprintf(v, sizeof v, "%ld", rank);
+    setenv("CLOUD_TPU_TASK_ID", v, 0);
+    hr_log(HR_LOG_INFO, "tpu: rank %ld (local %ld): TPU_VISIBLE_CHIPS=%s TPU_PROCESS_PORT=%s CLOUD_TPU_TASK_ID=%s", rank,
+           local, getenv("TPU_VISIBLE_CHIPS"), getenv("TPU_PROCESS_PORT"), getenv("CLOUD_TPU_TASK_ID"));
+}
+
 hr_status hr_pjrt_plugin_get(const char *backend, hr_pjrt_plugin **out) {
     int b = 0;
     while (b < N_BACKENDS && strcmp(g_names[b], backend)) b++;
@@ -199,6 +232,7 @@ hr_status hr_pjrt_plugin_get(const char *backend, hr_pjrt_plugin **out) {
         pthread_mutex_init(&p->lock, NULL);
         const char *blocking = getenv("HUBRT_LAUNCH_BLOCKING");
         p->launch_blocking = blocking && *blocking && strcmp(blocking, "0");
+        if (!strcmp(backend, "tpu")) tpu_env_from_mpi();
         hr_status s = open_library(p, backend);
         if (s == HR_OK) s = create_client(p);
         g_status[b] = s;
