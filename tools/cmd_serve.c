@@ -10,6 +10,7 @@
 
 static const char *usage_text =
     "usage: hubrt serve MODEL [--port P] [--host ADDR] [--model-name NAME] [--slots N] [--ctx N]\n"
+    "                   [--tp N [--tp-plan JSON]] [--ep N]   (under hubrt launch -n N: rank 0 serves)\n"
     "                   [--prefill-chunk N] [--queue N] [--max-body BYTES] [--grace S] [--no-prefix-reuse]\n"
     "                   [--compile | --deterministic] [--dtype D] [--device cpu] [--revision R]\n"
     "                   [--experts grouped|eager] [--dequantize | --quantize q8_0|q4_0|q4_1|q5_0|q5_1]\n"
@@ -39,6 +40,12 @@ static int parse(int argc, char **argv, serve_args *a) {
     a->so.grace_s = 10;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int tp = hr_cli_tp_flag("serve", f, v, &a->opts);
+        if (tp < 0) return HR_EXIT_USAGE;
+        if (tp) {
+            i++;
+            continue;
+        }
         bool flag_only = !strcmp(f, "--compile") || !strcmp(f, "--no-prefix-reuse") || !strcmp(f, "--deterministic") ||
                          !strcmp(f, "--dequantize");
         if (f[0] == '-' && !flag_only && !v) {
@@ -100,7 +107,14 @@ int hr_cmd_serve(int argc, char **argv) {
     hr_status st = hr_cli_model_dir(a.model, a.revision, &dir);
     if (st == HR_OK) st = hr_tokenizer_load(dir, &tok);
     if (st == HR_OK) st = hr_model_load(dir, &a.opts, &model);
-    if (st == HR_OK) {
+    if (st == HR_OK && hr_model_group_size(model) > 1 && hr_dist_rank() > 0) {
+        /* a split model's other ranks make rank 0's engine calls; rank 0
+         * serves, and its shutdown (mpirun hands SIGTERM to every rank) ends
+         * theirs: they return when its engine stops */
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
+        st = hr_engine_follow(model, &a.so.engine);
+    } else if (st == HR_OK) {
         struct sigaction sa = {.sa_handler = on_signal};
         sigemptyset(&sa.sa_mask);
         sigaction(SIGTERM, &sa, NULL);

@@ -32,6 +32,11 @@ HR_API hr_status hr_dist_barrier(void);
 /* buf's `bytes` bytes from rank `root` into every rank's buf (with the
  * deadline): what one rank read (a prompt, a random seed) for all. */
 HR_API hr_status hr_dist_broadcast(void *buf, size_t bytes, int root);
+/* The same for a rank that may wait long for the root (a server's
+ * follower ranks between requests): no deadline, and the wait sleeps
+ * instead of spinning a core. Every rank of the group calls it for the
+ * same message, as with hr_dist_broadcast (the two do not match). */
+HR_API hr_status hr_dist_broadcast_idle(void *buf, size_t bytes, int root);
 /* Ends every rank now with exit code `code`, after printing `why` with
  * this rank's number to stderr: a rank that failed calls it so that the
  * others do not wait on it. Without a group, exits the process. */

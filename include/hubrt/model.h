@@ -62,6 +62,9 @@ typedef struct hr_model_options {
 HR_API const char *hr_model_supported_archs(void);
 HR_API hr_status hr_model_load(const char *dir, const hr_model_options *opts, hr_model **out);
 HR_API void hr_model_free(hr_model *m);
+/* The ranks the model is split over (tp_size or ep_size; 1: not split):
+ * every rank must make the same calls on it, in the same order. */
+HR_API int hr_model_group_size(const hr_model *m);
 
 /* The implementation a mixture-of-experts model's experts run, by name:
  * "grouped" (the default: tokens grouped by expert, each touched expert's

@@ -53,8 +53,7 @@ static long long now_ms(void) {
 }
 
 /* The watcher: wakes ten times a second, and past the deadline of the
- * exchange in flight ends this rank (no MPI call from this thread: the
- * group is joined funneled). mpirun then ends the others. */
+ * exchange in flight ends this rank (no MPI call from this thread). mpirun then ends the others. */
 static void *watch(void *arg) {
     (void)arg;
     for (;;) {
@@ -130,8 +129,10 @@ hr_status hr_dist_init(void) {
         if (dladdr((void *)MPI_Init_thread, &info) && info.dli_fname)
             dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
         int provided = 0;
-        /* funneled: the thread pool's workers never call MPI */
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        /* serialized: one thread at a time calls MPI (the thread running
+         * the model: a server's engine thread); the pool's workers and the
+         * watcher never do */
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
             return hr_error(HR_ERR_IO, "MPI_Init_thread failed: cannot join the process group");
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -154,6 +155,32 @@ hr_status hr_dist_barrier(void) {
     if (!g.joined || g.size == 1) return HR_OK;
     begin("barrier");
     return end(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+hr_status hr_dist_broadcast_idle(void *buf, size_t bytes, int root) {
+    if (!g.joined || g.size == 1) return root == 0 ? HR_OK : hr_error(HR_ERR_INVALID_ARG, "broadcast: root %d "
+                                                                       "is not a rank of a group of one", root);
+    if (root < 0 || root >= g.size || bytes > INT_MAX)
+        return hr_error(HR_ERR_INVALID_ARG, "broadcast: root %d of %d, %zu bytes", root, g.size, bytes);
+    /* point to point: a receive posted and polled, sleeping between polls
+     * once idle (a blocking MPI call spins a core while it waits) */
+    enum { TAG = 7001 };
+    if (g.rank == root) {
+        for (int r = 0; r < g.size; r++)
+            if (r != root && MPI_Send(buf, (int)bytes, MPI_BYTE, r, TAG, MPI_COMM_WORLD) != MPI_SUCCESS)
+                return hr_error(HR_ERR_IO, "broadcast: MPI_Send to rank %d failed", r);
+        return HR_OK;
+    }
+    MPI_Request req;
+    if (MPI_Irecv(buf, (int)bytes, MPI_BYTE, root, TAG, MPI_COMM_WORLD, &req) != MPI_SUCCESS)
+        return hr_error(HR_ERR_IO, "broadcast: MPI_Irecv from rank %d failed", root);
+    for (long polls = 0;; polls++) {
+        int done = 0;
+        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return hr_error(HR_ERR_IO, "broadcast: receiving from rank %d failed", root);
+        if (done) return HR_OK;
+        if (polls > 10000) nanosleep(&(struct timespec){0, 500 * 1000}, NULL);
+    }
 }
 
 hr_status hr_dist_broadcast(void *buf, size_t bytes, int root) {
@@ -191,6 +218,8 @@ hr_status hr_dist_init(void) {
 int hr_dist_rank(void) { return 0; }
 int hr_dist_size(void) { return 1; }
 hr_status hr_dist_barrier(void) { return HR_OK; }
+
+hr_status hr_dist_broadcast_idle(void *buf, size_t bytes, int root) { return hr_dist_broadcast(buf, bytes, root); }
 
 hr_status hr_dist_broadcast(void *buf, size_t bytes, int root) {
     (void)buf, (void)bytes;

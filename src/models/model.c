@@ -150,6 +150,7 @@ void hr_model_free(hr_model *m) {
 }
 
 const char *hr_model_arch(const hr_model *m) { return m->cfg.arch; }
+int hr_model_group_size(const hr_model *m) { return m->tp.size > 1 ? m->tp.size : 1; }
 hr_dtype hr_model_dtype(const hr_model *m) { return m->dtype; }
 int64_t hr_model_vocab_size(const hr_model *m) { return m->cfg.vocab_size; }
 int64_t hr_model_max_positions(const hr_model *m) { return m->cfg.max_position_embeddings; }

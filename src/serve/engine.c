@@ -13,6 +13,8 @@
 #include "core/error.h"
 #include "core/iter.h"
 #include "generate/sampling.h"
+#include "hubrt/dist.h"
+#include "serve/mirror.h"
 
 enum { SLOT_FREE, SLOT_RUNNING, SLOT_IDLE };
 
@@ -64,6 +66,8 @@ struct hr_engine {
     int64_t pad;
     hr_kv_cache *kv, *scratch;
     hr_kv_cache **rows; /* [B + 1]: rows[b] the first b rows of kv (eager steps over fewer rows), made when needed */
+    bool split;          /* the model is split over ranks: every cache and model call is mirrored (mirror.h) */
+    hr_mirror_caches mc; /* kv, scratch and rows, as mirrored commands name them */
     slot *slots;
     int64_t *ids, *pos, *mask; /* step staging: [B], [B], [B, C]; prefill [chunk] in ids/pos of size max(B, chunk) */
     float *row, *row2;         /* [vocab] each */
@@ -440,6 +444,33 @@ static int choose_slot(hr_engine *e, const hr_request *r, int64_t *reuse) {
     return best >= 0 ? best : free_row >= 0 ? free_row : oldest;
 }
 
+/* A cache or model call, made here and, for a split model, first sent to
+ * the other ranks, which make it on their caches (mirror.h). */
+static hr_status engine_call(hr_engine *e, const hr_mirror_cmd *c, hr_tensor **logits) {
+    if (e->split) HR_TRY(hr_mirror_send(c));
+    return hr_mirror_apply(&e->mc, c, logits);
+}
+
+static hr_status cache_set_len(hr_engine *e, int64_t cache, int64_t len) {
+    return engine_call(e, &(hr_mirror_cmd){.op = HR_MIR_SET_LEN, .cache = cache, .a = len}, NULL);
+}
+
+static hr_status cache_copy(hr_engine *e, int64_t dst, int64_t dst_row, int64_t dst_at, int64_t src, int64_t src_row,
+                            int64_t src_at, int64_t n) {
+    hr_mirror_cmd c = {.op = HR_MIR_COPY, .cache = dst, .a = dst_row, .b = dst_at, .c = src, .d = src_row, .e = src_at,
+                       .f = n};
+    return engine_call(e, &c, NULL);
+}
+
+/* A model step on cache `cache`; mask_cols: the columns of a->mask. */
+static hr_status engine_step(hr_engine *e, int64_t cache, const hr_step_args *a, int64_t mask_cols,
+                             hr_tensor **logits) {
+    hr_mirror_cmd c = {.op = HR_MIR_STEP, .cache = cache, .batch = a->batch, .seq = a->seq, .ids = a->ids,
+                       .pos = a->pos, .mask = a->mask, .mask_cols = a->mask ? mask_cols : 0,
+                       .compiled = a->compiled, .batch_invariant = a->batch_invariant};
+    return engine_call(e, &c, logits);
+}
+
 static void slot_clear(slot *s) {
     s->state = SLOT_FREE;
     s->req = NULL;
@@ -449,7 +480,7 @@ static void slot_clear(slot *s) {
 /* Shifts every row's cells by delta; idle rows pushed off the start are
  * given up. */
 static hr_status shift_rows(hr_engine *e, int64_t delta) {
-    HR_TRY(hr_kv_cache_shift(e->kv, delta));
+    HR_TRY(engine_call(e, &(hr_mirror_cmd){.op = HR_MIR_SHIFT, .cache = HR_MIR_KV, .a = delta}, NULL));
     for (int i = 0; i < e->B; i++) {
         slot *s = &e->slots[i];
         if (s->state == SLOT_FREE) continue;
@@ -473,9 +504,9 @@ static hr_status start_prefill(hr_engine *e, hr_request *r) {
     if (s->state == SLOT_IDLE && !k) slot_clear(s);
     s->state = SLOT_RUNNING; /* reserved: not chosen again, not decoded until placed */
     s->req = NULL;
-    hr_kv_cache_reset(e->scratch);
-    if (k) HR_TRY(hr_kv_cache_copy(e->scratch, 0, 0, e->kv, i, s->start, k));
-    HR_TRY(hr_kv_cache_set_len(e->scratch, k));
+    HR_TRY(engine_call(e, &(hr_mirror_cmd){.op = HR_MIR_RESET, .cache = HR_MIR_SCRATCH}, NULL));
+    if (k) HR_TRY(cache_copy(e, HR_MIR_SCRATCH, 0, 0, HR_MIR_KV, i, s->start, k));
+    HR_TRY(cache_set_len(e, HR_MIR_SCRATCH, k));
     e->pre_done = k;
     pthread_mutex_lock(&e->mu);
     r->prefilled = r->n_prompt - k;
@@ -493,10 +524,10 @@ static hr_status place(hr_engine *e, hr_request *r) {
         bool any = false;
         for (int i = 0; i < e->B; i++) any |= e->slots[i].state != SLOT_FREE;
         if (any) HR_TRY(shift_rows(e, p - L));
-        else HR_TRY(hr_kv_cache_set_len(e->kv, p));
+        else HR_TRY(cache_set_len(e, HR_MIR_KV, p));
         L = p;
     }
-    HR_TRY(hr_kv_cache_copy(e->kv, r->slot, L - p, e->scratch, 0, 0, p));
+    HR_TRY(cache_copy(e, HR_MIR_KV, r->slot, L - p, HR_MIR_SCRATCH, 0, 0, p));
     s->state = SLOT_RUNNING;
     s->req = r;
     s->start = L - p;
@@ -530,7 +561,7 @@ static hr_status prefill_step(hr_engine *e) {
     }
     hr_step_args a = {.ids = e->ids, .pos = e->pos, .batch = 1, .seq = n, .cache = e->scratch,
                       .compiled = e->compile};
-    HR_TRY(hr_model_step(e->m, &a, &e->pre_logits));
+    HR_TRY(engine_step(e, HR_MIR_SCRATCH, &a, 0, &e->pre_logits));
     e->pre_done += n;
     pthread_mutex_lock(&e->mu);
     e->st.prefill_tokens += n;
@@ -568,10 +599,11 @@ static hr_status decode_step(hr_engine *e) {
             if (e->slots[i].state == SLOT_RUNNING && e->slots[i].req) b = i + 1;
     }
     hr_kv_cache *kv = e->kv;
+    int64_t kv_id = HR_MIR_KV;
     if (b < e->B) {
-        if (!e->rows[b]) HR_TRY(hr_kv_cache_rows(e->kv, b, &e->rows[b]));
+        kv_id = HR_MIR_ROWS + b; /* made on first use (mirror.c) */
+        HR_TRY(cache_set_len(e, kv_id, L));
         kv = e->rows[b];
-        HR_TRY(hr_kv_cache_set_len(kv, L));
     }
     memset(e->mask, 0, sizeof(int64_t) * (size_t)(b * t));
     for (int i = 0; i < b; i++) {
@@ -586,8 +618,8 @@ static hr_status decode_step(hr_engine *e) {
     }
     hr_step_args a = {.ids = e->ids, .pos = e->pos, .mask = e->mask, .batch = b, .seq = 1, .cache = kv,
                       .compiled = e->compile, .batch_invariant = e->deterministic};
-    HR_TRY(hr_model_step(e->m, &a, &e->logits));
-    if (kv != e->kv) HR_TRY(hr_kv_cache_set_len(e->kv, L + 1));
+    HR_TRY(engine_step(e, kv_id, &a, t, &e->logits));
+    if (kv != e->kv) HR_TRY(cache_set_len(e, HR_MIR_KV, L + 1));
     hr_tensor *host = NULL;
     if (!hr_tensor_data(e->logits)) HR_TRY(hr_tensor_to(e->logits, hr_device_cpu(), &host));
     const hr_tensor *lg = host ? host : e->logits;
@@ -659,7 +691,8 @@ static void fail_all_locked(hr_engine *e, hr_status s) {
     }
     if (e->pre) fail_locked(e, e->pre, s);
     e->pre = NULL;
-    hr_kv_cache_reset(e->kv);
+    /* a failed mirrored call has ended every rank already (mirror.c) */
+    engine_call(e, &(hr_mirror_cmd){.op = HR_MIR_RESET, .cache = HR_MIR_KV}, NULL);
 }
 
 static void *engine_main(void *arg) {
@@ -701,15 +734,26 @@ static void *engine_main(void *arg) {
 
 /* ---- the engine ------------------------------------------------------------------ */
 
+/* The cache's rows and cells the options give for m. */
+static void engine_dims(const hr_model *m, const hr_engine_options *o, int64_t *B, int64_t *C) {
+    *B = o && o->slots > 0 ? o->slots : 8;
+    int64_t maxpos = hr_model_max_positions(m);
+    *C = o && o->capacity > 0 ? o->capacity : maxpos > 0 && maxpos < 4096 ? maxpos : 4096;
+}
+
+hr_status hr_engine_follow(hr_model *m, const hr_engine_options *o) {
+    int64_t B, C;
+    engine_dims(m, o, &B, &C);
+    return hr_mirror_follow(m, B, C);
+}
+
 hr_status hr_engine_create(hr_model *m, const hr_tokenizer *tok, const hr_engine_options *o, hr_engine **out) {
     *out = NULL;
     hr_engine *e = calloc(1, sizeof *e);
     if (!e) return hr_error(HR_ERR_OOM, "serve: out of memory");
     e->m = m;
     e->tok = tok;
-    e->B = o && o->slots > 0 ? o->slots : 8;
-    int64_t maxpos = hr_model_max_positions(m);
-    e->C = o && o->capacity > 0 ? o->capacity : maxpos > 0 && maxpos < 4096 ? maxpos : 4096;
+    engine_dims(m, o, &e->B, &e->C);
     e->chunk = o && o->prefill_chunk > 0 ? o->prefill_chunk : 256;
     e->max_queue = o && o->max_queue > 0 ? o->max_queue : 64;
     e->compile = o && o->compile;
@@ -726,6 +770,10 @@ hr_status hr_engine_create(hr_model *m, const hr_tokenizer *tok, const hr_engine
     if (e->B > 256 || e->C < 2)
         s = hr_error(HR_ERR_INVALID_ARG, "serve: %lld rows of %lld tokens (rows 1..256, tokens >= 2)",
                      (long long)e->B, (long long)e->C);
+    e->split = hr_model_group_size(m) > 1;
+    if (s == HR_OK && e->split && hr_dist_rank() != 0)
+        s = hr_error(HR_ERR_INVALID_ARG, "serve: rank %d of a split model follows rank 0 (hr_engine_follow); only "
+                     "rank 0 runs the engine", hr_dist_rank());
     if (s == HR_OK) s = hr_kv_cache_create(m, e->B, e->C, &e->kv);
     if (s == HR_OK) s = hr_kv_cache_create(m, 1, e->C, &e->scratch);
     e->reuse = !(o && o->no_prefix_reuse) && !e->deterministic && !hr_kv_cache_ring_wraps(e->kv);
@@ -744,6 +792,7 @@ hr_status hr_engine_create(hr_model *m, const hr_tokenizer *tok, const hr_engine
     }
     for (int64_t i = 0; s == HR_OK && i < e->B; i++)
         if (!(e->slots[i].ids = malloc(sizeof(int64_t) * (size_t)e->C))) s = hr_error(HR_ERR_OOM, "serve: out of memory");
+    e->mc = (hr_mirror_caches){.m = m, .kv = e->kv, .scratch = e->scratch, .rows = e->rows, .B = e->B};
     if (s == HR_OK) {
         if (pthread_create(&e->thread, NULL, engine_main, e))
             s = hr_error(HR_ERR_INTERNAL, "serve: cannot start the engine thread");
@@ -771,6 +820,7 @@ void hr_engine_shutdown(hr_engine *e, double grace_s) {
 void hr_engine_free(hr_engine *e) {
     if (!e) return;
     hr_engine_shutdown(e, 0);
+    if (e->split && e->kv) hr_mirror_send(&(hr_mirror_cmd){.op = HR_MIR_STOP}); /* the followers return */
     for (int64_t i = 0; e->slots && i < e->B; i++) free(e->slots[i].ids);
     free(e->slots);
     for (int64_t b = 0; e->rows && b <= e->B; b++) hr_kv_cache_free(e->rows[b]);

@@ -76,6 +76,10 @@ typedef struct hr_engine_stats {
 } hr_engine_stats;
 
 hr_status hr_engine_create(hr_model *m, const hr_tokenizer *tok, const hr_engine_options *opts, hr_engine **out);
+/* A rank other than 0 of a split model (hr_model_group_size > 1): makes
+ * every cache and model call rank 0's engine makes (mirror.h), until that
+ * engine is freed. */
+hr_status hr_engine_follow(hr_model *m, const hr_engine_options *opts);
 /* Stops taking requests, aborts the queued ones, lets running ones finish
  * for up to grace_s seconds and aborts the rest, then stops the thread.
  * Requests can still be polled and released afterwards. */

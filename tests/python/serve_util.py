@@ -14,9 +14,13 @@ from hubrt_cli_util import CLI
 
 
 class Server:
-    def __init__(self, model, *args, timeout=120):
-        self.proc = subprocess.Popen([CLI, "serve", str(model), "--port", "0", *map(str, args)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def __init__(self, model, *args, timeout=120, ranks=1):
+        """ranks > 1: the model split over that many ranks (hubrt launch -n
+        ranks -- hubrt serve ... --tp ranks); rank 0 serves."""
+        cmd = [CLI, "serve", str(model), "--port", "0", *map(str, args)]
+        if ranks > 1:
+            cmd = [CLI, "launch", "-n", str(ranks), "--", *cmd, "--tp", str(ranks)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.err_lines = []
         self._ready = threading.Event()
         self.url = None

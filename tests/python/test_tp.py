@@ -231,6 +231,26 @@ def test_cli_chat_tp2_answers_as_one_process():
     assert two.stdout == one.stdout and one.stdout.count("\n") == 3
 
 
+def test_serve_tp2_answers_as_one_process():
+    """hubrt serve --tp 2: rank 0 serves and batches, the other rank makes
+    each of its engine's cache and model calls; six concurrent greedy chats
+    get the one-process answers, and a SIGTERM ends both ranks."""
+    import concurrent.futures as cf
+    from serve_util import Server
+    model = FIX / "tiny-qwen3-tok"
+
+    def answers(ranks):
+        body = lambda i: {"model": str(model), "messages": [{"role": "user", "content": f"Hello {i}"}],
+                          "max_tokens": 12, "temperature": 0}
+        with Server(model, "--dtype", "float32", "--slots", "4", ranks=ranks) as s:
+            with cf.ThreadPoolExecutor(6) as ex:
+                got = list(ex.map(lambda i: s.post("/v1/chat/completions", body(i)).json(), range(6)))
+        assert s.proc.returncode is not None  # ended, not hung
+        return [g["choices"][0]["message"]["content"] for g in got]
+
+    assert answers(2) == answers(1)
+
+
 def test_python_sampling_draws_one_seed_for_every_rank(tmp_path):
     """generate(do_sample=True) without a seed: rank 0's random seed for all
     (ranks drawing their own would feed each other different tokens)."""
