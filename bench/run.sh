@@ -234,6 +234,14 @@ if [[ " $ENGINES " == *" hubrt "* ]] && (( $(date +%s) - START <= BUDGET )); the
     --out "$RESULTS" > "$WORK/sd3.out" 2> "$WORK/sd3.err" || log "bench_sd3.py failed (see $WORK/sd3.err)"
 fi
 
+# --- tensor parallelism: tp=2 x 1 thread against tp=1 x 2 threads on the Llama-3.2-1B shape
+if [[ " $ENGINES " == *" hubrt "* ]] && [[ -f $FIX/llama-3.2-1b-shaped/model.safetensors ]] && \
+   (( $(date +%s) - START <= BUDGET )); then
+  log "tensor parallelism (bench/bench_tp.py)"
+  timeout $((RUN_TIMEOUT * 4)) "$PY" bench/bench_tp.py --hubrt "$HUBRT" --model "$FIX/llama-3.2-1b-shaped" \
+    --work "$WORK" --out "$RESULTS/tp.md" > "$WORK/tp.out" 2> "$WORK/tp.err" || log "bench_tp.py failed (see $WORK/tp.err)"
+fi
+
 # --- the experts op alone at the MoE shape's layer, against a plain read of the same weights
 if [[ " $MODELS " == *" $MOE_MODEL "* ]] && (( $(date +%s) - START <= BUDGET )) && [[ -x $ROOT/$BUILD/bench_moe ]]; then
   log "the experts op alone (bench_moe)"
