@@ -80,6 +80,102 @@ static void test_all_reduce_two_devices(void **state) {
     hr_tensor_free(t[1]);
 }
 
+/* rows x cols floats on device d. */
+static hr_tensor *on(hr_device *d, hr_dtype dt, int rows, int cols, const float *v) {
+    int64_t shape[2] = {rows, cols};
+    hr_tensor *h = NULL, *t = NULL;
+    assert_int_equal(hr_tensor_from_host(NULL, HR_F32, 2, shape, v, sizeof(float) * (size_t)(rows * cols), &h), HR_OK);
+    if (dt != HR_F32) {
+        hr_tensor *c = NULL;
+        assert_int_equal(hr_cast(h, dt, &c), HR_OK);
+        hr_tensor_free(h);
+        h = c;
+    }
+    assert_int_equal(hr_tensor_to(h, d, &t), HR_OK);
+    hr_tensor_free(h);
+    return t;
+}
+
+static void read_f32(const hr_tensor *t, float *out, size_t n) {
+    hr_tensor *h = NULL, *f = NULL;
+    assert_int_equal(hr_tensor_to(t, hr_device_cpu(), &h), HR_OK);
+    assert_int_equal(hr_cast(h, HR_F32, &f), HR_OK);
+    assert_int_equal(hr_tensor_read(f, out, sizeof(float) * n), HR_OK);
+    hr_tensor_free(h);
+    hr_tensor_free(f);
+}
+
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fff + ((u >> 16) & 1);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* The collective ops as one module of two replicas on xla_cpu:0 and :1:
+ * all_reduce adds the replicas' f32 parts in replica order, then the bias
+ * (bf16 parts summed in f32, rounded once); all_gather joins them along a
+ * dim; broadcast gives the root's. */
+static void test_collectives_in_one_module_over_two_devices(void **state) {
+    hr_pjrt_plugin *p = plugin_or_skip();
+    if (p->num_devices < 2) skip();
+    hr_device *d[2];
+    assert_int_equal(hr_device_get("xla_cpu:0", &d[0]), HR_OK);
+    assert_int_equal(hr_device_get("xla_cpu:1", &d[1]), HR_OK);
+    float a[6] = {1.5f, -2, 3.25f, 4, 5e-3f, 6}, b[6] = {10, 20.5f, -30, 40, 50, -1e-3f}, bias[3] = {0.5f, -1, 2};
+    for (int bf = 0; bf < 2; bf++) {
+        hr_dtype dt = bf ? HR_BF16 : HR_F32;
+        const hr_tensor *ins[4] = {on(d[0], dt, 2, 3, a), on(d[0], HR_F32, 1, 3, bias), on(d[1], dt, 2, 3, b),
+                                   on(d[1], HR_F32, 1, 3, bias)};
+        hr_tensor *outs[2];
+        hr_attrs_cast ac = {.dtype = dt};
+        assert_int_equal(hr_pjrt_run_replicated(HR_OP_all_reduce, &ac, ins, 2, 2, outs), HR_OK);
+        for (int r = 0; r < 2; r++) {
+            float got[6];
+            read_f32(outs[r], got, 6);
+            assert_ptr_equal(hr_tensor_device(outs[r]), d[r]);
+            for (int i = 0; i < 6; i++) {
+                float x = bf ? bf16_round(a[i]) : a[i], y = bf ? bf16_round(b[i]) : b[i];
+                float want = (x + y) + bias[i % 3];
+                if (bf) want = bf16_round(want);
+                assert_true(got[i] == want);
+            }
+            hr_tensor_free(outs[r]);
+        }
+        for (int i = 0; i < 4; i++) hr_tensor_free((hr_tensor *)ins[i]);
+    }
+    const hr_tensor *xs[2] = {on(d[0], HR_F32, 2, 3, a), on(d[1], HR_F32, 2, 3, b)};
+    hr_tensor *outs[2];
+    hr_attrs_all_gather ag = {.dim = 1, .total = 6};
+    assert_int_equal(hr_pjrt_run_replicated(HR_OP_all_gather, &ag, xs, 1, 2, outs), HR_OK);
+    for (int r = 0; r < 2; r++) {
+        float got[12];
+        read_f32(outs[r], got, 12);
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 6; j++) assert_true(got[i * 6 + j] == (j < 3 ? a[i * 3 + j] : b[i * 3 + j - 3]));
+        hr_tensor_free(outs[r]);
+    }
+    hr_attrs_broadcast bc = {.root = 1};
+    assert_int_equal(hr_pjrt_run_replicated(HR_OP_broadcast, &bc, xs, 1, 2, outs), HR_OK);
+    for (int r = 0; r < 2; r++) {
+        float got[6];
+        read_f32(outs[r], got, 6);
+        assert_memory_equal(got, b, sizeof got);
+        hr_tensor_free(outs[r]);
+    }
+    /* a module's replicas hold equal parts */
+    ag.total = 5;
+    assert_int_not_equal(hr_pjrt_run_replicated(HR_OP_all_gather, &ag, xs, 1, 2, outs), HR_OK);
+    /* both replicas on one device are refused */
+    const hr_tensor *same[2] = {xs[0], xs[0]};
+    assert_int_equal(hr_pjrt_run_replicated(HR_OP_broadcast, &bc, same, 1, 2, outs), HR_ERR_INVALID_ARG);
+    assert_non_null(strstr(hr_last_error(), "both on xla_cpu:0"));
+    hr_tensor_free((hr_tensor *)xs[0]);
+    hr_tensor_free((hr_tensor *)xs[1]);
+}
+
 static char *broken_module(void *ctx) {
     return strdup("module @broken {\n  func.func public @main(%a: tensor<2xf32>) -> tensor<3xf32> {\n"
                   "    %0 = \"stablehlo.add\"(%a, %a) : (tensor<2xf32>, tensor<2xf32>) -> tensor<3xf32>\n"
@@ -254,6 +350,7 @@ int main(void) {
 #ifdef HUBRT_HAVE_PJRT
         cmocka_unit_test(test_version_check),
         cmocka_unit_test(test_all_reduce_two_devices),
+        cmocka_unit_test(test_collectives_in_one_module_over_two_devices),
         cmocka_unit_test(test_compile_error_points_at_dump),
         cmocka_unit_test(test_missing_plugin_lists_paths),
         cmocka_unit_test(test_jit_replay_on_device),

@@ -50,6 +50,21 @@ def test_a_group_of_one():
         ops.embedding(hubrt.from_numpy(x), ids)
 
 
+def test_a_group_of_one_on_xla_cpu():
+    """On a PJRT device in a process of no group, each collective is a
+    module of one replica (the same results as on the CPU)."""
+    try:
+        hubrt.from_numpy(np.zeros(1, np.float32)).to("xla_cpu")
+    except hubrt.HubrtError as e:
+        pytest.skip(f"xla_cpu PJRT plugin unavailable: {e}")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.float32([1, 2, 3, 4])
+    xd, bd = hubrt.from_numpy(x).to("xla_cpu"), hubrt.from_numpy(b).to("xla_cpu")
+    np.testing.assert_array_equal(ops.all_reduce(xd, bd).numpy(), x + b)
+    np.testing.assert_array_equal(ops.all_gather(xd, dim=1, total=4).numpy(), x)
+    np.testing.assert_array_equal(ops.broadcast(xd).numpy(), x)
+
+
 def test_dist_builds_without_mpi(tmp_path):
     """src/dist/dist.c as a build without MPI compiles it (-DHUBRT_MPI=OFF,
     or no MPI found): a group of one that names what is missing, with no

@@ -39,4 +39,14 @@ HR_API hr_status hr_pjrt_cache_stats_get(const char *backend, hr_pjrt_cache_stat
  * dtype) with a cross-replica all_reduce; each receives the sum in place. */
 HR_API hr_status hr_pjrt_all_reduce_sum(hr_tensor *const *ts, int n);
 
+/* Runs one-output `op` as one StableHLO module of n replicas, replica r on
+ * the device of its inputs ins[r n_in .. r n_in + n_in) (each replica's
+ * own device of one PJRT backend; the same shapes and dtypes): the
+ * collectives (all_reduce, all_gather, broadcast) run inside the module,
+ * across the replicas. outs[r] receives replica r's output, on its
+ * device. One process driving several devices; how one process per chip
+ * (TPU) would run them is docs/distributed.md's. */
+HR_API hr_status hr_pjrt_run_replicated(hr_op op, const void *attrs, const hr_tensor *const *ins, int n_in, int n,
+                                        hr_tensor **outs);
+
 #endif

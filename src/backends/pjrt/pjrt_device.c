@@ -166,12 +166,14 @@ typedef struct {
     hr_shlo_view in[HR_MAX_OP_INPUTS], out[HR_MAX_OP_OUTPUTS];
     hr_tensor_meta meta[HR_MAX_OP_OUTPUTS];
     bool donate[HR_MAX_OP_OUTPUTS]; /* the output's old buffer is updated in place */
+    int replicas; /* of the module (hr_pjrt_run_replicated); 0: one */
 } op_module;
 
 static char *build_op_module(void *ctx) {
     op_module *m = ctx;
     hr_shlo_builder b;
     hr_shlo_init(&b);
+    if (m->replicas > 1) b.num_replicas = m->replicas;
     hr_shlo_value in[HR_MAX_OP_INPUTS], out[HR_MAX_OP_OUTPUTS], res[HR_MAX_OP_OUTPUTS];
     for (int i = 0; i < m->n_in; i++) in[i] = hr_shlo_view_load(&b, &m->in[i]);
     hr_status s = hr_shlo_lowering_get(m->op)->lower(&b, m->attrs, in, m->n_in, m->meta, out, m->n_out);
@@ -401,6 +403,81 @@ hr_status hr_pjrt_all_reduce_sum(hr_tensor *const *ts, int n) {
     return HR_OK;
 }
 
+hr_status hr_pjrt_run_replicated(hr_op op, const void *attrs, const hr_tensor *const *ins, int n_in, int n,
+                                 hr_tensor **outs) {
+    if (!ins || !outs || n < 1 || n > HR_PJRT_MAX_DEVICES || n_in < 1 || n_in > HR_MAX_OP_INPUTS ||
+        (unsigned)op >= HR_OP_COUNT || hr_op_num_outputs(op) != 1)
+        return hr_error(HR_ERR_INVALID_ARG, "run_replicated: op %d, %d inputs, %d replicas (1..%d), one output",
+                        (int)op, n_in, n, HR_PJRT_MAX_DEVICES);
+    const hr_shlo_lowering *l = hr_shlo_lowering_get(op);
+    if (!l || !l->lower) return hr_error(HR_ERR_UNSUPPORTED, "run_replicated: op '%s' is not lowered", hr_op_name(op));
+    hr_device *dev0 = ins[0]->buf->device;
+    if (dev0->vt != &pjrt_vtable)
+        return hr_error(HR_ERR_INVALID_ARG, "run_replicated: input 0 is on %s, not a PJRT device", dev0->backend);
+    hr_pjrt_plugin *p = hr_pjrt_of(dev0);
+    op_module m = {.op = op, .attrs = attrs, .n_in = n_in, .n_out = 1, .replicas = n};
+    HR_TRY(hr_infer_table()[op](attrs, ins, n_in, m.meta, 1));
+    key_buf key = {.n = 0};
+    key_put(&key, -3); /* a replicated op */
+    key_put(&key, op);
+    key_attrs(&key, op, attrs);
+    key_put(&key, n_in);
+    key_put(&key, n);
+    int ids[HR_PJRT_MAX_DEVICES];
+    for (int r = 0; r < n; r++) {
+        hr_device *d = ins[r * n_in]->buf->device;
+        for (int i = 0; i < n_in; i++) {
+            const hr_tensor *t = ins[r * n_in + i];
+            hr_shlo_view v;
+            hr_shlo_view_of(t, &v);
+            if (t->buf->device != d || d->vt != &pjrt_vtable || hr_pjrt_of(d) != p)
+                return hr_error(HR_ERR_INVALID_ARG, "run_replicated: replica %d's input %d is not on %s:%d", r, i,
+                                d->backend, d->index);
+            if (!hr_shlo_view_is_full(&v))
+                return hr_error(HR_ERR_UNSUPPORTED, "run_replicated: input %d of replica %d must be contiguous and "
+                                "own its buffer", i, r);
+            if (r == 0) m.in[i] = v;
+            else if (memcmp(&v, &m.in[i], sizeof v))
+                return hr_error(HR_ERR_SHAPE, "run_replicated: replica %d's input %d differs from replica 0's in "
+                                "shape or dtype", r, i);
+        }
+        for (int j = 0; j < r; j++)
+            if (ins[j * n_in]->buf->device == d)
+                return hr_error(HR_ERR_INVALID_ARG, "run_replicated: replicas %d and %d are both on %s:%d", j, r,
+                                d->backend, d->index);
+        ids[r] = device_id(p, hr_pjrt_device_of(d));
+        key_put(&key, ids[r]);
+    }
+    for (int i = 0; i < n_in; i++) key_view(&key, &m.in[i]);
+    for (int r = 0; r < n; r++) outs[r] = NULL;
+    hr_status s = HR_OK;
+    for (int r = 0; r < n && s == HR_OK; r++) s = hr_tensor_empty_meta(ins[r * n_in]->buf->device, &m.meta[0], &outs[r]);
+    if (s == HR_OK) hr_shlo_view_of(outs[0], &m.out[0]);
+    PJRT_LoadedExecutable *exe = NULL;
+    char what[64];
+    snprintf(what, sizeof what, "%s x%d", hr_op_name(op), n);
+    if (s == HR_OK) s = hr_pjrt_exec_get(p, key.v, key.n, what, build_op_module, &m, n, ids, &exe);
+    PJRT_Buffer *args[HR_PJRT_MAX_DEVICES][HR_MAX_OP_INPUTS], *results[HR_PJRT_MAX_DEVICES] = {0};
+    PJRT_Buffer *const *arg_lists[HR_PJRT_MAX_DEVICES];
+    PJRT_Buffer **out_lists[HR_PJRT_MAX_DEVICES];
+    for (int r = 0; r < n && s == HR_OK; r++) {
+        for (int i = 0; i < n_in && s == HR_OK; i++) s = hr_pjrt_buffer_get(ins[r * n_in + i]->buf, &args[r][i]);
+        arg_lists[r] = args[r];
+        out_lists[r] = &results[r];
+    }
+    if (s == HR_OK) s = hr_pjrt_execute(p, exe, NULL, arg_lists, (size_t)n, (size_t)n_in, out_lists, what);
+    for (int r = 0; r < n; r++) {
+        if (s == HR_OK) {
+            hr_pjrt_buffer_set(outs[r]->buf, results[r]);
+        } else {
+            if (results[r]) hr_pjrt_buffer_destroy(p, results[r]);
+            hr_tensor_free(outs[r]);
+            outs[r] = NULL;
+        }
+    }
+    return s;
+}
+
 /* ---- backends ------------------------------------------------------------------ */
 
 static int count_of(const char *backend) {
@@ -433,6 +510,10 @@ hr_status hr_pjrt_cache_stats_get(const char *backend, hr_pjrt_cache_stats *out)
     return open_of(backend, 0, NULL);
 }
 hr_status hr_pjrt_all_reduce_sum(hr_tensor *const *ts, int n) { return open_of("xla_cpu", 0, NULL); }
+hr_status hr_pjrt_run_replicated(hr_op op, const void *attrs, const hr_tensor *const *ins, int n_in, int n,
+                                 hr_tensor **outs) {
+    return open_of("xla_cpu", 0, NULL);
+}
 #endif
 
 static int xla_cpu_count(void) { return count_of("xla_cpu"); }

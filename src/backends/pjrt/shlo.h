@@ -140,6 +140,7 @@ void hr_shlo_register_index(hr_shlo_lowering *table);
 void hr_shlo_register_nn(hr_shlo_lowering *table);
 void hr_shlo_register_moe(hr_shlo_lowering *table);
 void hr_shlo_register_image(hr_shlo_lowering *table);
+void hr_shlo_register_collective(hr_shlo_lowering *table);
 
 /* ---- views over flat byte buffers ---- */
 

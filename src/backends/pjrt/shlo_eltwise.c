@@ -21,6 +21,7 @@ static void build_table(void) {
     hr_shlo_register_nn(g_table);
     hr_shlo_register_moe(g_table);
     hr_shlo_register_image(g_table);
+    hr_shlo_register_collective(g_table);
 }
 
 const hr_shlo_lowering *hr_shlo_lowering_get(hr_op op) {
