@@ -22,7 +22,9 @@ extern "C" {
 /* Whether this build has MPI. */
 HR_API bool hr_dist_available(void);
 /* Joins the group of the processes mpirun started (idempotent); a
- * process that mpirun did not start is a group of one. */
+ * process no MPI launcher started (no OMPI_COMM_WORLD_SIZE, PMI_SIZE,
+ * PMI_RANK or PMIX_RANK in its environment) is a group of one, and MPI is
+ * not initialized in it. */
 HR_API hr_status hr_dist_init(void);
 /* This process's rank and the group's size (0 and 1 before hr_dist_init). */
 HR_API int hr_dist_rank(void);

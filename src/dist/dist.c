@@ -118,10 +118,28 @@ static hr_status mpi_broadcast(void *buf, size_t bytes, int root) {
 
 static void at_exit(void) { hr_dist_finalize(); }
 
+/* Whether an MPI launcher started this process: Open MPI's mpirun, or a
+ * PMI / PMIx one (MPICH's Hydra, Slurm). A process started otherwise is a
+ * group of one and leaves MPI alone: a singleton MPI_Init would set
+ * variables that its own children inherit, and an mpirun started from
+ * such a child takes itself for a rank and fails. */
+static bool launched_by_mpi(void) {
+    static const char *const markers[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof markers / sizeof markers[0]; i++)
+        if (getenv(markers[i])) return true;
+    return false;
+}
+
 hr_status hr_dist_init(void) {
     if (g.joined) return HR_OK;
     int inited = 0;
     MPI_Initialized(&inited);
+    if (!inited && !launched_by_mpi()) {
+        g.rank = 0, g.size = 1;
+        g.joined = true;
+        g.finalized = true; /* nothing to leave */
+        return HR_OK;
+    }
     if (!inited) {
         /* Loaded by a host program (Python's ctypes) with local symbols,
          * Open MPI's plugins would not find libmpi's: make them global. */

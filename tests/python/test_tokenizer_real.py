@@ -110,7 +110,10 @@ TRICKY = st.sampled_from(
 
 @pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(text=st.text(max_size=60))
+# Characters Unicode 14.0 assigns (Python 3.11's tables, and PCRE2 10.42's,
+# whose \p{L} the pre-tokenizers use): a letter assigned later is unassigned
+# to PCRE2 and a letter to tokenizers (docs/tokenizer.md, Not yet).
+@given(text=st.text(st.characters(blacklist_categories=("Cs", "Cn")), max_size=60))
 def test_random_unicode(pair, text):
     _, ours, ref = pair
     check_text(ours, ref, text)
