@@ -3,7 +3,6 @@
  * header that validates must describe byte ranges inside the input:
  * reading every tensor's bytes, and slices of every dim, lets ASan prove
  * it. */
-#define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
