@@ -8,7 +8,8 @@ by vocab, Qwen3-MoE (experts replicated), Gemma 3 (sliding layers, tied,
 scaled embedding) and tp=3 on 2 cores (oversubscribed) with uneven vocab
 and intermediate splits; a tp_plan override; the plan and group errors;
 the CLI; and faults: a rank that raises, is killed, exits or never
-reaches a collective ends every rank with a message, never a hang.
+reaches a collective ends every rank with a message, never a hang (the
+deadline set to 2 s for the ones that wait on it).
 Checkpoints are random (gemma3_util.redraw perturbs every parameter of
 rank <= 1), made here with transformers."""
 import json
@@ -161,6 +162,7 @@ def llama_448mb(tmp_path_factory):
                 max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
 
 
+@pytest.mark.slow  # its 448 MB checkpoint: left out of the sanitized pass, whose runs cover the ranged loading
 def test_address_space_cap_fails_whole_and_fits_split(llama_448mb, tmp_path):
     """A cap of 0.7x the checkpoint over each process's own address space:
     one process fails cleanly, naming what it could not map; two ranks,
@@ -304,6 +306,6 @@ def test_launch_tpu_gives_each_rank_libtpu_variables():
 ])
 def test_a_failing_rank_ends_every_rank(fault, says, tmp_path):
     rc, _, se = launch(2, sys.executable, WORKER, FIX / "tiny-llama", tmp_path / "x", "--tp", 2, "--fault", fault,
-                       timeout=60, env={"HUBRT_DIST_TIMEOUT": "5"})
+                       timeout=60, env={"HUBRT_DIST_TIMEOUT": "2"})
     assert rc != 0
     assert says in se, se[-3000:]
