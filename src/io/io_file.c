@@ -14,39 +14,57 @@
 #include "core/error.h"
 #include "io/st_internal.h"
 
-hr_status hr_io_map_file(const char *path, hr_io_map **out) {
-    *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+hr_status hr_io_open_regular(const char *path, int *fd, uint64_t *size) {
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0)
         return hr_error(errno == ENOENT ? HR_ERR_NOT_FOUND : HR_ERR_IO, "%s: cannot open: %s", path,
                         strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return hr_error(HR_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    hr_status s = HR_OK;
+    if (fstat(*fd, &sb) != 0)
+        s = hr_error(HR_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        s = hr_error(HR_ERR_INVALID_ARG, "%s: not a regular file%s", path,
+                     S_ISDIR(sb.st_mode) ? " (a model folder? use hr_checkpoint_open)" : "");
+    if (s != HR_OK) {
+        close(*fd);
+        *fd = -1;
+        return s;
     }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return hr_error(HR_ERR_INVALID_ARG, "%s: not a regular file%s", path,
-                        S_ISDIR(sb.st_mode) ? " (a model folder? use hr_checkpoint_open)" : "");
-    }
-    size_t len = (size_t)sb.st_size;
-    void *addr = len ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0) : NULL;
-    int e = errno;
-    close(fd); /* the mapping keeps the file */
-    if (addr == MAP_FAILED) return hr_error(HR_ERR_IO, "%s: mmap failed: %s", path, strerror(e));
+    *size = (uint64_t)sb.st_size;
+    return HR_OK;
+}
+
+static bool ranges_add(hr_io_map *m);
+
+/* The counted map over [addr, addr + len), mapped by the caller (unmapped
+ * here on failure); with `owner`, known as its range map while it lives. */
+static hr_status map_new(void *addr, size_t len, const void *owner, const char *what, hr_io_map **out) {
     hr_io_map *m = malloc(sizeof *m);
-    if (!m) {
+    if (!m || (owner && addr && !ranges_add(m))) {
+        free(m);
         if (addr) munmap(addr, len);
-        return hr_error(HR_ERR_OOM, "%s: out of memory", path);
+        return hr_error(HR_ERR_OOM, "%s: out of memory", what);
     }
     atomic_init(&m->refs, 1);
     m->addr = addr;
     m->len = len;
-    m->owner = NULL;
+    m->owner = owner;
     *out = m;
     return HR_OK;
+}
+
+hr_status hr_io_map_file(const char *path, hr_io_map **out) {
+    *out = NULL;
+    int fd;
+    uint64_t size;
+    HR_TRY(hr_io_open_regular(path, &fd, &size));
+    size_t len = (size_t)size;
+    void *addr = len ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0) : NULL;
+    int e = errno;
+    close(fd); /* the mapping keeps the file */
+    if (addr == MAP_FAILED) return hr_error(HR_ERR_IO, "%s: mmap failed: %s", path, strerror(e));
+    return map_new(addr, len, NULL, path, out);
 }
 
 /* The live range maps, so that a reader can tell its views by address. */
@@ -106,17 +124,7 @@ hr_status hr_io_map_range(int fd, const char *path, uint64_t offset, size_t len,
     if (addr == MAP_FAILED)
         return hr_error(errno == ENOMEM ? HR_ERR_OOM : HR_ERR_IO, "%s: mmap of %zu bytes at %llu failed: %s", path,
                         len, (unsigned long long)offset, strerror(errno));
-    hr_io_map *m = malloc(sizeof *m);
-    if (!m || (addr && !ranges_add(m))) {
-        free(m);
-        if (addr) munmap(addr, span);
-        return hr_error(HR_ERR_OOM, "%s: out of memory", path);
-    }
-    atomic_init(&m->refs, 1);
-    m->addr = addr;
-    m->len = span;
-    m->owner = owner;
-    *out = m;
+    HR_TRY(map_new(addr, span, owner, path, out));
     *data = addr ? (char *)addr + (offset - start) : NULL;
     return HR_OK;
 }
@@ -125,18 +133,7 @@ hr_status hr_io_map_anon(size_t len, const void *owner, const char *what, hr_io_
     *out = NULL;
     void *addr = len ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : NULL;
     if (addr == MAP_FAILED) return hr_error(HR_ERR_OOM, "%s: cannot map %zu bytes: %s", what, len, strerror(errno));
-    hr_io_map *m = malloc(sizeof *m);
-    if (!m || (addr && !ranges_add(m))) {
-        free(m);
-        if (addr) munmap(addr, len);
-        return hr_error(HR_ERR_OOM, "%s: out of memory", what);
-    }
-    atomic_init(&m->refs, 1);
-    m->addr = addr;
-    m->len = len;
-    m->owner = owner;
-    *out = m;
-    return HR_OK;
+    return map_new(addr, len, owner, what, out);
 }
 
 hr_status hr_io_pread(int fd, const char *path, uint64_t offset, void *dst, size_t len) {

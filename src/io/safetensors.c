@@ -12,12 +12,9 @@
  * open: its header is read, and each tensor or slice asked for maps (or
  * reads) its own bytes, so the process's address space holds what it
  * asked for and no more. */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -43,15 +40,23 @@ static hr_status st_map_file(const char *path, hr_io_map **out) {
                     (long long)len);
 }
 
-hr_status hr_safetensors_open(const char *path, hr_safetensors **out) {
-    if (!path || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_safetensors_open: NULL argument");
-    *out = NULL;
+/* An empty handle for `path` (no map, no file open). */
+static hr_status st_new(const char *path, hr_safetensors **out) {
     hr_safetensors *st = calloc(1, sizeof *st);
     if (!st || !(st->path = strdup(path))) {
         free(st);
         return hr_error(HR_ERR_OOM, "%s: out of memory", path);
     }
     st->fd = -1;
+    *out = st;
+    return HR_OK;
+}
+
+hr_status hr_safetensors_open(const char *path, hr_safetensors **out) {
+    if (!path || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_safetensors_open: NULL argument");
+    *out = NULL;
+    hr_safetensors *st = NULL;
+    HR_TRY(st_new(path, &st));
     hr_status s = st_map_file(path, &st->map);
     if (s == HR_OK) s = hr_st_parse(path, st->map->addr, st->map->len, &st->h);
     if (s != HR_OK) {
@@ -89,21 +94,11 @@ static hr_status st_read_header(hr_safetensors *st, uint64_t size) {
 hr_status hr_safetensors_open_ranged(const char *path, hr_safetensors **out) {
     if (!path || !out) return hr_error(HR_ERR_INVALID_ARG, "hr_safetensors_open_ranged: NULL argument");
     *out = NULL;
-    hr_safetensors *st = calloc(1, sizeof *st);
-    if (!st || !(st->path = strdup(path))) {
-        free(st);
-        return hr_error(HR_ERR_OOM, "%s: out of memory", path);
-    }
-    st->fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    hr_status s = HR_OK;
-    if (st->fd < 0)
-        s = hr_error(errno == ENOENT ? HR_ERR_NOT_FOUND : HR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    else if (fstat(st->fd, &sb) != 0)
-        s = hr_error(HR_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        s = hr_error(HR_ERR_INVALID_ARG, "%s: not a regular file", path);
-    if (s == HR_OK) s = st_read_header(st, (uint64_t)sb.st_size);
+    hr_safetensors *st = NULL;
+    HR_TRY(st_new(path, &st));
+    uint64_t size = 0;
+    hr_status s = hr_io_open_regular(path, &st->fd, &size);
+    if (s == HR_OK) s = st_read_header(st, size);
     if (s != HR_OK) {
         hr_safetensors_close(st);
         return s;

@@ -68,6 +68,9 @@ typedef struct hr_io_map {
     const void *owner; /* a range map's reader (hr_io_map_range), for hr_io_range_owned */
 } hr_io_map;
 
+/* Opens regular file `path` for reading into *fd and its size (errors
+ * name it: missing, a folder, unreadable). */
+hr_status hr_io_open_regular(const char *path, int *fd, uint64_t *size);
 /* Maps bytes [offset, offset + len) of the open file fd (`path` names it
  * in errors), from the page that holds offset: *data points at offset.
  * The map is counted as a whole-file one is, and known as `owner`'s
