@@ -43,6 +43,7 @@ int hr_cmd_tokenize(int argc, char **argv);
 int hr_cmd_detokenize(int argc, char **argv);
 int hr_cmd_kernels(int argc, char **argv);
 int hr_cmd_text_to_image(int argc, char **argv);
+int hr_cmd_quantize(int argc, char **argv);
 
 /* The text `token` adds to a generation's output through detokenizer d
  * (NULL with *err set when it fails): the token_text of run and chat. */

@@ -16,6 +16,7 @@ static const command commands[] = {
     {"run", hr_cmd_run, "generate text from a model folder (streams to stdout)"},
     {"chat", hr_cmd_chat, "chat in the terminal with the model's chat template (/reset, /system, /quit)"},
     {"serve", hr_cmd_serve, "OpenAI-compatible server with continuous batching and a chat page"},
+    {"quantize", hr_cmd_quantize, "a model folder -> a GGUF file llama.cpp loads (--type q4_k, q8_0, ...)"},
     {"bench", hr_cmd_bench, "time load, prefill and decode (last line: JSON)"},
     {"text-to-image", hr_cmd_text_to_image, "a Stable Diffusion 3 folder, a prompt -> a PNG (text-to-image --help)"},
     {"kernels", hr_cmd_kernels, "kernel hub: list the cache's kernels, verify one, lock one (kernels --help)"},

@@ -62,6 +62,15 @@ typedef struct hr_model_options {
 HR_API const char *hr_model_supported_archs(void);
 HR_API hr_status hr_model_load(const char *dir, const hr_model_options *opts, hr_model **out);
 HR_API void hr_model_free(hr_model *m);
+/* Model folder `dir` (safetensors: Llama, Mistral, Qwen2, Qwen3) written as
+ * a GGUF file at `out` that llama.cpp loads: its metadata, tensor names and
+ * tokenizer as llama.cpp's converter writes them, the matrices in `type`
+ * ("f32", "f16", "bf16", or a block type: q8_0, q4_0, q4_1, q5_0, q5_1,
+ * q4_k, q5_k, q6_k, quantized as ggml's reference quantizer does; rows that
+ * do not divide into the blocks take llama-quantize's fallback type), the
+ * vectors in f32. Streamed tensor by tensor (peak memory: a few MB beyond
+ * the file map), atomic (a temporary file renamed over `out`). */
+HR_API hr_status hr_model_export_gguf(const char *dir, const char *out, const char *type);
 /* The ranks the model is split over (tp_size or ep_size; 1: not split):
  * every rank must make the same calls on it, in the same order. */
 HR_API int hr_model_group_size(const hr_model *m);

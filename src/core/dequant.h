@@ -29,9 +29,26 @@ void hr_dq_iq4_xs(const uint8_t *src, float *dst, int64_t nb);
 void hr_dq_mxfp4(const uint8_t *src, float *dst, int64_t nb);
 float hr_e8m0_half(uint8_t e);
 
-/* Whether hr_quantize_row makes dt: q8_0, q4_0, q4_1, q5_0, q5_1. */
+/* Scale and min j (< 8) of a Q4_K/Q5_K super-block: 6 bits each, packed
+ * in its 12 scale bytes (ggml's get_scale_min_k4). */
+static inline void hr_k4_scale_min(int j, const uint8_t *q, int *d, int *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Whether hr_quantize_row makes dt: q8_0, q4_0, q4_1, q5_0, q5_1 (32-element
+ * blocks) and q4_k, q5_k, q6_k (256-element super-blocks). */
 bool hr_quantize_supported(hr_dtype dt);
-/* n f32 values (a multiple of 32) into n / 32 blocks of dt at dst. */
+/* n f32 values (a multiple of dt's block) into blocks of dt at dst, the
+ * bytes ggml's quantize_row_*_ref writes. */
 void hr_quantize_row(hr_dtype dt, const float *src, uint8_t *dst, int64_t n);
+/* nb k-quant super-blocks (q4_k, q5_k, q6_k) from nb * 256 values
+ * (quantize_kquant.c). */
+void hr_quantize_kquant(hr_dtype dt, const float *src, uint8_t *dst, int64_t nb);
 
 #endif

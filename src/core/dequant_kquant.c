@@ -52,18 +52,6 @@ void hr_dq_q3_k(const uint8_t *src, float *y, int64_t nb) {
     }
 }
 
-/* Scale and min j (< 8) of a Q4_K/Q5_K block: 6 bits each, packed in 12
- * bytes. */
-static void scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
 /* Q4_K (144 bytes: f16 d, f16 dmin, scales[12], qs[128]) and Q5_K (176:
  * the same with qh[32], the fifth bits, before qs). Each 64 elements are
  * the low nibbles of 32 bytes, then their high nibbles. */
@@ -74,10 +62,10 @@ static void dq_q45_k(const uint8_t *src, float *y, int64_t nb, bool five) {
         const uint8_t *sc = src + 4, *qh = src + 16, *ql = src + (five ? 48 : 16);
         uint8_t u1 = 1, u2 = 2;
         for (int j = 0, is = 0; j < QK_K; j += 64, is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
-            uint8_t s, m;
-            scale_min(is, sc, &s, &m);
+            int s, m;
+            hr_k4_scale_min(is, sc, &s, &m);
             float d1 = d * (float)s, m1 = min * (float)m;
-            scale_min(is + 1, sc, &s, &m);
+            hr_k4_scale_min(is + 1, sc, &s, &m);
             float d2 = d * (float)s, m2 = min * (float)m;
             for (int l = 0; l < 32; l++) *y++ = d1 * (float)((ql[l] & 0xF) + (five && (qh[l] & u1) ? 16 : 0)) - m1;
             for (int l = 0; l < 32; l++) *y++ = d2 * (float)((ql[l] >> 4) + (five && (qh[l] & u2) ? 16 : 0)) - m2;

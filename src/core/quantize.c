@@ -90,10 +90,15 @@ static void q_1(const float *x, uint8_t *y, bool five) {
 }
 
 bool hr_quantize_supported(hr_dtype dt) {
-    return dt == HR_Q8_0 || dt == HR_Q4_0 || dt == HR_Q4_1 || dt == HR_Q5_0 || dt == HR_Q5_1;
+    return dt == HR_Q8_0 || dt == HR_Q4_0 || dt == HR_Q4_1 || dt == HR_Q5_0 || dt == HR_Q5_1 || dt == HR_Q4_K ||
+           dt == HR_Q5_K || dt == HR_Q6_K;
 }
 
 void hr_quantize_row(hr_dtype dt, const float *x, uint8_t *y, int64_t n) {
+    if (hr_dtype_block(dt) == 256) {
+        hr_quantize_kquant(dt, x, y, n / 256);
+        return;
+    }
     size_t bb = hr_dtype_nbytes(dt, 32);
     for (int64_t b = 0; b < n / 32; b++, x += 32, y += bb) {
         switch (dt) {

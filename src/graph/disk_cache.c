@@ -2,6 +2,7 @@
  * (magic, format, key, length, checksum), written to a temp file and
  * renamed into place, and read back only after every index, size and
  * extent in it has been checked. */
+#include "core/bytes.h"
 #include "graph/disk_cache.h"
 
 #include <errno.h>
@@ -35,28 +36,9 @@ bool hr_disk_cache_dir(char *buf, size_t n) {
 
 /* ---- byte writer / reader -------------------------------------------- */
 
-typedef struct {
-    unsigned char *p;
-    size_t len, cap;
-    bool oom;
-} writer;
+typedef hr_bytes writer;
 
-static void put(writer *w, const void *src, size_t n) {
-    if (w->oom) return;
-    if (w->len + n > w->cap) {
-        size_t nc = w->cap ? w->cap * 2 : 4096;
-        while (nc < w->len + n) nc *= 2;
-        unsigned char *q = realloc(w->p, nc);
-        if (!q) {
-            w->oom = true;
-            return;
-        }
-        w->p = q;
-        w->cap = nc;
-    }
-    memcpy(w->p + w->len, src, n);
-    w->len += n;
-}
+static void put(writer *w, const void *src, size_t n) { hr_bytes_put(w, src, n); }
 
 static void put_i64(writer *w, int64_t v) { put(w, &v, 8); }
 

@@ -277,6 +277,12 @@ void hr_gguf_drop_tensor(const hr_gguf *g, const gguf_tensor *t) {
 
 hr_dtype hr_gguf_stored_dtype(const gguf_tensor *t) { return hr_gguf_type_dtype(t->type); }
 
+int hr_gguf_dtype_type(hr_dtype dt) {
+    for (int t = 0; t < 64; t++)
+        if (hr_gguf_type_dtype((ggml_type)t) == dt) return t;
+    return -1;
+}
+
 hr_dtype hr_gguf_type_dtype(ggml_type type) {
     switch (type) {
     case GGML_F32: return HR_F32;

@@ -133,6 +133,13 @@ typedef struct hr_gguf_arch {
 } hr_gguf_arch;
 
 hr_status hr_gguf_arch_register(const hr_gguf_arch *a);
+/* The split regexes of the tokenizers behind llama.cpp's "llama-bpe" /
+ * "smaug-bpe" (Llama 3: digits in threes) and "qwen2" (digits one by one)
+ * pre-tokenizer names, as their tokenizer.json files spell them. */
+extern const char *const hr_gguf_llama3_split, *const hr_gguf_qwen2_split;
+/* The ggml type whose bytes are hubrt dtype dt's (F32, F16, BF16, a block
+ * type); -1 for none. */
+int hr_gguf_dtype_type(hr_dtype dt);
 /* The adapter of g's general.architecture, or NULL. */
 const hr_gguf_arch *hr_gguf_arch_of(const hr_gguf *g);
 /* "<arch>.<suffix>" into buf; the integer under that key, or def. */

@@ -308,11 +308,11 @@ hr_status hr_gguf_config_json_of(const hr_gguf *g, char **json, size_t *len) {
 /* llama.cpp's pre-tokenizer names -> the split regex of their HF tokenizer
  * (llama-vocab.cpp); "smollm" (and gpt2 and unnamed ones) use the GPT-2
  * regex of ByteLevel. */
-static const char *const llama3_split =
+const char *const hr_gguf_llama3_split =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 /* Qwen2's (and Qwen3's): digits one at a time */
-static const char *const qwen2_split =
+const char *const hr_gguf_qwen2_split =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
@@ -340,7 +340,7 @@ static bool llama3_pre(gguf_str pre) {
 static cJSON *pre_tokenizer(const hr_gguf *g) {
     gguf_str pre = pre_name(g);
     bool smollm = str_is(pre, "smollm");
-    const char *split = llama3_pre(pre) ? llama3_split : str_is(pre, "qwen2") ? qwen2_split : NULL;
+    const char *split = llama3_pre(pre) ? hr_gguf_llama3_split : str_is(pre, "qwen2") ? hr_gguf_qwen2_split : NULL;
     if (!smollm && !split) return byte_level(true);
     cJSON *seq = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(seq, "pretokenizers");
     cJSON_AddStringToObject(seq, "type", "Sequence");

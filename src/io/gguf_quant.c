@@ -61,21 +61,24 @@ hr_status hr_gguf_dequant(const hr_gguf *g, const gguf_tensor *t, hr_dtype dt, i
     *out = NULL;
     if (dt != HR_F32 && dt != HR_BF16 && dt != HR_F16)
         return hr_error(HR_ERR_DTYPE, "%s: tensor '%s': cannot dequantize to %s", g->label, t->name, hr_dtype_name(dt));
-    int64_t shape[GGUF_MAX_DIMS], nrow = 1;
+    int64_t shape[GGUF_MAX_DIMS], nrow = 1, ncol = t->ne[0];
     for (int i = 0; i < t->ndim; i++) shape[i] = t->ne[t->ndim - 1 - i];
     for (int i = 1; i < t->ndim; i++) nrow *= t->ne[i];
-    if (perm_heads > 0 && (t->ndim != 2 || nrow % (2 * perm_heads)))
+    /* a q/k bias: the converter moved its elements as it moved the weight's rows */
+    bool vector = t->ndim == 1 && perm_heads > 0 && hr_dtype_block(hr_gguf_stored_dtype(t)) == 1;
+    if (vector) nrow = ncol, ncol = 1;
+    if (perm_heads > 0 && ((t->ndim != 2 && !vector) || nrow % (2 * perm_heads)))
         return hr_error(HR_ERR_SHAPE, "%s: tensor '%s': %lld rows do not split into %lld heads of pairs", g->label,
                         t->name, (long long)nrow, (long long)perm_heads);
     hr_tensor *o = NULL;
     HR_TRY(hr_tensor_empty(hr_device_cpu(), dt, t->ndim, shape, &o));
-    dq_job j = {.src = g->buf + g->data_start + t->offset, .ncol = t->ne[0], .nrow = nrow, .type = t->type,
+    dq_job j = {.src = g->buf + g->data_start + t->offset, .ncol = ncol, .nrow = nrow, .type = t->type,
                 .heads = perm_heads, .dt = dt, .dst = hr_tensor_ptr(o)};
     j.row_bytes = nrow ? t->nbytes / (uint64_t)nrow : 0;
     /* an empty tensor may still have a huge ne[0]: nothing to convert */
-    if (nrow * t->ne[0] > 0) {
-        int nth = hr_parallel_threads_for(nrow * t->ne[0], (int64_t)1 << 16);
-        if (dt != HR_F32 && !(j.tmp = malloc(sizeof(float) * (size_t)nth * (size_t)t->ne[0]))) {
+    if (nrow * ncol > 0) {
+        int nth = hr_parallel_threads_for(nrow * ncol, (int64_t)1 << 16);
+        if (dt != HR_F32 && !(j.tmp = malloc(sizeof(float) * (size_t)nth * (size_t)ncol))) {
             hr_tensor_free(o);
             return hr_error(HR_ERR_OOM, "%s: tensor '%s': out of memory", g->label, t->name);
         }

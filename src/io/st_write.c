@@ -1,41 +1,20 @@
 /* safetensors writer: the layout of the `safetensors` Python package, written
- * atomically (temporary file, fsync, rename, fsync of the folder). */
-#include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
+ * atomically (io/atomic_file.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/tensor_impl.h"
+#include "io/atomic_file.h"
 #include "io/st_internal.h"
 
 /* ---- header text ------------------------------------------------------ */
 
-typedef struct strbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} strbuf;
+typedef hr_bytes strbuf;
 
-static void sb_put(strbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
+static void sb_put(strbuf *b, const char *s, size_t n) { hr_bytes_put(b, s, n); }
 
 static void sb_puts(strbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 
@@ -185,63 +164,32 @@ static hr_status wr_header(const wr_item *items, size_t n, const hr_kv *meta, si
 
 /* ---- file ------------------------------------------------------------- */
 
-static hr_status wr_all(int fd, const char *tmp, const void *p, size_t n) {
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return hr_error(HR_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-        c += w, n -= (size_t)w;
-    }
-    return HR_OK;
-}
-
-static hr_status wr_tensor(int fd, const char *tmp, const wr_item *it) {
+static hr_status wr_tensor(hr_atomic_file *f, const wr_item *it) {
     if (!it->nbytes) return HR_OK;
     const hr_tensor *t = it->t;
-    if (hr_tensor_is_contiguous(t) && hr_tensor_data(t))
-        return wr_all(fd, tmp, hr_tensor_data(t), (size_t)it->nbytes);
+    if (hr_tensor_is_contiguous(t) && hr_tensor_data(t)) return hr_atomic_write(f, hr_tensor_data(t), (size_t)it->nbytes);
     void *host = malloc((size_t)it->nbytes);
-    if (!host) return hr_error(HR_ERR_OOM, "%s: out of memory staging tensor '%s'", tmp, it->name);
+    if (!host) return hr_error(HR_ERR_OOM, "%s: out of memory staging tensor '%s'", f->path, it->name);
     hr_status s = hr_tensor_read(t, host, (size_t)it->nbytes);
     if (s != HR_OK) s = hr_error_context(s, "tensor '%s'", it->name);
-    else s = wr_all(fd, tmp, host, (size_t)it->nbytes);
+    else s = hr_atomic_write(f, host, (size_t)it->nbytes);
     free(host);
     return s;
 }
 
-/* Makes the rename itself durable. */
-static void wr_sync_dir(const char *path) {
-    char *copy = strdup(path);
-    if (!copy) return;
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(copy);
-}
-
-static hr_status wr_file(const char *path, const char *tmp, const strbuf *hdr,
-                         const wr_item *items, size_t n) {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0)
-        return hr_error(HR_ERR_IO, "%s: cannot create temporary file %s: %s", path, tmp,
-                        strerror(errno));
+static hr_status wr_file(const char *path, const strbuf *hdr, const wr_item *items, size_t n) {
+    hr_atomic_file f;
+    HR_TRY(hr_atomic_open(&f, path));
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hdr->len >> (8 * i));
-    hr_status s = wr_all(fd, tmp, len8, 8);
-    if (s == HR_OK) s = wr_all(fd, tmp, hdr->p, hdr->len);
-    for (size_t i = 0; i < n && s == HR_OK; i++) s = wr_tensor(fd, tmp, &items[i]);
-    if (s == HR_OK && fsync(fd) != 0)
-        s = hr_error(HR_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && s == HR_OK)
-        s = hr_error(HR_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (s == HR_OK && rename(tmp, path) != 0)
-        s = hr_error(HR_ERR_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
-    if (s != HR_OK) unlink(tmp);
-    else wr_sync_dir(path);
-    return s;
+    hr_status s = hr_atomic_write(&f, len8, 8);
+    if (s == HR_OK) s = hr_atomic_write(&f, hdr->p, hdr->len);
+    for (size_t i = 0; i < n && s == HR_OK; i++) s = wr_tensor(&f, &items[i]);
+    if (s != HR_OK) {
+        hr_atomic_abort(&f);
+        return s;
+    }
+    return hr_atomic_commit(&f);
 }
 
 hr_status hr_safetensors_write(const char *path, const char *const *names,
@@ -250,18 +198,12 @@ hr_status hr_safetensors_write(const char *path, const char *const *names,
     if (!path || (n && (!names || !tensors)) || (n_meta && !meta))
         return hr_error(HR_ERR_INVALID_ARG, "hr_safetensors_write: NULL argument");
     wr_item *items = calloc(n ? n : 1, sizeof *items);
-    size_t tmp_cap = strlen(path) + 32;
-    char *tmp = malloc(tmp_cap);
     strbuf hdr = {0};
-    hr_status s = items && tmp ? HR_OK : hr_error(HR_ERR_OOM, "%s: out of memory", path);
+    hr_status s = items ? HR_OK : hr_error(HR_ERR_OOM, "%s: out of memory", path);
     if (s == HR_OK) s = wr_check(path, names, tensors, n, meta, n_meta, items);
     if (s == HR_OK) s = wr_header(items, n, meta, n_meta, &hdr);
-    if (s == HR_OK) {
-        snprintf(tmp, tmp_cap, "%s.tmp.%ld", path, (long)getpid());
-        s = wr_file(path, tmp, &hdr, items, n);
-    }
+    if (s == HR_OK) s = wr_file(path, &hdr, items, n);
     free(hdr.p);
-    free(tmp);
     free(items);
     return s;
 }

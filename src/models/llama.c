@@ -2,7 +2,10 @@
  * decoder, GQA, optional attention/MLP biases, SiLU-gated MLP; Mistral's
  * sliding window over every layer. GGUF "llama" files (q and k rows as
  * llama.cpp's converter permuted them). */
+#include <cjson/cJSON.h>
+
 #include "core/error.h"
+#include "io/gguf.h"
 #include "models/blocks.h"
 
 typedef struct llama_cfg {
@@ -60,6 +63,14 @@ static hr_status mistral_configure(hr_json_obj root, hr_model_config *cfg, void 
     return HR_OK;
 }
 
+/* llama.cpp's converter writes no attention_bias key: the file's first
+ * q bias says it (llama.cpp loads the biases when they are there). */
+static hr_status llama_gguf_config(const hr_gguf *g, cJSON *c) {
+    bool bias = hr_gguf_tensor_index(g, "blk.0.attn_q.bias") >= 0;
+    cJSON_DeleteItemFromObjectCaseSensitive(c, "attention_bias");
+    return cJSON_AddBoolToObject(c, "attention_bias", bias) ? HR_OK : hr_error(HR_ERR_OOM, "out of memory");
+}
+
 #define W(il, i) hr_layer_w(m, (il), (i))
 
 /* x -> x + attn(norm(x)) -> x + mlp(norm(x)), each residual add fused
@@ -92,6 +103,7 @@ const hr_arch hr_arch_llama = {
     .n_layer_weights = N_WEIGHTS,
     .forward = llama_forward,
     .gguf_arch = "llama",
+    .gguf_config = llama_gguf_config,
 };
 
 const hr_arch hr_arch_mistral = {

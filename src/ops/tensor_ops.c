@@ -108,14 +108,16 @@ hr_status hr_tensor_quantize(const hr_tensor *t, hr_dtype dt, hr_tensor **out) {
     char label[200];
     hr_tensor_label(t, label, sizeof label);
     if (!hr_quantize_supported(dt))
-        return hr_error(HR_ERR_DTYPE, "quantize %s: hubrt quantizes into q8_0, q4_0, q4_1, q5_0 and q5_1, not %s", label,
+        return hr_error(HR_ERR_DTYPE, "quantize %s: hubrt quantizes into q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k and q6_k, not %s", label,
                         hr_dtype_name(dt));
     if (t->dtype != HR_F32 && t->dtype != HR_BF16 && t->dtype != HR_F16)
         return hr_error(HR_ERR_DTYPE, "quantize %s: the values must be f32, bf16 or f16", label);
     if (!t->buf->device->host_visible)
         return hr_error(HR_ERR_UNSUPPORTED, "quantize %s: the tensor must be in host memory", label);
-    if (t->ndim < 1 || t->shape[t->ndim - 1] % 32)
-        return hr_error(HR_ERR_SHAPE, "quantize %s: the last dim must be a multiple of 32 (the block)", label);
+    int64_t block = hr_dtype_block(dt);
+    if (t->ndim < 1 || t->shape[t->ndim - 1] % block)
+        return hr_error(HR_ERR_SHAPE, "quantize %s: the last dim must be a multiple of %lld (%s's block)", label,
+                        (long long)block, hr_dtype_name(dt));
     hr_tensor *c = NULL;
     if (!hr_tensor_is_contiguous(t)) HR_TRY(hr_contiguous(t, &c));
     const hr_tensor *s = c ? c : t;

@@ -183,8 +183,10 @@ def test_quantizer_matches_gguf(name, src):
 def test_quantize_refuses_what_it_cannot():
     with pytest.raises(hubrt.HubrtError, match="multiple of 32"):
         hubrt.from_numpy(np.ones((2, 48), np.float32)).quantize("q8_0")
-    with pytest.raises(hubrt.HubrtError, match="q8_0, q4_0, q4_1, q5_0 and q5_1, not q4_k"):
-        hubrt.from_numpy(np.ones((2, 256), np.float32)).quantize("q4_k")
+    with pytest.raises(hubrt.HubrtError, match="q5_1, q4_k, q5_k and q6_k, not q2_k"):
+        hubrt.from_numpy(np.ones((2, 256), np.float32)).quantize("q2_k")
+    with pytest.raises(hubrt.HubrtError, match="multiple of 256 \\(q4_k's block\\)"):
+        hubrt.from_numpy(np.ones((2, 96), np.float32)).quantize("q4_k")
     with pytest.raises(hubrt.HubrtError, match="f32, bf16 or f16"):
         hubrt.from_numpy(np.ones((2, 32), np.int32)).quantize("q8_0")
 
@@ -217,8 +219,8 @@ def test_quantize_at_load_keeps_what_does_not_divide(fix, q):
 
 
 def test_quantize_at_load_refusals(fix):
-    with pytest.raises(hubrt.HubrtError, match="quantize 'q4_k' is not a type hubrt quantizes into"):
-        hubrt.AutoModelForCausalLM.from_pretrained(fix / "tiny-llama", quantize="q4_k")
+    with pytest.raises(hubrt.HubrtError, match="quantize 'q2_k' is not a type hubrt quantizes into"):
+        hubrt.AutoModelForCausalLM.from_pretrained(fix / "tiny-llama", quantize="q2_k")
     with pytest.raises(hubrt.HubrtError, match="pick one"):
         hubrt.AutoModelForCausalLM.from_pretrained(fix / "tiny-llama", quantize="q8_0", dequantize=True)
 

@@ -170,17 +170,6 @@ INLINE_ void gemv_row(hr_dtype dt, size_t bb, const uint8_t *w, size_t w_rs, int
 
 /* ---- decode rows of the k-quants ------------------------------------------------------ */
 
-/* Scale and min j (< 8) of a Q4_K/Q5_K super-block: 6 bits each in 12 bytes. */
-static inline void k_scale_min(int j, const uint8_t *q, int *d, int *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
 /* out[j] = dot(row j, x) for Q4_K / Q5_K rows: each 64 elements are the
  * low nibbles of 32 bytes (sub-block 2c) then their high nibbles (2c + 1),
  * one vpdpbusd, each 256-bit half scaled by d * its 6-bit scale and x's
@@ -199,8 +188,8 @@ INLINE_ void gemv_row_q45k(bool five, const uint8_t *w, size_t w_rs, int64_t k, 
             __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
             for (int c = 0; c < 4; c++) {
                 int s0, m0, s1, m1;
-                k_scale_min(2 * c, sc, &s0, &m0);
-                k_scale_min(2 * c + 1, sc, &s1, &m1);
+                hr_k4_scale_min(2 * c, sc, &s0, &m0);
+                hr_k4_scale_min(2 * c + 1, sc, &s1, &m1);
                 __m256i v = _mm256_loadu_si256((const __m256i *)(ql + 32 * c));
                 __m256i lo = _mm256_and_si256(v, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
                 if (five) {
@@ -428,7 +417,7 @@ INLINE_ void tile_rows_q45k(bool five, const uint8_t *w, size_t w_rs, int64_t k,
                         sub[h] = _mm256_or_si256(
                             sub[h], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + h), one), 4));
                     int sv, mv, l = 4 * c + 2 * h;
-                    k_scale_min(2 * c + h, sc, &sv, &mv);
+                    hr_k4_scale_min(2 * c + h, sc, &sv, &mv);
                     store_pair(o, 16, l, _mm256_castsi256_si128(sub[h]), _mm256_extracti128_si256(sub[h], 1));
                     int64_t run = g + l;
                     s[j * runs + run] = s[j * runs + run + 1] = d * (float)sv;

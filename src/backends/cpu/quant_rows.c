@@ -131,17 +131,6 @@ static void row_q3_k(const uint8_t *p, int64_t nb, uint8_t *u, float *s, float *
     }
 }
 
-/* Scale and min j (< 8) of a Q4_K/Q5_K block: 6 bits each in 12 bytes. */
-static void scale_min(int j, const uint8_t *q, int *d, int *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
 /* Q4_K / Q5_K: 8 runs of 32 (two of HR_QSUB each), each with a 6-bit scale
  * and min; 64 elements are 32 bytes' low nibbles, then their high ones. */
 static void row_q45_k(const uint8_t *p, int64_t nb, bool five, uint8_t *u, float *s, float *c) {
@@ -153,7 +142,7 @@ static void row_q45_k(const uint8_t *p, int64_t nb, bool five, uint8_t *u, float
         for (int j = 0, is = 0; j < 256; j += 64, is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
             int sv, mv;
             for (int h = 0; h < 2; h++, u += 32, s += 2, c += 2) {
-                scale_min(is + h, sc, &sv, &mv);
+                hr_k4_scale_min(is + h, sc, &sv, &mv);
                 run32(s, c, d * (float)sv, -(min * (float)mv));
                 uint8_t bit = h ? u2 : u1;
                 for (int l = 0; l < 32; l++)
