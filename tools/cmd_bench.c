@@ -13,7 +13,7 @@ static const char *usage_text =
     "                   [--compile] [--stats] [--experts grouped|eager] [--dequantize | --quantize T]\n"
     "  defaults: --prompt-len 128 --gen 64 --batch 1, dtype from config.json, device cpu, eager\n"
     "  --dequantize: a GGUF file's block-quantized weights cast to the dtype at load (default: kept)\n"
-    "  --quantize q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k: float linear and embedding matrices quantized at load\n"
+    "  --quantize q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|q4_k|q5_k|q6_k: float linear and embedding matrices quantized at load\n"
     "  --compile: compiled forward (static shapes, plans cached in memory and on disk)\n"
     "  --stats: print the compile-cache statistics to stderr\n"
     "  --tp N [--tp-plan JSON]: split over N ranks (hubrt launch -n N -- hubrt bench ...); each rank\n"

@@ -20,7 +20,7 @@
 static const char *usage_text =
     "usage: hubrt chat MODEL [--system TEXT] [-n N] [--greedy | --temp T --top-p P --top-k K --seed S]\n"
     "                  [--no-think] [--dtype D] [--device cpu] [--revision R] [--experts grouped|eager]\n"
-    "                  [--dequantize | --quantize q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k]\n"
+    "                  [--dequantize | --quantize q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|q4_k|q5_k|q6_k]\n"
     "  --tp N [--tp-plan JSON] [--ep N]: split over N ranks (hubrt launch -n N -- hubrt chat ...);\n"
     "  rank 0 reads stdin and prints.\n"
     "  One message per line on stdin; the answer streams to stdout. /reset forgets the conversation,\n"

@@ -13,7 +13,7 @@ static int usage(void) {
     fprintf(stderr,
             "usage: hubrt quantize MODEL OUT.gguf [--type T] [--revision R]\n"
             "  MODEL: a model folder (safetensors: Llama, Mistral, Qwen2, Qwen3) or a Hub id\n"
-            "  --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k (default q8_0): the matrices'\n"
+            "  --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|q4_k|q5_k|q6_k (default q8_0): the matrices'\n"
             "         type, quantized as llama.cpp's reference quantizer does (without an importance\n"
             "         matrix; every matrix alike, llama-quantize --pure); norms and biases stay f32\n");
     return HR_EXIT_USAGE;

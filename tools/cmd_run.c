@@ -11,7 +11,7 @@
 static const char *usage_text =
     "usage: hubrt run MODEL -p PROMPT [-n N] [--greedy | --temp T --top-p P --top-k K --min-p P --seed S]\n"
     "                 [--repetition-penalty R] [--stop TEXT]... [--dtype D] [--device cpu] [--compile] [--stats]\n"
-    "                 [--experts grouped|eager] [--dequantize | --quantize q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k]\n"
+    "                 [--experts grouped|eager] [--dequantize | --quantize q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|q4_k|q5_k|q6_k]\n"
     "                 [--tp N [--tp-plan JSON]] [--ep N]\n"
     "  Sampling defaults come from the model's generation_config.json; --temp/--top-p/--top-k/--min-p\n"
     "  turn sampling on, --greedy turns it off. -n defaults to 128 new tokens.\n"

@@ -13,7 +13,7 @@ static const char *usage_text =
     "                   [--tp N [--tp-plan JSON]] [--ep N]   (under hubrt launch -n N: rank 0 serves)\n"
     "                   [--prefill-chunk N] [--queue N] [--max-body BYTES] [--grace S] [--no-prefix-reuse]\n"
     "                   [--compile | --deterministic] [--dtype D] [--device cpu] [--revision R]\n"
-    "                   [--experts grouped|eager] [--dequantize | --quantize q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k]\n"
+    "                   [--experts grouped|eager] [--dequantize | --quantize q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|q4_k|q5_k|q6_k]\n"
     "  /v1/chat/completions, /v1/completions (streaming with server-sent events), /v1/models,\n"
     "  /health, /metrics (Prometheus) and a chat page at /. Requests join the running batch of\n"
     "  --slots rows (default 8) at each step; --ctx tokens per row (prompt and answer; default the\n"

@@ -66,7 +66,7 @@ HR_API void hr_model_free(hr_model *m);
  * a GGUF file at `out` that llama.cpp loads: its metadata, tensor names and
  * tokenizer as llama.cpp's converter writes them, the matrices in `type`
  * ("f32", "f16", "bf16", or a block type: q8_0, q4_0, q4_1, q5_0, q5_1,
- * q4_k, q5_k, q6_k, quantized as ggml's reference quantizer does; rows that
+ * mxfp4, q4_k, q5_k, q6_k, quantized as ggml's reference quantizer does; rows that
  * do not divide into the blocks take llama-quantize's fallback type), the
  * vectors in f32. Streamed tensor by tensor (peak memory: a few MB beyond
  * the file map), atomic (a temporary file renamed over `out`). */

@@ -111,7 +111,7 @@ HR_API hr_status hr_tensor_to(const hr_tensor *t, hr_device *dev, hr_tensor **ou
 HR_API hr_status hr_tensor_read(const hr_tensor *t, void *dst, size_t nbytes);
 /* A host f32, bf16 or f16 tensor (last dim a multiple of dt's block: 32,
  * or 256 for the k-quants) quantized into block type dt (q8_0, q4_0, q4_1,
- * q5_0, q5_1, q4_k, q5_k, q6_k), row by row as ggml's reference quantizer
+ * q5_0, q5_1, mxfp4, q4_k, q5_k, q6_k), row by row as ggml's reference quantizer
  * does (without an importance matrix), into a new CPU tensor of the same
  * shape. */
 HR_API hr_status hr_tensor_quantize(const hr_tensor *t, hr_dtype dt, hr_tensor **out);

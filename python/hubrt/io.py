@@ -109,7 +109,7 @@ def save_gguf(model_dir, path, type="q8_0"):
     """Write model folder `model_dir` (safetensors: Llama, Mistral, Qwen2,
     Qwen3) as a GGUF file at `path` that llama.cpp loads: the converter's
     metadata, tensor names and tokenizer, the matrices in `type` ("f32",
-    "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k",
+    "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "mxfp4", "q4_k", "q5_k",
     "q6_k"; quantized as ggml's reference quantizer does), norms and biases
     in f32. Streamed tensor by tensor, atomic. `hubrt quantize` is the CLI."""
     check(_export_gguf(os.fsencode(model_dir), os.fsencode(path), type.encode()))

@@ -27,6 +27,9 @@ void hr_dq_iq4_xs(const uint8_t *src, float *dst, int64_t nb);
 /* `nb` MXFP4 blocks (32 elements, an e8m0 scale) into f32, and the scale of
  * exponent byte e (2^(e - 128), ggml's GGML_E8M0_TO_FP32_HALF). */
 void hr_dq_mxfp4(const uint8_t *src, float *dst, int64_t nb);
+/* MXFP4's 16 codes as values doubled (e2m1 x 2: 0, 1, 2, 3, 4, 6, 8, 12 and
+ * their negatives). */
+extern const int8_t hr_mxfp4_levels[16];
 float hr_e8m0_half(uint8_t e);
 
 /* Scale and min j (< 8) of a Q4_K/Q5_K super-block: 6 bits each, packed
@@ -41,8 +44,8 @@ static inline void hr_k4_scale_min(int j, const uint8_t *q, int *d, int *m) {
     }
 }
 
-/* Whether hr_quantize_row makes dt: q8_0, q4_0, q4_1, q5_0, q5_1 (32-element
- * blocks) and q4_k, q5_k, q6_k (256-element super-blocks). */
+/* Whether hr_quantize_row makes dt: q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4
+ * (32-element blocks) and q4_k, q5_k, q6_k (256-element super-blocks). */
 bool hr_quantize_supported(hr_dtype dt);
 /* n f32 values (a multiple of dt's block) into blocks of dt at dst, the
  * bytes ggml's quantize_row_*_ref writes. */

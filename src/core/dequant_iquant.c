@@ -44,7 +44,7 @@ void hr_dq_iq4_xs(const uint8_t *src, float *y, int64_t nb) {
  * an e8m0 exponent byte e, then 16 bytes of e2m1 codes as IQ4_NL's nibbles;
  * the codes' values doubled (0, 1, 2, 3, 4, 6, 8, 12 and their negatives)
  * times 2^(e - 128), as ggml's GGML_E8M0_TO_FP32_HALF builds it bitwise. */
-static const int8_t MXFP4_LEVELS[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+const int8_t hr_mxfp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 float hr_e8m0_half(uint8_t e) {
     uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
@@ -57,8 +57,8 @@ void hr_dq_mxfp4(const uint8_t *src, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, src += 17, y += 32) {
         float d = hr_e8m0_half(src[0]);
         for (int j = 0; j < 16; j++) {
-            y[j] = d * (float)MXFP4_LEVELS[src[1 + j] & 0xF];
-            y[j + 16] = d * (float)MXFP4_LEVELS[src[1 + j] >> 4];
+            y[j] = d * (float)hr_mxfp4_levels[src[1 + j] & 0xF];
+            y[j + 16] = d * (float)hr_mxfp4_levels[src[1 + j] >> 4];
         }
     }
 }

@@ -89,9 +89,33 @@ static void q_1(const float *x, uint8_t *y, bool five) {
     if (five) memcpy(y + 4, &qh, 4);
 }
 
+/* MXFP4: the exponent byte floor(log2(amax)) - 2 + 127 (converted through
+ * a 32-bit int, as the reference's float-to-byte conversion runs on x86;
+ * 0 for an all-zero or non-finite block), then each value the level whose
+ * multiple of the half scale is nearest (the first on ties). */
+static void mxfp4(const float *x, uint8_t *y) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++)
+        if (amax < fabsf(x[j])) amax = fabsf(x[j]);
+    float t = amax > 0.0f ? floorf(log2f(amax)) - 2 + 127 : 0.0f;
+    uint8_t e = isfinite(t) ? (uint8_t)(int32_t)t : 0;
+    float d = hr_e8m0_half(e);
+    y[0] = e;
+    for (int j = 0; j < 32; j++) {
+        int best = 0;
+        float best_err = fabsf(hr_mxfp4_levels[0] * d - x[j]);
+        for (int i = 1; i < 16; i++) {
+            float err = fabsf(hr_mxfp4_levels[i] * d - x[j]);
+            if (err < best_err) best = i, best_err = err;
+        }
+        if (j < 16) y[1 + j] = (uint8_t)best;
+        else y[1 + j - 16] |= (uint8_t)(best << 4);
+    }
+}
+
 bool hr_quantize_supported(hr_dtype dt) {
-    return dt == HR_Q8_0 || dt == HR_Q4_0 || dt == HR_Q4_1 || dt == HR_Q5_0 || dt == HR_Q5_1 || dt == HR_Q4_K ||
-           dt == HR_Q5_K || dt == HR_Q6_K;
+    return dt == HR_Q8_0 || dt == HR_Q4_0 || dt == HR_Q4_1 || dt == HR_Q5_0 || dt == HR_Q5_1 || dt == HR_MXFP4 ||
+           dt == HR_Q4_K || dt == HR_Q5_K || dt == HR_Q6_K;
 }
 
 void hr_quantize_row(hr_dtype dt, const float *x, uint8_t *y, int64_t n) {
@@ -107,6 +131,7 @@ void hr_quantize_row(hr_dtype dt, const float *x, uint8_t *y, int64_t n) {
         case HR_Q5_0: q_0(x, y, true); break;
         case HR_Q4_1: q_1(x, y, false); break;
         case HR_Q5_1: q_1(x, y, true); break;
+        case HR_MXFP4: mxfp4(x, y); break;
         default: memset(y, 0, bb); break;
         }
     }

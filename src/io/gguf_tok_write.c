@@ -122,10 +122,14 @@ static void vocab_free(vocab *v) {
     free(v->type);
 }
 
-static hr_status vocab_put(vocab *v, const char *label, int64_t id, const char *text, int32_t type) {
-    if (id < 0 || id >= v->n)
-        return hr_error(HR_ERR_FORMAT, "%s: token '%.40s' has id %lld, outside the model's %lld rows", label, text,
-                        (long long)id, (long long)v->n);
+/* Token `text` at id `idv` (a JSON number: checked to be a whole number
+ * inside the table before any conversion). */
+static hr_status vocab_put(vocab *v, const char *label, const cJSON *idv, const char *text, int32_t type) {
+    double d = cJSON_IsNumber(idv) ? idv->valuedouble : -1.0;
+    if (!(d >= 0 && d < (double)v->n) || d != (double)(int64_t)d)
+        return hr_error(HR_ERR_FORMAT, "%s: token '%.40s' has id %.17g, not a whole number below the model's %lld rows",
+                        label, text, d, (long long)v->n);
+    int64_t id = (int64_t)d;
     free(v->tok[id]);
     if (!(v->tok[id] = strdup(text))) return hr_error(HR_ERR_OOM, "out of memory");
     v->type[id] = type;
@@ -148,19 +152,14 @@ static hr_status build_vocab(const cJSON *tj, const char *label, int64_t vocab_s
     v->tok = calloc((size_t)v->n, sizeof *v->tok);
     v->type = calloc((size_t)v->n, sizeof *v->type);
     if (!v->tok || !v->type) return hr_error(HR_ERR_OOM, "out of memory");
-    for (const cJSON *e = map->child; e; e = e->next) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int64_t)e->valuedouble)
-            return hr_error(HR_ERR_FORMAT, "%s: model.vocab['%.40s'] is not an integer id", label, e->string);
-        HR_TRY(vocab_put(v, label, (int64_t)e->valuedouble, e->string, TOK_NORMAL));
-    }
+    for (const cJSON *e = map->child; e; e = e->next) HR_TRY(vocab_put(v, label, e, e->string, TOK_NORMAL));
     const cJSON *added;
     cJSON_ArrayForEach(added, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(added, "id");
         const char *content = str_of(added, "content");
-        if (!cJSON_IsNumber(id) || !content)
-            return hr_error(HR_ERR_FORMAT, "%s: an added token without an integer id and a content", label);
+        if (!content) return hr_error(HR_ERR_FORMAT, "%s: an added token without a content", label);
         bool special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(added, "special")) || looks_special(content);
-        HR_TRY(vocab_put(v, label, (int64_t)id->valuedouble, content, special ? TOK_CONTROL : TOK_USER));
+        HR_TRY(vocab_put(v, label, id, content, special ? TOK_CONTROL : TOK_USER));
     }
     for (int64_t i = 0; i < v->n; i++) {
         if (v->tok[i]) continue;

@@ -130,6 +130,7 @@ static uint32_t file_type(hr_dtype dt) {
     case HR_Q5_K: return 16;
     case HR_Q6_K: return 18;
     case HR_BF16: return 32;
+    case HR_MXFP4: return 38; /* LLAMA_FTYPE_MOSTLY_MXFP4_MOE, the only MXFP4 label llama.cpp has */
     default: return 0;
     }
 }
@@ -331,7 +332,7 @@ hr_status hr_model_export_gguf(const char *dir, const char *out, const char *typ
     if (hr_dtype_parse(type, &e.type) != HR_OK ||
         !(e.type == HR_F32 || e.type == HR_F16 || e.type == HR_BF16 || hr_quantize_supported(e.type)))
         return hr_error(HR_ERR_INVALID_ARG, "type '%s': hubrt writes GGUF files of f32, f16, bf16, q8_0, q4_0, q4_1, "
-                        "q5_0, q5_1, q4_k, q5_k or q6_k", type);
+                        "q5_0, q5_1, mxfp4, q4_k, q5_k or q6_k", type);
     hr_status s = hr_model_config_load(dir, &e.cfg, &e.arch, &e.arch_cfg);
     if (s == HR_OK) s = check_model(&e);
     if (s == HR_OK) s = hr_checkpoint_open(dir, &e.ck);

@@ -95,7 +95,7 @@ static hr_status resolve_quantize(const hr_model_options *opts, hr_dtype *out) {
     hr_dtype dt;
     if (hr_dtype_parse(opts->quantize, &dt) != HR_OK || !hr_quantize_supported(dt))
         return hr_error(HR_ERR_INVALID_ARG, "quantize '%s' is not a type hubrt quantizes into (q8_0, q4_0, q4_1, "
-                        "q5_0, q5_1, q4_k, q5_k, q6_k)", opts->quantize);
+                        "q5_0, q5_1, mxfp4, q4_k, q5_k, q6_k)", opts->quantize);
     if (opts->dequantize)
         return hr_error(HR_ERR_INVALID_ARG, "quantize '%s' and dequantize together: pick one", opts->quantize);
     *out = dt;

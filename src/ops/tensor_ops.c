@@ -108,7 +108,7 @@ hr_status hr_tensor_quantize(const hr_tensor *t, hr_dtype dt, hr_tensor **out) {
     char label[200];
     hr_tensor_label(t, label, sizeof label);
     if (!hr_quantize_supported(dt))
-        return hr_error(HR_ERR_DTYPE, "quantize %s: hubrt quantizes into q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k and q6_k, not %s", label,
+        return hr_error(HR_ERR_DTYPE, "quantize %s: hubrt quantizes into q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4, q4_k, q5_k and q6_k, not %s", label,
                         hr_dtype_name(dt));
     if (t->dtype != HR_F32 && t->dtype != HR_BF16 && t->dtype != HR_F16)
         return hr_error(HR_ERR_DTYPE, "quantize %s: the values must be f32, bf16 or f16", label);

@@ -42,8 +42,8 @@ from llama_cpp_convert import convert  # noqa: E402
 
 # ggml's type numbers
 GGML = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "q4_k": 12, "q5_k": 13,
-        "q6_k": 14, "bf16": 30}
-BLOCKS = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"]
+        "q6_k": 14, "bf16": 30, "mxfp4": 39}
+BLOCKS = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "mxfp4", "q4_k", "q5_k", "q6_k"]
 # keys that describe rather than define the model (the converter derives them from the folder's name and size)
 DESCRIPTIVE = {"general.name", "general.size_label", "general.basename", "general.finetune", "general.version"}
 
@@ -256,7 +256,7 @@ def test_file_equals_llama_cpp_converter(written, ggml, name, qtype):
         np.testing.assert_array_equal(tm[n][2], raw, err_msg=n)
 
 
-@pytest.mark.parametrize("qtype", ["q4_k", "q5_k", "q6_k", "q4_0", "q5_1"])
+@pytest.mark.parametrize("qtype", ["q4_k", "q5_k", "q6_k", "q4_0", "q5_1", "mxfp4"])
 def test_quantized_matrices_equal_ggml_on_the_converted_values(written, ggml, qtype):
     """Each matrix of hubrt's file is ggml's quantization of the same tensor
     in the converter's f32 file (q/k rows and biases already in llama.cpp's
@@ -337,6 +337,11 @@ def test_cli_refuses_by_name_and_keeps_what_was_there(models, tmp_path):
     (notok / "tokenizer.json").unlink()
     rc, err = cli(notok, out)
     assert rc == 2 and "tokenizer.json" in err
+    for bad_id in (1e300, -1, 0.5, 10 ** 7):
+        (notok / "tokenizer.json").write_text(json.dumps({**json.loads((models["qwen3"] / "tokenizer.json").read_text()),
+                                                          "added_tokens": [{"id": bad_id, "content": "<x>"}]}))
+        rc, err = cli(notok, out)
+        assert rc == 2 and "not a whole number below the model's 151936 rows" in err, bad_id
     extra = tmp_path / "extra"
     shutil.copytree(models["qwen3"], extra)
     from safetensors.numpy import load_file, save_file

@@ -183,7 +183,7 @@ def test_quantizer_matches_gguf(name, src):
 def test_quantize_refuses_what_it_cannot():
     with pytest.raises(hubrt.HubrtError, match="multiple of 32"):
         hubrt.from_numpy(np.ones((2, 48), np.float32)).quantize("q8_0")
-    with pytest.raises(hubrt.HubrtError, match="q5_1, q4_k, q5_k and q6_k, not q2_k"):
+    with pytest.raises(hubrt.HubrtError, match="q5_1, mxfp4, q4_k, q5_k and q6_k, not q2_k"):
         hubrt.from_numpy(np.ones((2, 256), np.float32)).quantize("q2_k")
     with pytest.raises(hubrt.HubrtError, match="multiple of 256 \\(q4_k's block\\)"):
         hubrt.from_numpy(np.ones((2, 96), np.float32)).quantize("q4_k")
