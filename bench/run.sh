@@ -227,6 +227,15 @@ if [[ " $ENGINES " == *" llama.cpp "* ]] && (( $(date +%s) - START <= BUDGET ));
     || log "bench_quantized.py failed (see $WORK/quantized.err)"
 fi
 
+# --- hubrt quantize against llama.cpp's converter + llama_model_quantize on the Llama-3.2-1B shape
+if [[ " $ENGINES " == *" llama.cpp "* ]] && [[ -f $FIX/llama-3.2-1b-shaped/model.safetensors ]] && \
+   (( $(date +%s) - START <= BUDGET )); then
+  log "hubrt quantize against llama.cpp (bench/bench_gguf_write.py)"
+  HUBRT_LIBRARY=$ROOT/$BUILD/libhubrt.so timeout $((RUN_TIMEOUT * 4)) "$PY" bench/bench_gguf_write.py --hubrt "$HUBRT" \
+    --model "$FIX/llama-3.2-1b-shaped" --work "$WORK/gguf-write" --out "$RESULTS/gguf-write.md" \
+    > "$WORK/gguf-write.out" 2> "$WORK/gguf-write.err" || log "bench_gguf_write.py failed (see $WORK/gguf-write.err)"
+fi
+
 # --- images: an SD3-medium-shaped transformer and SD3's VAE (random bf16, made and deleted here), hubrt and diffusers
 if [[ " $ENGINES " == *" hubrt "* ]] && (( $(date +%s) - START <= BUDGET )); then
   log "SD3-shaped transformer and VAE (bench/bench_sd3.py)"
