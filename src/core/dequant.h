@@ -50,6 +50,10 @@ bool hr_quantize_supported(hr_dtype dt);
 /* n f32 values (a multiple of dt's block) into blocks of dt at dst, the
  * bytes ggml's quantize_row_*_ref writes. */
 void hr_quantize_row(hr_dtype dt, const float *src, uint8_t *dst, int64_t n);
+/* n f32 values into dtype dt at dst, the inverse of hr_dequant_row: f32
+ * copied, bf16 and f16 rounded to nearest even, a block type as
+ * hr_quantize_row makes it (n a multiple of its block). */
+void hr_encode_row(hr_dtype dt, const float *src, uint8_t *dst, int64_t n);
 /* nb k-quant super-blocks (q4_k, q5_k, q6_k) from nb * 256 values
  * (quantize_kquant.c). */
 void hr_quantize_kquant(hr_dtype dt, const float *src, uint8_t *dst, int64_t nb);

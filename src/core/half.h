@@ -49,6 +49,9 @@ static inline float hr_f16_load(const void *p) {
     return hr_f16_to_f32(h);
 }
 
+/* v as binary16 (round to nearest even) at p, which need not be aligned. */
+static inline void hr_f16_store(void *p, float v);
+
 /* Round to nearest even. */
 static inline uint16_t hr_f32_to_f16(float f) {
     uint32_t u;
@@ -70,6 +73,11 @@ static inline uint16_t hr_f32_to_f16(float f) {
     uint32_t rem = a & 0x1fffu;
     if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
     return (uint16_t)(sign | r);
+}
+
+static inline void hr_f16_store(void *p, float v) {
+    uint16_t h = hr_f32_to_f16(v);
+    memcpy(p, &h, sizeof h);
 }
 
 #endif

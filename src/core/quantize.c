@@ -11,11 +11,6 @@
 #include "core/dequant.h"
 #include "core/half.h"
 
-static void put_f16(uint8_t *p, float v) {
-    uint16_t h = hr_f32_to_f16(v);
-    memcpy(p, &h, 2);
-}
-
 /* The first value of largest magnitude (its sign kept). */
 static float signed_max(const float *x) {
     float amax = 0.0f, max = 0.0f;
@@ -46,7 +41,7 @@ static void q8_0(const float *x, uint8_t *y) {
     float amax = 0.0f;
     for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    put_f16(y, d);
+    hr_f16_store(y, d);
     for (int j = 0; j < 32; j++) {
         float r = roundf(x[j] * id); /* within +-127 for finite x */
         y[2 + j] = (uint8_t)(int8_t)(r == r && fabsf(r) <= 127.0f ? (int)r : 0);
@@ -59,7 +54,7 @@ static void q_0(const float *x, uint8_t *y, bool five) {
     float max = signed_max(x), d = max / (five ? -16.0f : -8.0f), id = d != 0.0f ? 1.0f / d : 0.0f;
     float off = five ? 16.5f : 8.5f;
     int top = five ? 31 : 15;
-    put_f16(y, d);
+    hr_f16_store(y, d);
     uint8_t *qs = y + (five ? 6 : 2);
     uint32_t qh = 0;
     for (int j = 0; j < 16; j++) {
@@ -77,8 +72,8 @@ static void q_1(const float *x, uint8_t *y, bool five) {
     min_max(x, &lo, &hi);
     float d = (hi - lo) / (five ? 31.0f : 15.0f), id = d != 0.0f ? 1.0f / d : 0.0f;
     int top = five ? 31 : 15;
-    put_f16(y, d);
-    put_f16(y + 2, lo);
+    hr_f16_store(y, d);
+    hr_f16_store(y + 2, lo);
     uint8_t *qs = y + (five ? 8 : 4);
     uint32_t qh = 0;
     for (int j = 0; j < 16; j++) {
@@ -116,6 +111,18 @@ static void mxfp4(const float *x, uint8_t *y) {
 bool hr_quantize_supported(hr_dtype dt) {
     return dt == HR_Q8_0 || dt == HR_Q4_0 || dt == HR_Q4_1 || dt == HR_Q5_0 || dt == HR_Q5_1 || dt == HR_MXFP4 ||
            dt == HR_Q4_K || dt == HR_Q5_K || dt == HR_Q6_K;
+}
+
+void hr_encode_row(hr_dtype dt, const float *x, uint8_t *y, int64_t n) {
+    if (dt == HR_F32) memcpy(y, x, sizeof(float) * (size_t)n);
+    else if (dt == HR_BF16)
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = hr_f32_to_bf16(x[i]);
+            memcpy(y + 2 * i, &h, 2);
+        }
+    else if (dt == HR_F16)
+        for (int64_t i = 0; i < n; i++) hr_f16_store(y + 2 * i, x[i]);
+    else hr_quantize_row(dt, x, y, n);
 }
 
 void hr_quantize_row(hr_dtype dt, const float *x, uint8_t *y, int64_t n) {

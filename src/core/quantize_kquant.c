@@ -36,11 +36,6 @@ static inline int nearest_int(float v) {
 
 static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-static void put_f16(uint8_t *p, float v) {
-    uint16_t h = hr_f32_to_f16(v);
-    memcpy(p, &h, 2);
-}
-
 /* Levels 0..nmax for one group x[n] as scale * l - min, chosen to minimise
  * the weighted squared error over nstep + 1 candidate step counts (nmax +
  * rmin + rdelta * is); the min is at most 0 (stored as its negation). */
@@ -132,8 +127,8 @@ static void q45_k(const float *x, uint8_t *y, bool five) {
             sc[j] |= (uint8_t)((lm >> 4) << 6);
         }
     }
-    put_f16(y, max_scale / 63.f);
-    put_f16(y + 2, max_min / 63.f);
+    hr_f16_store(y, max_scale / 63.f);
+    hr_f16_store(y + 2, max_min / 63.f);
     float d0 = hr_f16_load(y), m0 = hr_f16_load(y + 2);
     for (int j = 0; j < 8; j++) {
         int s, m;
@@ -217,7 +212,7 @@ static void q6_k(const float *x, uint8_t *y) {
     if (max_abs < 1e-15f) return; /* all zero: d = +0 */
     int8_t *sc = (int8_t *)(y + 192);
     float iscale = -128.f / max_scale;
-    put_f16(y + 208, 1 / iscale);
+    hr_f16_store(y + 208, 1 / iscale);
     float d0 = hr_f16_load(y + 208);
     for (int ib = 0; ib < 16; ib++) {
         int v = nearest_int(iscale * scales[ib]);

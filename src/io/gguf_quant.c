@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "core/half.h"
 #include "core/tensor_impl.h"
 #include "core/threadpool.h"
 #include "core/dequant.h"
@@ -49,11 +48,7 @@ static void dq_rows(void *ctx, int ith, int nth) {
         }
         float *t = j->tmp + (size_t)ith * (size_t)j->ncol;
         hr_gguf_dequant_row(j->type, s, t, j->ncol);
-        uint16_t *o = (uint16_t *)d;
-        if (j->dt == HR_BF16)
-            for (int64_t i = 0; i < j->ncol; i++) o[i] = hr_f32_to_bf16(t[i]);
-        else
-            for (int64_t i = 0; i < j->ncol; i++) o[i] = hr_f32_to_f16(t[i]);
+        hr_encode_row(j->dt, t, d, j->ncol);
     }
 }
 

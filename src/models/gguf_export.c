@@ -24,7 +24,6 @@
 
 #include "core/dequant.h"
 #include "core/error.h"
-#include "core/half.h"
 #include "core/tensor_impl.h"
 #include "core/threadpool.h"
 #include "io/gguf_write.h"
@@ -69,14 +68,7 @@ static void convert_rows(void *arg, int ith, int nth) {
     for (int64_t i = b; i < e; i++) {
         int64_t r = j->r0 + i, from = t->perm_heads ? hf_row(r, t->rows, t->perm_heads) : r;
         hr_dequant_row(j->src_dt, j->src + (size_t)from * j->src_row, f, t->cols);
-        uint8_t *y = j->dst + (size_t)i * j->out_row;
-        if (t->out == HR_F32) memcpy(y, f, sizeof(float) * (size_t)t->cols);
-        else if (t->out == HR_BF16 || t->out == HR_F16)
-            for (int64_t c = 0; c < t->cols; c++) {
-                uint16_t h = t->out == HR_BF16 ? hr_f32_to_bf16(f[c]) : hr_f32_to_f16(f[c]);
-                memcpy(y + 2 * c, &h, 2);
-            }
-        else hr_quantize_row(t->out, f, y, t->cols);
+        hr_encode_row(t->out, f, j->dst + (size_t)i * j->out_row, t->cols);
     }
 }
 

@@ -18,9 +18,6 @@
 #include "io/st_internal.h"
 #include "models/model_impl.h"
 
-/* The doubled e2m1 levels (ggml's kvalues_mxfp4), times 2^(e - 128). */
-static const int8_t LEVELS[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
 static void part(const char *name, const char *suffix, char *buf, size_t n) { snprintf(buf, n, "%s_%s", name, suffix); }
 
 bool hr_mxfp4_held(const hr_model *m, const char *name) {
@@ -76,8 +73,8 @@ static void mx_rows(void *arg, int ith, int nth) {
         for (int64_t g = 0; g < groups; g++) {
             float d = hr_e8m0_half(sc[g]), v[32];
             for (int i = 0; i < 16; i++) {
-                v[2 * i] = d * (float)LEVELS[q[16 * g + i] & 0xF];
-                v[2 * i + 1] = d * (float)LEVELS[q[16 * g + i] >> 4];
+                v[2 * i] = d * (float)hr_mxfp4_levels[q[16 * g + i] & 0xF];
+                v[2 * i + 1] = d * (float)hr_mxfp4_levels[q[16 * g + i] >> 4];
             }
             for (int i = 0; i < 32; i++) {
                 size_t at = (size_t)(32 * g + i) * es;

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "core/half.h"
+#include "core/dequant.h"
 #include "hubrt/diffusion.h"
 
 #ifdef __clang__
@@ -193,8 +193,7 @@ hr_status hr_torch_randn_as(uint64_t seed, int64_t n, hr_dtype dt, void *out) {
         box_muller16(tail);
         memcpy(v + n - 16, tail, sizeof tail);
     }
-    uint16_t *o = out;
-    for (int64_t i = 0; i < n; i++) o[i] = dt == HR_BF16 ? hr_f32_to_bf16(v[i]) : hr_f32_to_f16(v[i]);
+    hr_encode_row(dt, v, out, n);
     free(g);
     free(v);
     return HR_OK;
