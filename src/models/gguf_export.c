@@ -147,6 +147,9 @@ static hr_status add_tensor(exporter *e, const char *gguf, const char *hf, int64
     if (info.ndim < 1 || info.ndim > 2)
         return hr_error(HR_ERR_SHAPE, "%s: tensor '%s' has %d dims; GGUF weights of this kind have 1 or 2", e->dir, hf,
                         info.ndim);
+    if (info.dtype != HR_F32 && info.dtype != HR_BF16 && info.dtype != HR_F16)
+        return hr_error(HR_ERR_DTYPE, "%s: tensor '%s' is %s; hubrt writes weights stored as f32, bf16 or f16", e->dir,
+                        hf, hr_dtype_name(info.dtype));
     ex_tensor *t = &e->t[e->n_t++];
     *t = (ex_tensor){.ck = e->ck, .perm_heads = perm_heads};
     snprintf(t->hf, sizeof t->hf, "%s", hf);

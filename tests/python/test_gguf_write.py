@@ -350,6 +350,11 @@ def test_cli_refuses_by_name_and_keeps_what_was_there(models, tmp_path):
     save_file(t, extra / "model.safetensors")
     rc, err = cli(extra, out)
     assert rc == 2 and "model.layers.0.mlp.mystery.weight" in err
+    del t["model.layers.0.mlp.mystery.weight"]
+    t["model.layers.0.mlp.up_proj.weight"] = t["model.layers.0.mlp.up_proj.weight"].astype(np.int32)
+    save_file(t, extra / "model.safetensors")
+    rc, err = cli(extra, out)
+    assert rc == 2 and "'model.layers.0.mlp.up_proj.weight' is i32" in err, err
     rc, err = cli(models["qwen3"], tmp_path / "no" / "such" / "dir.gguf")
     assert rc == 2 and "cannot create" in err
     assert out.read_bytes() == b"before" and not list(tmp_path.glob("*.tmp*"))
