@@ -1,10 +1,11 @@
 /* libFuzzer target: config.json as a model reads it, through every
  * architecture's own configure (Gemma 3's layer types and per-type rope,
  * Mistral's window, the rope scalings, Qwen3-MoE's experts, Gemma 4's
- * per-kind sizes and shared KV layers). A config that loads must hold
- * sizes inside their bounds, a layer kind for every layer (reading each
- * lets ASan prove the array) and KV sources earlier layers of the same
- * kind; every refusal carries a message. */
+ * per-kind sizes and shared KV layers, the quantization_configs). A config
+ * that loads must hold sizes inside their bounds, a layer kind for every
+ * layer (reading each lets ASan prove the array), KV sources earlier
+ * layers of the same kind and an FP8 config its scale tensors' name and
+ * block sizes; every refusal carries a message. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -37,6 +38,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int64_t src = cfg.kv_source[i];
         if (src >= i || (src >= 0 && (cfg.kv_source[src] >= 0 || cfg.layer_kind[src] != cfg.layer_kind[i]))) abort();
     }
+    const hr_quant_config *q = &cfg.quant;
+    if (q->method == HR_QUANT_FP8 &&
+        (!q->scale_suffix || !q->label || q->block[0] < 0 || q->block[1] < 0 || q->block[0] > 1 << 30 ||
+         q->block[1] > 1 << 30))
+        abort();
     hr_model_config_free(&cfg);
     free(arch_cfg);
     return 0;

@@ -65,11 +65,17 @@ HR_API void hr_clear_error(void);
     X(F64, f64, "F64", 8, double)        \
     X(I8, i8, "I8", 1, int8_t)           \
     X(I16, i16, "I16", 2, int16_t)
+/* Element types added after the block types, which keeps the values
+ * stable. F8_E4M3 (the Hub's FP8 weights) is storage only: the FP8 loader
+ * reads it, no op does. */
+#define HR_DTYPE_LIST_LATE(X) X(F8_E4M3, f8_e4m3, "F8_E4M3", 1, uint8_t)
 
-/* Block-quantized storage types, ggml's block formats byte for byte: a row
- * of n elements is n / block blocks of `bytes` bytes each. Only the CPU
- * linear and embedding kernels read them (weights kept quantized); views
- * keep whole rows. (name, short name, elements per block, bytes per block) */
+/* Block-quantized storage types, ggml's block formats byte for byte (FP8:
+ * hubrt's own, an f32 scale then 32 F8_E4M3 bytes, the layout the Hub's
+ * FP8 checkpoints are repacked into at load): a row of n elements is
+ * n / block blocks of `bytes` bytes each. Only the CPU linear and embedding
+ * kernels read them (weights kept quantized); views keep whole rows.
+ * (name, short name, elements per block, bytes per block) */
 #define HR_QTYPE_LIST(X)          \
     X(Q8_0, q8_0, 32, 34)         \
     X(Q4_0, q4_0, 32, 18)         \
@@ -83,7 +89,8 @@ HR_API void hr_clear_error(void);
     X(Q6_K, q6_k, 256, 210)       \
     X(IQ4_NL, iq4_nl, 32, 18)     \
     X(IQ4_XS, iq4_xs, 256, 136)   \
-    X(MXFP4, mxfp4, 32, 17)
+    X(MXFP4, mxfp4, 32, 17)       \
+    X(FP8, fp8, 32, 36)
 
 typedef enum hr_dtype {
 #define HR_X_(E, n, st, sz, ct) HR_##E,
@@ -91,6 +98,9 @@ typedef enum hr_dtype {
 #undef HR_X_
 #define HR_X_(E, n, blk, bytes) HR_##E,
     HR_QTYPE_LIST(HR_X_)
+#undef HR_X_
+#define HR_X_(E, n, st, sz, ct) HR_##E,
+    HR_DTYPE_LIST_LATE(HR_X_)
 #undef HR_X_
     HR_DTYPE_COUNT
 } hr_dtype;

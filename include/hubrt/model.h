@@ -31,9 +31,10 @@ typedef struct hr_model_options {
     const char *experts_implementation;
     /* A GGUF file's block-quantized weights (Q4_1, Q8_0, Q4_K, ...) stay in
      * their blocks on the CPU, read by the linear and embedding kernels
-     * (activations quantized to int8 per 32 elements, as llama.cpp's);
-     * true dequantizes them to `dtype` at load instead. Other devices
-     * always dequantize. */
+     * (activations quantized to int8 per 32 elements, as llama.cpp's), and
+     * so do the Hub's FP8 weights (repacked into FP8 blocks, activations
+     * kept in f32); true dequantizes them to `dtype` at load instead.
+     * Other devices always dequantize. */
     bool dequantize;
     /* "q8_0", "q4_0", "q4_1", "q5_0" or "q5_1": the float linear and
      * embedding matrices (last dim a multiple of 32) quantized into that

@@ -414,8 +414,8 @@ class AutoModelForCausalLM:
         (the default; transformers' "grouped_mm" and "batched_mm" name it too),
         "eager" (transformers' per-expert loop), a kernel repository "org/name"
         or a Kernel from hubrt.get_kernel. dequantize: a GGUF file's
-        block-quantized weights, kept in their blocks on the CPU by default,
-        cast to dtype at load instead. quantize: "q8_0", "q4_0", "q4_1",
+        block-quantized weights and an FP8 checkpoint's weights, kept in
+        their blocks on the CPU by default, cast to dtype at load instead. quantize: "q8_0", "q4_0", "q4_1",
         "q5_0" or "q5_1": the float linear and embedding matrices quantized
         into it while loading (the CPU only). distributed_config: a
         hubrt.DistributedConfig(tp_size=N, tp_plan=...) splitting the model

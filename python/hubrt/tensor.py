@@ -13,11 +13,26 @@ _I64P = ctypes.POINTER(ctypes.c_int64)
 DTYPES = ["f32", "bf16", "f16", "i64", "i32", "u8", "bool", "f64", "i8", "i16",
           # block-quantized (HR_QTYPE_LIST): numpy(raw=True) gives their bytes
           "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs",
-          "mxfp4"]
-QUANTIZED = set(DTYPES[10:])
+          "mxfp4", "fp8",
+          # added after the block types: the Hub's FP8 weights, as stored
+          "f8_e4m3"]
+QUANTIZED = set(DTYPES[10:24])
 _NP = {"f32": np.float32, "bf16": np.uint16, "f16": np.float16, "i64": np.int64,
        "i32": np.int32, "u8": np.uint8, "bool": np.bool_, "f64": np.float64,
-       "i8": np.int8, "i16": np.int16}
+       "i8": np.int8, "i16": np.int16, "f8_e4m3": np.uint8}
+
+
+def _e4m3_values():
+    """float8_e4m3fn's 256 codes as float32: 4 exponent bits biased by 7, 3
+    mantissa bits, subnormals at exponent 0, NaN at 0x7f / 0xff."""
+    b = np.arange(256)
+    e, m = (b >> 3) & 15, (b & 7) / 8.0
+    v = np.where(e == 0, m * 2.0 ** -6, (1 + m) * 2.0 ** (e - 7.0))
+    v = np.where((b & 0x7F) == 0x7F, np.nan, v)
+    return np.where(b & 0x80, -v, v).astype(np.float32)
+
+
+_E4M3 = _e4m3_values()
 _FROM_NP = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16",
             np.dtype(np.int64): "i64", np.dtype(np.int32): "i32", np.dtype(np.uint8): "u8",
             np.dtype(np.bool_): "bool", np.dtype(np.float64): "f64", np.dtype(np.int8): "i8",
@@ -145,7 +160,8 @@ class Tensor:
         return f"hubrt.Tensor(shape={list(self.shape)}, dtype={self.dtype}, device={self.device})"
 
     def numpy(self, raw=False):
-        """A numpy copy. bf16 comes back as float32 unless raw=True (uint16 bits);
+        """A numpy copy. bf16 and f8_e4m3 come back as float32 unless raw=True
+        (uint16 bits, uint8 codes);
         a block-quantized tensor only raw, as uint8 [..., bytes per row]."""
         if self.dtype in QUANTIZED:
             if not raw:
@@ -156,6 +172,8 @@ class Tensor:
             return arr
         arr = np.empty(self.shape, dtype=_NP[self.dtype])
         check(_read(self._h, arr.ctypes.data_as(ctypes.c_void_p), arr.nbytes))
+        if self.dtype == "f8_e4m3" and not raw:
+            return _E4M3[arr]
         if self.dtype == "bf16" and not raw:
             return (arr.astype(np.uint32) << 16).view(np.float32)
         return arr
@@ -239,6 +257,23 @@ class Tensor:
     def contiguous(self):
         from . import ops
         return ops.contiguous(self)
+
+
+def from_blocks(data, dtype, shape, device="cpu"):
+    """A block-quantized tensor (q8_0, ..., fp8) of logical `shape` from its
+    raw bytes (a uint8 array or bytes, rows of whole blocks): the inverse
+    of numpy(raw=True)."""
+    d = dtype_name(dtype)
+    if d not in QUANTIZED:
+        raise ValueError(f"from_blocks takes a block-quantized dtype, not {dtype!r}")
+    raw = np.require(np.frombuffer(bytes(data), np.uint8) if isinstance(data, (bytes, bytearray))
+                     else np.asarray(data, np.uint8), requirements="C")
+    n, dims = _ints(shape)
+    out = _P()
+    dev = device_handle(device) if isinstance(device, str) else device
+    check(_from_host(dev, DTYPES.index(d), n, dims, raw.ctypes.data_as(ctypes.c_void_p), raw.nbytes,
+                     ctypes.byref(out)))
+    return Tensor(out)
 
 
 def from_numpy(arr, dtype=None, device="cpu"):

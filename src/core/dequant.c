@@ -61,6 +61,16 @@ static void dq_q5(const uint8_t *src, float *dst, int64_t nb, bool one) {
     }
 }
 
+/* FP8 blocks: an f32 scale, then 32 e4m3 codes; each value is code x
+ * scale, one f32 product (as transformers' Fp8Dequantize computes it). */
+static void dq_fp8(const uint8_t *p, float *y, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, p += 36, y += 32) {
+        float d;
+        memcpy(&d, p, 4);
+        for (int i = 0; i < 32; i++) y[i] = hr_e4m3_to_f32(p[4 + i]) * d;
+    }
+}
+
 void hr_dequant_row(hr_dtype dt, const uint8_t *src, float *dst, int64_t n) {
     switch (dt) {
     case HR_F32: memcpy(dst, src, sizeof(float) * (size_t)n); break;
@@ -87,6 +97,10 @@ void hr_dequant_row(hr_dtype dt, const uint8_t *src, float *dst, int64_t n) {
     case HR_IQ4_NL: hr_dq_iq4_nl(src, dst, n / 32); break;
     case HR_IQ4_XS: hr_dq_iq4_xs(src, dst, n / 256); break;
     case HR_MXFP4: hr_dq_mxfp4(src, dst, n / 32); break;
+    case HR_FP8: dq_fp8(src, dst, n / 32); break;
+    case HR_F8_E4M3:
+        for (int64_t i = 0; i < n; i++) dst[i] = hr_e4m3_to_f32(src[i]);
+        break;
     default: memset(dst, 0, sizeof(float) * (size_t)n); break;
     }
 }

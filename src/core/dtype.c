@@ -12,6 +12,7 @@ static const struct {
 } dtype_info[HR_DTYPE_COUNT] = {
 #define HR_X_(E, n, st, sz, ct) [HR_##E] = {#n, st, sz, 1, sz},
     HR_DTYPE_LIST(HR_X_)
+    HR_DTYPE_LIST_LATE(HR_X_)
 #undef HR_X_
 /* block types have no safetensors spelling: their short name stands in */
 #define HR_X_(E, n, blk, bytes) [HR_##E] = {#n, #n, 0, blk, bytes},
@@ -72,7 +73,7 @@ hr_status hr_dtype_parse(const char *name, hr_dtype *out) {
     }
     return hr_error(HR_ERR_DTYPE,
                     "unknown dtype '%s' (expected one of f32, bf16, f16, i64, i32, u8, bool, "
-                    "f64, i8, i16, a torch/safetensors spelling, or a block type q8_0, q4_0, q4_1, "
-                    "q5_0, q5_1, q2_k .. q6_k, iq4_nl, iq4_xs)",
+                    "f64, i8, i16, f8_e4m3, a torch/safetensors spelling, or a block type q8_0, q4_0, q4_1, "
+                    "q5_0, q5_1, q2_k .. q6_k, iq4_nl, iq4_xs, mxfp4, fp8)",
                     name);
 }

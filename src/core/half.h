@@ -42,6 +42,16 @@ static inline float hr_f16_to_f32(uint16_t h) {
     return f;
 }
 
+/* float8_e4m3fn (torch's, the Hub's FP8 weights): 1 sign, 4 exponent
+ * bits biased by 7, 3 mantissa bits, no infinities; 0x7f and 0xff are NaN.
+ * Its bits shifted up by 7 are the binary16 of the value / 256 (subnormals
+ * too), which is how the SIMD kernels convert it (F16C, then x 256). */
+static inline float hr_e4m3_to_f32(uint8_t b) {
+    if ((b & 0x7f) == 0x7f) return __builtin_nanf("");
+    float v = hr_f16_to_f32((uint16_t)((b & 0x7f) << 7)) * 256.0f;
+    return b & 0x80 ? -v : v;
+}
+
 /* An f16 stored at any byte address (ggml blocks put them unaligned). */
 static inline float hr_f16_load(const void *p) {
     uint16_t h;

@@ -150,6 +150,7 @@ void hr_iter_parallel(const hr_iter *it, hr_row_fn fn, void *ctx) {
     case HR_I8: LOAD_LOOP(int8_t, (DST)); break;                            \
     case HR_U8: LOAD_LOOP(uint8_t, (DST)); break;                           \
     case HR_BOOL: LOAD_LOOP(uint8_t, (DST)(bool)); break;                   \
+    case HR_F8_E4M3: LOAD_LOOP(uint8_t, (DST)hr_e4m3_to_f32); break;        \
     default: break;                                                         \
     }
 

@@ -70,7 +70,7 @@ static hr_status st_dtype(const char *label, const char *name, const cJSON *v, h
     char esc[64];
     return hr_error(HR_ERR_UNSUPPORTED,
                     "%s: tensor '%s': unsupported dtype '%s' (hubrt reads F32, BF16, F16, F64, "
-                    "I64, I32, I16, I8, U8, BOOL)",
+                    "I64, I32, I16, I8, U8, BOOL, F8_E4M3)",
                     label, name, hr_str_escape(v->valuestring, strlen(v->valuestring), esc, sizeof esc));
 }
 

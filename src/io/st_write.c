@@ -55,13 +55,14 @@ static int dtype_rank(hr_dtype dt) {
     case HR_BOOL: return 0;
     case HR_U8: return 1;
     case HR_I8: return 2;
-    case HR_I16: return 3;
-    case HR_F16: return 4;
-    case HR_BF16: return 5;
-    case HR_I32: return 6;
-    case HR_F32: return 7;
-    case HR_F64: return 8;
-    case HR_I64: return 9;
+    case HR_F8_E4M3: return 3;
+    case HR_I16: return 4;
+    case HR_F16: return 5;
+    case HR_BF16: return 6;
+    case HR_I32: return 7;
+    case HR_F32: return 8;
+    case HR_F64: return 9;
+    case HR_I64: return 10;
     default: return -1;
     }
 }

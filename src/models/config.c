@@ -288,6 +288,7 @@ static hr_status parse_config(const char *dir, hr_json_doc *doc, hr_model_config
     if (!hr_json_obj_present(text)) text = root;
     HR_TRY(add_defaults(*arch, text));
     HR_TRY(parse_common(dir, root, text, cfg));
+    HR_TRY(hr_config_quant(dir, root, cfg));
     *arch_cfg = calloc(1, (*arch)->cfg_size ? (*arch)->cfg_size : 1);
     if (!*arch_cfg) return hr_error(HR_ERR_OOM, "config: out of memory");
     hr_status s = (*arch)->configure(text, cfg, *arch_cfg);

@@ -15,6 +15,24 @@
  * `sliding_window` of them (itself included), over a ring-buffer cache. */
 typedef enum hr_layer_kind { HR_LAYER_FULL = 0, HR_LAYER_SLIDING = 1, HR_LAYER_KINDS = 2 } hr_layer_kind;
 
+/* config.json's quantization_config: how the checkpoint stores quantized
+ * weights (config_quant.c). */
+typedef enum hr_quant_method { HR_QUANT_NONE, HR_QUANT_MXFP4, HR_QUANT_FP8 } hr_quant_method;
+typedef struct hr_quant_config {
+    hr_quant_method method;
+    /* FP8 ("fp8", or "compressed-tensors" float-quantized): each weight's
+     * F8_E4M3 codes times the scale of their block of block[0] rows x
+     * block[1] columns (0: the whole dim; per tensor 0 x 0, per channel
+     * 1 x 0), stored as NAME's `scale_suffix` in place of "weight" */
+    int64_t block[2];
+    const char *scale_suffix; /* "weight_scale_inv" (fp8) or "weight_scale" (compressed-tensors) */
+    const char *label;        /* "fp8" or "compressed-tensors", for messages */
+    /* activations' scales stored (activation_scheme "static" / input
+     * activations not dynamic): checked at load; the CPU keeps activations
+     * in f32, so they are not applied (transformers' dequantized run) */
+    bool static_act;
+} hr_quant_config;
+
 /* The config.json fields every decoder-only architecture has; an
  * architecture's own fields live in its arch_cfg. */
 typedef struct hr_model_config {
@@ -41,6 +59,7 @@ typedef struct hr_model_config {
     uint8_t *layer_kind;              /* [n_layers] hr_layer_kind; owned */
     hr_dtype dtype;                   /* dtype / torch_dtype, f32 when absent */
     bool from_gguf;                   /* built from a GGUF file's metadata */
+    hr_quant_config quant;            /* quantization_config */
     /* generation_config.json, with config.json's eos/pad/bos ids merged */
     hr_generation_config gen;
 } hr_model_config;
@@ -223,6 +242,17 @@ static inline hr_layer_kind hr_model_layer_kind(const hr_model *m, int64_t il) {
 
 /* Whether weight `name` is held as NAME_blocks and NAME_scales instead. */
 bool hr_mxfp4_held(const hr_model *m, const char *name);
+/* quantization_config (root's) into cfg->quant; methods and schemes hubrt
+ * does not read refused naming the field. */
+hr_status hr_config_quant(const char *dir, hr_json_obj root, hr_model_config *cfg);
+/* The Hub's FP8 weights (weights_fp8.c): whether weight `name` is stored
+ * in F8_E4M3 under an FP8 quantization_config; its codes and scales
+ * checked against [rows, cols] from the index alone; loaded as FP8 blocks
+ * (`blocks`, and its columns divide into them) or dequantized into the
+ * model dtype on the host. */
+bool hr_fp8_held(const hr_model *m, const char *name);
+hr_status hr_fp8_check(const hr_model *m, const char *name, int64_t rows, int64_t cols);
+hr_status hr_fp8_load(hr_model *m, const char *name, int64_t rows, int64_t cols, bool blocks, hr_tensor **out);
 /* Checks their dtypes and shapes for a [experts, rows, cols] matrix. */
 hr_status hr_mxfp4_check(const hr_model *m, const char *name, int64_t experts, int64_t rows, int64_t cols);
 /* The matrix dequantized into the model dtype on the host; `interleaved`:

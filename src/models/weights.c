@@ -265,11 +265,19 @@ static hr_status load_weight(hr_model *m, const weight_ref *r, hr_tensor **out) 
     int axis;
     int64_t first, len;
     hr_tp_slice(m, name, r->dims, r->il, &axis, &first, &len);
+    bool fp8 = hr_fp8_held(m, name);
+    if (fp8 && axis >= 0)
+        return hr_error(HR_ERR_UNSUPPORTED, "FP8 weight '%s': tensor parallelism over FP8 checkpoints is not "
+                        "supported yet", name);
     /* a rank's experts of a weight held per expert: those experts' tensors alone */
     if (axis == 0 && held_per_expert(m, r) && !held_in_parts(m, r)) return load_stacked(m, r, first, len, out);
     if (axis >= 0) return load_slice(m, r, axis, first, len, out);
-    if (held_mxfp4(m, r) || held_per_expert(m, r) || stored_of(r) != HR_STORED_AS_IS) {
-        if (held_mxfp4(m, r))
+    if (fp8 || held_mxfp4(m, r) || held_per_expert(m, r) || stored_of(r) != HR_STORED_AS_IS) {
+        /* kept in FP8 blocks where linear or embedding alone reads it on the CPU */
+        if (fp8)
+            HR_TRY(hr_fp8_load(m, name, hr_model_dim(m, r->dims[0], r->il), hr_model_dim(m, r->dims[1], r->il),
+                               r->blocks_ok && !m->dequantize && m->dev == hr_device_cpu(), &t));
+        else if (held_mxfp4(m, r))
             HR_TRY(hr_mxfp4_load(m, name, hr_model_dim(m, r->dims[0], r->il), hr_model_dim(m, r->dims[1], r->il),
                                  hr_model_dim(m, r->dims[2], r->il), stored_of(r) == HR_STORED_TRANSPOSED_INTERLEAVED,
                                  &t));
@@ -455,7 +463,7 @@ static const char *config_source(const hr_model *m) { return m->cfg.from_gguf ? 
  * the checkpoint's index alone: a refusal names the tensor and
  * the config fields, and nothing sized by the config has been allocated. */
 static hr_status check_tensor(hr_model *m, const char *name, int64_t il, int ndim, const hr_dim *dims, int div_dim,
-                              int64_t div) {
+                              int64_t div, bool fp8_ok) {
     hr_tensor_info info;
     hr_status s = hr_checkpoint_info(m->ckpt, name, &info);
     if (s == HR_ERR_NOT_FOUND) return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s'", name);
@@ -465,9 +473,14 @@ static hr_status check_tensor(hr_model *m, const char *name, int64_t il, int ndi
     want[div_dim] /= div;
     bool same = info.ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = info.shape[i] == want[i];
+    if (same && fp8_ok && hr_fp8_held(m, name)) return hr_fp8_check(m, name, want[0], want[1]);
     if (same && !hr_dtype_is_float(info.dtype))
-        return hr_error(HR_ERR_DTYPE, "checkpoint: tensor '%s' is %s, not a floating dtype", name,
-                        hr_dtype_name(info.dtype));
+        return hr_error(HR_ERR_DTYPE, "checkpoint: tensor '%s' is %s, not a floating dtype%s", name,
+                        hr_dtype_name(info.dtype),
+                        info.dtype != HR_F8_E4M3                 ? ""
+                        : m->cfg.quant.method != HR_QUANT_FP8 ? " (FP8 weights need an fp8 or compressed-tensors "
+                                                                "quantization_config)"
+                                                              : " (FP8 is read for matrices held whole)");
     if (same) return HR_OK;
     char fields[384] = "", f[128], a[160], b[160];
     for (int i = 0; i < ndim; i++) {
@@ -492,7 +505,8 @@ static hr_status check_weight(hr_model *m, const weight_ref *r, hr_tensor **slot
     if (!held_per_expert(m, r)) {
         hr_dim dims[3];
         stored_dims(r, dims);
-        return check_tensor(m, r->name, r->il, dims_rank(dims), dims, 0, 1);
+        return check_tensor(m, r->name, r->il, dims_rank(dims), dims, 0, 1,
+                            dims_rank(dims) == 2 && stored_of(r) == HR_STORED_AS_IS);
     }
     char name[256];
     int np = n_parts(r->spec);
@@ -502,7 +516,7 @@ static hr_status check_weight(hr_model *m, const weight_ref *r, hr_tensor **slot
             if (!hr_checkpoint_has(m->ckpt, name))
                 return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s' (nor the stacked '%s')", name,
                                 r->name);
-            HR_TRY(check_tensor(m, name, r->il, 3, r->dims, 1, np)); /* [experts, rows / np, cols] */
+            HR_TRY(check_tensor(m, name, r->il, 3, r->dims, 1, np, false)); /* [experts, rows / np, cols] */
         }
         return HR_OK;
     }
@@ -512,7 +526,7 @@ static hr_status check_weight(hr_model *m, const weight_ref *r, hr_tensor **slot
             if (!hr_checkpoint_has(m->ckpt, name))
                 return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s' (nor the stacked '%s')", name,
                                 r->name);
-            HR_TRY(check_tensor(m, name, r->il, 2, r->dims + 1, 0, np));
+            HR_TRY(check_tensor(m, name, r->il, 2, r->dims + 1, 0, np, false));
         }
     return HR_OK;
 }

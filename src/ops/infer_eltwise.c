@@ -24,6 +24,8 @@ static hr_status check_math_dtype(const char *op, const char *what, hr_dtype dt,
 }
 
 static hr_status check_dtype_attr(const char *op, int64_t dt) {
+    if (dt == HR_F8_E4M3)
+        return hr_error(HR_ERR_DTYPE, "%s: f8_e4m3 is read (the Hub's FP8 weights), not written", op);
     if (dt >= 0 && dt < HR_DTYPE_COUNT) return HR_OK;
     return hr_error(HR_ERR_INVALID_ARG, "%s: dtype attribute %lld is not a hubrt dtype", op, (long long)dt);
 }

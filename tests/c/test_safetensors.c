@@ -84,15 +84,16 @@ static void assert_error_has(const char *needle) {
 
 static void test_round_trip_all_dtypes(void **state) {
     const int64_t s2[] = {3, 5}, s1[] = {17}, s0[] = {0, 4};
-    hr_tensor *ts[HR_DTYPE_COUNT + 2];
-    char names[HR_DTYPE_COUNT + 2][32];
-    const char *np[HR_DTYPE_COUNT + 2];
+    hr_tensor *ts[HR_DTYPE_COUNT + 3];
+    char names[HR_DTYPE_COUNT + 3][32];
+    const char *np[HR_DTYPE_COUNT + 3];
     size_t n = 0;
     for (int d = 0; d < HR_Q8_0; d++, n++) { /* the block types have no safetensors dtype */
         ts[n] = make_tensor((hr_dtype)d, d % 2 ? 2 : 1, d % 2 ? s2 : s1, (uint8_t)d);
         snprintf(names[n], sizeof names[n], "w.%s", hr_dtype_name((hr_dtype)d));
         np[n] = names[n];
     }
+    ts[n] = make_tensor(HR_F8_E4M3, 2, s2, 7), np[n++] = "w.f8_e4m3"; /* after the block types */
     ts[n] = make_tensor(HR_F32, 2, s0, 0), np[n++] = "empty";
     ts[n] = make_tensor(HR_BF16, 0, NULL, 9), np[n++] = "scalar";
     const hr_kv meta[] = {{"format", "pt"}, {"note", "caf\xc3\xa9"}};
@@ -376,8 +377,8 @@ static const bad_case bad_cases[] = {
     {"outside", "{\"w\":" E("U8", "[400]", "[0,400]") "}", 0, 8,
      "tensor 'w': data_offsets [0, 400] outside the data section of 8 bytes"},
     {"begin_after_end", "{\"w\":" E("U8", "[0]", "[8,4]") "}", 0, 8, "end before begin"},
-    {"unknown_dtype", "{\"w\":" E("F8_E4M3", "[1]", "[0,1]") "}", 0, 1,
-     "tensor 'w': unsupported dtype 'F8_E4M3'"},
+    {"unknown_dtype", "{\"w\":" E("F8_E5M2", "[1]", "[0,1]") "}", 0, 1,
+     "tensor 'w': unsupported dtype 'F8_E5M2'"},
     {"non_utf8_name", "{\"a\xff\xfe\":" E("U8", "[1]", "[0,1]") "}", 0, 1,
      "tensor name #0 \"a\\xff\\xfe\" is not valid UTF-8"},
     {"overlong_utf8_name", "{\"\xc0\xaf\":" E("U8", "[1]", "[0,1]") "}", 0, 1, "not valid UTF-8"},

@@ -45,12 +45,7 @@ typedef struct qlin {
     const void *x;
     hr_dtype xdt;
     int64_t x_rs;
-    const char *bias;
-    hr_dtype bias_dt;
-    int64_t bias_s;
-    char *out;
-    hr_dtype odt;
-    int64_t o_rs;
+    hr_linear_out o;
     int64_t x_block; /* x rows per pass over a tile */
     uint8_t *scratch; /* per thread: the tile and its outputs */
     size_t scratch_bytes;
@@ -67,8 +62,7 @@ static float load_f(const char *p, hr_dtype dt) {
     return dt == HR_BF16 ? hr_bf16_to_f32(h) : hr_f16_to_f32(h);
 }
 
-/* Outputs [j0, j0 + nt) of x row i from v, plus the bias, in out's dtype. */
-static void store_row(const qlin *L, int64_t i, int64_t j0, int nt, const float *v) {
+void hr_linear_out_row(const hr_linear_out *L, int64_t i, int64_t j0, int nt, const float *v) {
     char *o = L->out + (size_t)(i * L->o_rs + j0) * esize(L->odt);
     for (int j = 0; j < nt; j++) {
         float y = v[j];
@@ -77,6 +71,20 @@ static void store_row(const qlin *L, int64_t i, int64_t j0, int nt, const float 
         else if (L->odt == HR_BF16) ((uint16_t *)o)[j] = hr_f32_to_bf16(y);
         else ((uint16_t *)o)[j] = hr_f32_to_f16(y);
     }
+}
+
+hr_status hr_linear_out_of(const hr_tensor *w, const hr_tensor *bias, hr_tensor *out, int64_t m, hr_linear_out *o) {
+    int64_t om;
+    *o = (hr_linear_out){.out = hr_tensor_ptr(out), .odt = out->dtype};
+    if (!hr_fused_rows(out, &om, &o->o_rs) || om != m)
+        return hr_error(HR_ERR_UNSUPPORTED, "linear: a %s weight '%s' takes x and out as rows of one stride",
+                        hr_dtype_name(w->dtype), w->name);
+    if (bias) {
+        o->bias = hr_tensor_ptr(bias);
+        o->bias_dt = bias->dtype;
+        o->bias_s = bias->strides[0];
+    }
+    return HR_OK;
 }
 
 static void quant_x_worker(void *arg, int ith, int nth) {
@@ -100,7 +108,7 @@ static void gemv_tiles(const qlin *L, int64_t t0, int64_t t1) {
         int64_t j0 = t * TILE;
         int nt = L->n - j0 < TILE ? (int)(L->n - j0) : TILE;
         hr_qgemv_avx512(L->wdt, L->w + (size_t)j0 * L->w_rs, L->w_rs, L->k, nt, x, L->xsb, o);
-        store_row(L, 0, j0, nt, o);
+        hr_linear_out_row(&L->o, 0, j0, nt, o);
     }
 }
 
@@ -137,7 +145,7 @@ static void tile_rows(const qlin *L, uint8_t *scratch, int64_t t0, int64_t t1) {
                     L->dot(L->k, nt, u, s, c, x, o + (i - i0) * TILE);
                 }
             }
-            for (int64_t i = i0; i < i1; i++) store_row(L, i, j0, nt, o + (i - i0) * TILE);
+            for (int64_t i = i0; i < i1; i++) hr_linear_out_row(&L->o, i, j0, nt, o + (i - i0) * TILE);
         }
     }
 }
@@ -158,21 +166,16 @@ bool hr_linear_quant_fits(const hr_tensor *x, const hr_tensor *w, const hr_tenso
 }
 
 hr_status hr_cpu_linear_quant(const hr_tensor *x, const hr_tensor *w, const hr_tensor *bias, hr_tensor *out) {
+    if (w->dtype == HR_FP8) return hr_cpu_linear_fp8(x, w, bias, out);
     qlin L = {.dot = hr_qdot_pick(), .wdt = w->dtype, .w = hr_tensor_ptr(w), .n = w->shape[0], .k = w->shape[1],
-              .x = hr_tensor_ptr(x), .xdt = x->dtype, .out = hr_tensor_ptr(out), .odt = out->dtype};
-    int64_t om;
-    if (!hr_linear_quant_fits(x, w, out) || !hr_fused_rows(x, &L.m, &L.x_rs) || !hr_fused_rows(out, &om, &L.o_rs) ||
-        om != L.m)
+              .x = hr_tensor_ptr(x), .xdt = x->dtype};
+    if (!hr_linear_quant_fits(x, w, out) || !hr_fused_rows(x, &L.m, &L.x_rs))
         return hr_error(HR_ERR_UNSUPPORTED, "linear: a %s weight '%s' takes x and out as rows of one stride",
                         hr_dtype_name(w->dtype), w->name);
+    HR_TRY(hr_linear_out_of(w, bias, out, L.m, &L.o));
     if (L.m == 0 || L.n == 0) return HR_OK;
     L.w_rs = hr_dtype_nbytes(w->dtype, w->strides[0]);
     L.runs = L.k / HR_QSUB;
-    if (bias) {
-        L.bias = hr_tensor_ptr(bias);
-        L.bias_dt = bias->dtype;
-        L.bias_s = bias->strides[0];
-    }
     bool avx512 = L.dot == hr_qdot_avx512;
     /* the other types unpack through plain C: a tile of them pays for its
      * interleaving from DOT_MAX_ROWS rows on */
