@@ -236,6 +236,15 @@ if [[ " $ENGINES " == *" llama.cpp "* ]] && [[ -f $FIX/llama-3.2-1b-shaped/model
     > "$WORK/gguf-write.out" 2> "$WORK/gguf-write.err" || log "bench_gguf_write.py failed (see $WORK/gguf-write.err)"
 fi
 
+# --- the Hub's FP8 checkpoints: hubrt keeping FP8 blocks, hubrt bf16 and transformers on the same weights
+if [[ " $ENGINES " == *" transformers-eager "* ]] && (( $(date +%s) - START <= BUDGET )); then
+  log "FP8 checkpoint (bench/bench_fp8.py)"
+  timeout $((RUN_TIMEOUT * 6)) "$PY" bench/bench_fp8.py --hubrt "$HUBRT" --threads "$THREADS" \
+    --work "$WORK/fp8" --out "$RESULTS/fp8.md" > "$WORK/fp8.out" 2> "$WORK/fp8.err" \
+    || log "bench_fp8.py failed (see $WORK/fp8.err)"
+  rm -rf "$WORK/fp8"
+fi
+
 # --- images: an SD3-medium-shaped transformer and SD3's VAE (random bf16, made and deleted here), hubrt and diffusers
 if [[ " $ENGINES " == *" hubrt "* ]] && (( $(date +%s) - START <= BUDGET )); then
   log "SD3-shaped transformer and VAE (bench/bench_sd3.py)"

@@ -78,7 +78,8 @@ static void part_name(const hr_model *m, const weight_ref *r, int p, int64_t e, 
 /* A stacked experts weight from its parts, per expert or stacked by
  * expert: experts [e0, e0 + n_e) (all of them, or a rank's) as [n_e,
  * rows, cols] in the model dtype on the host, each part
- * cast and copied into its rows and its file pages dropped, so memory holds
+ * cast (an FP8 one dequantized) and copied into its rows and its file
+ * pages dropped, so memory holds
  * the stacked copy and one part at a time, never a second full copy. */
 static hr_status load_stacked(hr_model *m, const weight_ref *r, int64_t e0, int64_t n_e, hr_tensor **out) {
     int np = n_parts(r->spec);
@@ -95,7 +96,9 @@ static hr_status load_stacked(hr_model *m, const weight_ref *r, int64_t e0, int6
         for (int p = 0; s == HR_OK && p < np; p++) {
             part_name(m, r, p, e0 + e, name, sizeof name);
             hr_tensor *src = NULL, *expert = NULL, *dst = NULL;
-            s = hr_checkpoint_tensor_as(m->ckpt, name, m->dtype, &src);
+            /* an FP8 expert (the Hub's Qwen3-MoE FP8 releases) dequantized as it comes */
+            s = !whole_parts && hr_fp8_held(m, name) ? hr_fp8_load(m, name, rows, shape[2], false, &src)
+                                                      : hr_checkpoint_tensor_as(m->ckpt, name, m->dtype, &src);
             /* a stacked part fills rows [p rows, (p + 1) rows) of every expert */
             if (s == HR_OK) s = whole_parts ? hr_tensor_alias(t, &expert) : hr_tensor_select(t, 0, e, &expert);
             if (s == HR_OK) s = hr_tensor_narrow(expert, whole_parts ? 1 : 0, p * rows, rows, &dst);
@@ -526,7 +529,7 @@ static hr_status check_weight(hr_model *m, const weight_ref *r, hr_tensor **slot
             if (!hr_checkpoint_has(m->ckpt, name))
                 return hr_error(HR_ERR_NOT_FOUND, "checkpoint: missing tensor '%s' (nor the stacked '%s')", name,
                                 r->name);
-            HR_TRY(check_tensor(m, name, r->il, 2, r->dims + 1, 0, np, false));
+            HR_TRY(check_tensor(m, name, r->il, 2, r->dims + 1, 0, np, true));
         }
     return HR_OK;
 }

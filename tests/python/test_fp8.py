@@ -61,13 +61,18 @@ def ct_config(weights):
 
 
 def quantize(w, block):
-    """float8_e4m3fn codes of w [R, C] and their scales [R / b0, C / b1]:
-    each block's absolute max maps to 448."""
+    """float8_e4m3fn codes of w [R, C] and their scales [ceil(R / b0),
+    ceil(C / b1)]: each block's absolute max maps to 448 (a last partial
+    block padded with zeros, as DeepSeek's quantizer pads)."""
     rows, cols = w.shape
     b0, b1 = block[0] or rows, block[1] or cols
-    blk = w.float().reshape(rows // b0, b0, cols // b1, b1)
+    sr, sc = -(-rows // b0), -(-cols // b1)
+    padded = torch.zeros(sr * b0, sc * b1)
+    padded[:rows, :cols] = w.float()
+    blk = padded.reshape(sr, b0, sc, b1)
     s = blk.abs().amax(dim=(1, 3)) / 448
-    return (blk / s[:, None, :, None]).to(torch.float8_e4m3fn).reshape(rows, cols), s.float()
+    codes = (blk / s[:, None, :, None]).to(torch.float8_e4m3fn).reshape(sr * b0, sc * b1)
+    return codes[:rows, :cols].contiguous(), s.float()
 
 
 def fp8_tensors(fmt, block, static):
@@ -122,9 +127,9 @@ def dequantized(path):
     assert all(v.dtype == torch.float32 for v in sd.values())
     dense = path.parent / (path.name + "-dense")
     if not dense.exists():
-        def replace(t):
-            for k in list(t):
-                t.pop(k) if k not in sd else t.__setitem__(k, sd[k])
+        def replace(t):  # transformers' in-memory names (a MoE's experts stacked)
+            t.clear()
+            t.update({k: v.contiguous() for k, v in sd.items()})
         copy_with(path, dense, tensors=replace)
         cfg = json.loads((dense / "config.json").read_text())
         cfg.pop("quantization_config")
@@ -203,7 +208,7 @@ def fp8_blocks(codes, scales):
     return raw.reshape(n, -1)
 
 
-@pytest.mark.parametrize("m", [1, 3, 4, 5, 40])
+@pytest.mark.parametrize("m", [1, 3, 8, 9, 16, 17, 40])
 def test_linear_against_float64(m, isa):  # noqa: F811
     rng = np.random.default_rng(m)
     n, k = 37, 96  # a partial tile of rows, and of 4 x 4 dot products
@@ -299,3 +304,28 @@ def test_safetensors_reads_f8_e4m3_codes(ckpts):
     want = load_file(q / "model.safetensors")[L0 + "weight"].float().numpy()
     got = hubrt.load_safetensors(q / "model.safetensors")[L0 + "weight"].numpy()
     np.testing.assert_array_equal(got, want)
+
+
+def test_qwen3_moe_fp8_experts(tmp_path):
+    """A Qwen3-MoE FP8 checkpoint (as the Hub's Qwen3-30B-A3B-FP8: every
+    projection, each expert's too, in 128 x 128 blocks; the router bf16):
+    attention kept in FP8 blocks, the experts dequantized at load into the
+    stacked experts op's weights; dequantized, the same logits as the dense
+    checkpoint of transformers' weights bit for bit."""
+    cfg = transformers.Qwen3MoeConfig(vocab_size=300, hidden_size=128, intermediate_size=256, moe_intermediate_size=128,
+                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                      num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+                                      tie_word_embeddings=False, max_position_embeddings=128, bos_token_id=2,
+                                      eos_token_id=1, pad_token_id=0)
+    torch.manual_seed(0)
+    redraw(transformers.Qwen3MoeForCausalLM(cfg).eval(), seed=6).save_pretrained(tmp_path / "base")
+    q = copy_with(tmp_path / "base", tmp_path / "fp8", config={"quantization_config": FORMATS["fp8-block"][2]},
+                  tensors=fp8_tensors("fp8", (128, 128), False))
+    assert any(".experts.3.down_proj.weight_scale_inv" in k for k in load_file(q / "model.safetensors"))
+    dense = dequantized(q)
+    ids = random_ids((2, 11), seed=7)
+    m = hubrt.AutoModelForCausalLM.from_pretrained(q)
+    assert m.weight_types == ["f32", "fp8"]
+    assert rel_err(m(ids).logits, hf_logits(dense, ids)) <= TOL
+    np.testing.assert_array_equal(hubrt.AutoModelForCausalLM.from_pretrained(q, dequantize=True)(ids).logits,
+                                  hubrt.AutoModelForCausalLM.from_pretrained(dense)(ids).logits)

@@ -10,17 +10,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hubrt/base.h"
+
 /* Whether the CPU and HUBRT_CPU_ISA allow the AVX-512 kernels. */
 bool hr_fp8_avx512_ok(void);
 /* out[r * ors + j] = dot(weight row j, x row r) for nw weight rows of
- * blocks (w_rs bytes apart) and m <= 4 f32 x rows (k apart), each block
- * decoded in registers once for all m rows. */
+ * blocks (w_rs bytes apart) and m f32 x rows (k apart), each block
+ * decoded in registers once per 8 x rows. */
 void hr_fp8_gemv_avx512(const uint8_t *w, size_t w_rs, int64_t k, int nw, const float *x, int m, float *out,
                         int64_t ors);
-/* nw weight rows of blocks into f32 rows wf [nw][k]. */
-void hr_fp8_dequant_avx512(const uint8_t *w, size_t w_rs, int64_t k, int nw, float *wf);
-/* out[r * ors + j] = dot(wf row j, x row r) for nw f32 weight rows and m
- * f32 x rows, both k apart: 4 x rows by 4 weight rows at a time. */
-void hr_f32_dots_avx512(const float *wf, int nw, const float *x, int m, int64_t k, float *out, int64_t ors);
+/* nw weight rows of blocks into rows of dt (f32, bf16 or f16; rounded to
+ * nearest even) at out, k elements apart. */
+void hr_fp8_dequant_avx512(const uint8_t *w, size_t w_rs, int64_t k, int nw, hr_dtype dt, void *out);
 
 #endif
