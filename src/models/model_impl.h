@@ -253,6 +253,11 @@ hr_status hr_config_quant(const char *dir, hr_json_obj root, hr_model_config *cf
 bool hr_fp8_held(const hr_model *m, const char *name);
 hr_status hr_fp8_check(const hr_model *m, const char *name, int64_t rows, int64_t cols);
 hr_status hr_fp8_load(hr_model *m, const char *name, int64_t rows, int64_t cols, bool blocks, hr_tensor **out);
+/* The same for elements [first, first + len) of dim `axis` (0: rows, 1:
+ * columns; -1: all) of the weight: a tensor-parallel slice (rows and cols
+ * then come from the checkpoint, the whole weight's). */
+hr_status hr_fp8_load_part(hr_model *m, const char *name, int64_t rows, int64_t cols, int axis, int64_t first,
+                           int64_t len, bool blocks, hr_tensor **out);
 /* Checks their dtypes and shapes for a [experts, rows, cols] matrix. */
 hr_status hr_mxfp4_check(const hr_model *m, const char *name, int64_t experts, int64_t rows, int64_t cols);
 /* The matrix dequantized into the model dtype on the host; `interleaved`:

@@ -269,9 +269,10 @@ static hr_status load_weight(hr_model *m, const weight_ref *r, hr_tensor **out) 
     int64_t first, len;
     hr_tp_slice(m, name, r->dims, r->il, &axis, &first, &len);
     bool fp8 = hr_fp8_held(m, name);
+    bool fp8_blocks = r->blocks_ok && !m->dequantize && m->dev == hr_device_cpu();
     if (fp8 && axis >= 0)
-        return hr_error(HR_ERR_UNSUPPORTED, "FP8 weight '%s': tensor parallelism over FP8 checkpoints is not "
-                        "supported yet", name);
+        return hr_fp8_load_part(m, name, hr_model_dim(m, r->dims[0], r->il), hr_model_dim(m, r->dims[1], r->il), axis,
+                                first, len, fp8_blocks, out);
     /* a rank's experts of a weight held per expert: those experts' tensors alone */
     if (axis == 0 && held_per_expert(m, r) && !held_in_parts(m, r)) return load_stacked(m, r, first, len, out);
     if (axis >= 0) return load_slice(m, r, axis, first, len, out);
@@ -279,7 +280,7 @@ static hr_status load_weight(hr_model *m, const weight_ref *r, hr_tensor **out) 
         /* kept in FP8 blocks where linear or embedding alone reads it on the CPU */
         if (fp8)
             HR_TRY(hr_fp8_load(m, name, hr_model_dim(m, r->dims[0], r->il), hr_model_dim(m, r->dims[1], r->il),
-                               r->blocks_ok && !m->dequantize && m->dev == hr_device_cpu(), &t));
+                               fp8_blocks, &t));
         else if (held_mxfp4(m, r))
             HR_TRY(hr_mxfp4_load(m, name, hr_model_dim(m, r->dims[0], r->il), hr_model_dim(m, r->dims[1], r->il),
                                  hr_model_dim(m, r->dims[2], r->il), stored_of(r) == HR_STORED_TRANSPOSED_INTERLEAVED,

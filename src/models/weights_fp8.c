@@ -7,7 +7,9 @@
  * CPU's linear reads (k_linear_fp8.c), where the columns divide into
  * blocks of 32 that share a scale; else dequantized into the model dtype.
  * A value is code x scale in f32, one product, as transformers'
- * Fp8Dequantize computes it. */
+ * Fp8Dequantize computes it. A tensor-parallel rank reads its slice of
+ * the codes (rows or columns) and takes each element's scale by its place
+ * in the whole weight. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,9 +118,9 @@ static hr_status read_scales(const hr_model *m, const char *name, hr_tensor **ou
 }
 
 typedef struct fp8_job {
-    const uint8_t *codes;
+    const uint8_t *codes; /* [rows][cols]: the part held, at (r0, c0) of the weight */
     const float *scales;
-    int64_t rows, cols;
+    int64_t rows, cols, r0, c0;
     grid g;
     bool blocks;
     hr_dtype dt;
@@ -135,7 +137,7 @@ static void fp8_rows(void *arg, int ith, int nth) {
     float *v = j->rowbuf + (size_t)ith * (size_t)j->cols;
     for (int64_t r = b; r < e; r++) {
         const uint8_t *c = j->codes + (size_t)r * (size_t)j->cols;
-        const float *s = j->scales + (r / j->g.bn) * j->g.sc;
+        const float *s = j->scales + ((r + j->r0) / j->g.bn) * j->g.sc;
         uint8_t *o = (uint8_t *)j->out + (size_t)r * ob;
         bool nan = false;
         for (int64_t i = 0; i < j->cols; i++) nan |= (c[i] & 0x7f) == 0x7f;
@@ -149,12 +151,12 @@ static void fp8_rows(void *arg, int ith, int nth) {
         }
         if (j->blocks) {
             for (int64_t k = 0; k < j->cols; k += 32, o += 36) {
-                memcpy(o, &s[k / j->g.bk], 4);
+                memcpy(o, &s[(k + j->c0) / j->g.bk], 4);
                 memcpy(o + 4, c + k, 32);
             }
             continue;
         }
-        for (int64_t i = 0; i < j->cols; i++) v[i] = hr_e4m3_to_f32(c[i]) * s[i / j->g.bk];
+        for (int64_t i = 0; i < j->cols; i++) v[i] = hr_e4m3_to_f32(c[i]) * s[(i + j->c0) / j->g.bk];
         hr_encode_row(j->dt, v, o, j->cols);
     }
 }
@@ -172,29 +174,47 @@ static hr_status check_activation_scale(const hr_model *m, const char *name) {
 }
 
 hr_status hr_fp8_load(hr_model *m, const char *name, int64_t rows, int64_t cols, bool blocks, hr_tensor **out) {
+    return hr_fp8_load_part(m, name, rows, cols, -1, 0, 0, blocks, out);
+}
+
+hr_status hr_fp8_load_part(hr_model *m, const char *name, int64_t rows, int64_t cols, int axis, int64_t first,
+                           int64_t len, bool blocks, hr_tensor **out) {
     *out = NULL;
     char sn[320];
     sibling(name, m->cfg.quant.scale_suffix, sn, sizeof sn);
+    if (axis >= 0) {
+        /* a rank's dims are its own: the scales' grid is the whole weight's */
+        hr_tensor_info info;
+        HR_TRY(hr_checkpoint_info(m->ckpt, name, &info));
+        if (info.ndim != 2) return hr_error(HR_ERR_SHAPE, "checkpoint: FP8 weight '%s' is not a matrix", name);
+        rows = info.shape[0];
+        cols = info.shape[1];
+    }
     grid g = grid_of(m, rows, cols);
+    fp8_job j = {.rows = axis == 0 ? len : rows, .cols = axis == 1 ? len : cols, .r0 = axis == 0 ? first : 0,
+                 .c0 = axis == 1 ? first : 0, .g = g, .dt = m->dtype};
+    j.bad_row = j.rows;
     /* a block of 32 columns takes one scale */
-    blocks = blocks && cols % 32 == 0 && g.bk % 32 == 0;
+    j.blocks = blocks = blocks && j.cols % 32 == 0 && j.c0 % 32 == 0 && g.bk % 32 == 0;
     hr_tensor *codes = NULL, *scales = NULL, *t = NULL;
-    fp8_job j = {.rows = rows, .cols = cols, .g = g, .blocks = blocks, .dt = m->dtype, .bad_row = rows};
-    int nth = hr_parallel_threads_for(rows * cols, HR_GRAIN_ELTWISE);
+    int nth = hr_parallel_threads_for(j.rows * j.cols, HR_GRAIN_ELTWISE);
     hr_status s = check_activation_scale(m, name);
-    if (s == HR_OK) s = hr_checkpoint_tensor_as(m->ckpt, name, HR_F8_E4M3, &codes);
+    if (s == HR_OK)
+        s = axis < 0 ? hr_checkpoint_tensor_as(m->ckpt, name, HR_F8_E4M3, &codes)
+                     : hr_checkpoint_rows(m->ckpt, name, axis, first, len, &codes);
     if (s == HR_OK) s = read_scales(m, sn, &scales);
-    if (s == HR_OK) s = hr_tensor_empty(hr_device_cpu(), blocks ? HR_FP8 : m->dtype, 2, (int64_t[]){rows, cols}, &t);
-    if (s == HR_OK && !blocks && !(j.rowbuf = malloc(sizeof(float) * (size_t)(cols ? cols : 1) * (size_t)nth)))
+    if (s == HR_OK)
+        s = hr_tensor_empty(hr_device_cpu(), blocks ? HR_FP8 : m->dtype, 2, (int64_t[]){j.rows, j.cols}, &t);
+    if (s == HR_OK && !blocks && !(j.rowbuf = malloc(sizeof(float) * (size_t)(j.cols ? j.cols : 1) * (size_t)nth)))
         s = hr_error(HR_ERR_OOM, "out of memory");
-    if (s == HR_OK && rows * cols > 0) {
+    if (s == HR_OK && j.rows * j.cols > 0) {
         j.codes = hr_tensor_ptr(codes);
         j.scales = hr_tensor_ptr(scales);
         j.out = hr_tensor_ptr(t);
         hr_parallel_run(fp8_rows, &j, nth);
-        if (j.bad_row < rows)
+        if (j.bad_row < j.rows)
             s = hr_error(HR_ERR_FORMAT, "checkpoint: FP8 weight '%s' holds a NaN code (0x7f or 0xff) in row %lld", name,
-                         (long long)j.bad_row);
+                         (long long)(j.bad_row + j.r0));
     }
     free(j.rowbuf);
     hr_tensor_free(codes);

@@ -16,6 +16,8 @@ compressed-tensors decompresses with run_compressed=False):
     every kernel ISA;
   - the FP8 linear itself against float64 numpy, for tails of rows, 1 to
     40 x rows, bias and bf16 activations;
+  - Qwen3-MoE's per-expert FP8 weights, the xla_cpu device (dequantized at
+    load) and two tensor-parallel ranks;
   - bad checkpoints refused naming the tensor or field.
 Every parameter of rank <= 1 is perturbed (redraw)."""
 import json
@@ -329,3 +331,28 @@ def test_qwen3_moe_fp8_experts(tmp_path):
     assert rel_err(m(ids).logits, hf_logits(dense, ids)) <= TOL
     np.testing.assert_array_equal(hubrt.AutoModelForCausalLM.from_pretrained(q, dequantize=True)(ids).logits,
                                   hubrt.AutoModelForCausalLM.from_pretrained(dense)(ids).logits)
+
+
+def test_xla_cpu_runs_fp8_dequantized(ckpts):
+    """On the xla_cpu PJRT device the FP8 weights are dequantized at load:
+    the same weights as hubrt's dequantized CPU run, logits within TOL of
+    it and of transformers."""
+    from gemma3_util import need_xla
+    need_xla()
+    q = ckpts("qwen2", "fp8-block")
+    ids = random_ids((2, 13), seed=8)
+    got = hubrt.AutoModelForCausalLM.from_pretrained(q, device_map="xla_cpu")
+    assert got.weight_types == ["f32"]
+    logits = got(ids).logits
+    assert rel_err(logits, hubrt.AutoModelForCausalLM.from_pretrained(q, dequantize=True)(ids).logits) <= TOL
+    assert rel_err(logits, hf_logits(dequantized(q), ids)) <= TOL
+
+
+@pytest.mark.parametrize("name", ["fp8-block", "ct-group"])
+def test_tp2_fp8_matches_one_process(ckpts, name, tmp_path):
+    """Two tensor-parallel ranks (hubrt launch -n 2) each read their rows or
+    columns of the FP8 codes, with each element's scale by its place in the
+    whole weight, into FP8 blocks: logits within 1e-5 of one process,
+    greedy generations identical."""
+    from test_tp import check
+    check(ckpts("qwen2", name), 2, tmp_path)
