@@ -75,6 +75,49 @@ static void part_name(const hr_model *m, const weight_ref *r, int p, int64_t e, 
     else snprintf(buf + used, n - (size_t)used, "%s", r->spec->parts[p] ? r->spec->parts[p] : "?");
 }
 
+/* Whether stacked experts weight r may stay in blocks: [experts, rows,
+ * cols] as the experts op reads it, on the CPU, whose built-in kernel
+ * reads blocks (k_moe.c; a hub kernel takes floats). */
+static bool experts_blocks(const hr_model *m, const weight_ref *r) {
+    return r->spec && dims_rank(r->dims) == 3 && r->dims[0] == HR_DIM_EXPERTS &&
+           r->spec->stored == HR_STORED_AS_IS && !m->experts_impl && !m->dequantize && m->dev == hr_device_cpu();
+}
+
+/* The block type every part of stacked experts weight r is stored in,
+ * when they may stay in it; HR_DTYPE_COUNT otherwise. */
+static hr_dtype parts_blocks(hr_model *m, const weight_ref *r, int64_t e0) {
+    if (!experts_blocks(m, r)) return HR_DTYPE_COUNT;
+    char name[256];
+    hr_dtype dt = HR_DTYPE_COUNT;
+    for (int p = 0; p < n_parts(r->spec); p++) {
+        part_name(m, r, p, e0, name, sizeof name);
+        hr_dtype st = hr_checkpoint_stored_dtype(m->ckpt, name);
+        if (!hr_dtype_is_quantized(st) || (p > 0 && st != dt)) return HR_DTYPE_COUNT;
+        dt = st;
+    }
+    return dt;
+}
+
+/* src's rows into dst's (the same shape and block type, rows whole and
+ * contiguous): the copy op writes no blocks. */
+static void copy_block_rows(const hr_tensor *src, hr_tensor *dst) {
+    int nd = hr_tensor_ndim(src);
+    const int64_t *sh = hr_tensor_shape(src);
+    int64_t n_rows = 1;
+    for (int d = 0; d + 1 < nd; d++) n_rows *= sh[d];
+    size_t row = hr_dtype_nbytes(src->dtype, sh[nd - 1]);
+    for (int64_t i = 0; i < n_rows; i++) {
+        int64_t so = 0, dof = 0, rem = i;
+        for (int d = nd - 2; d >= 0; d--) {
+            so += rem % sh[d] * src->strides[d];
+            dof += rem % sh[d] * dst->strides[d];
+            rem /= sh[d];
+        }
+        memcpy((char *)hr_tensor_ptr(dst) + hr_dtype_nbytes(dst->dtype, dof),
+               (const char *)hr_tensor_ptr(src) + hr_dtype_nbytes(src->dtype, so), row);
+    }
+}
+
 /* A stacked experts weight from its parts, per expert or stacked by
  * expert: experts [e0, e0 + n_e) (all of them, or a rank's) as [n_e,
  * rows, cols] in the model dtype on the host, each part
@@ -89,7 +132,9 @@ static hr_status load_stacked(hr_model *m, const weight_ref *r, int64_t e0, int6
     hr_device *host = NULL;
     HR_TRY(hr_device_get("cpu", &host));
     hr_tensor *t = NULL;
-    HR_TRY(hr_tensor_empty(host, m->dtype, 3, shape, &t));
+    /* parts kept in their blocks (a GGUF file's *_exps) stack as blocks */
+    hr_dtype blocks = parts_blocks(m, r, e0), dt = blocks != HR_DTYPE_COUNT ? blocks : m->dtype;
+    HR_TRY(hr_tensor_empty(host, dt, 3, shape, &t));
     hr_status s = HR_OK;
     char name[256];
     for (int64_t e = 0; s == HR_OK && e < (whole_parts ? 1 : shape[0]); e++)
@@ -98,11 +143,13 @@ static hr_status load_stacked(hr_model *m, const weight_ref *r, int64_t e0, int6
             hr_tensor *src = NULL, *expert = NULL, *dst = NULL;
             /* an FP8 expert (the Hub's Qwen3-MoE FP8 releases) dequantized as it comes */
             s = !whole_parts && hr_fp8_held(m, name) ? hr_fp8_load(m, name, rows, shape[2], false, &src)
-                                                      : hr_checkpoint_tensor_as(m->ckpt, name, m->dtype, &src);
+                                                      : hr_checkpoint_tensor_as(m->ckpt, name, dt, &src);
             /* a stacked part fills rows [p rows, (p + 1) rows) of every expert */
             if (s == HR_OK) s = whole_parts ? hr_tensor_alias(t, &expert) : hr_tensor_select(t, 0, e, &expert);
             if (s == HR_OK) s = hr_tensor_narrow(expert, whole_parts ? 1 : 0, p * rows, rows, &dst);
-            if (s == HR_OK) {
+            if (s == HR_OK && blocks != HR_DTYPE_COUNT) {
+                copy_block_rows(src, dst);
+            } else if (s == HR_OK) {
                 hr_tensor *o[1] = {dst};
                 s = hr_op_run(HR_OP_copy, NULL, (const hr_tensor *const[]){src}, 1, o, 1);
             }
@@ -204,13 +251,14 @@ static hr_status load_rearranged(hr_model *m, const weight_ref *r, hr_tensor **o
 
 /* The dtype weight r is loaded in: its block type when the checkpoint
  * stores it block-quantized (a GGUF file's), it is a matrix that linear
- * or embedding alone reads, and the model runs on the CPU (whose kernels
- * read blocks; k_linear_quant.c) without `dequantize`; the model dtype
- * otherwise. */
+ * or embedding alone reads or a stacked experts weight that the built-in
+ * experts kernel reads (experts_blocks), and the model runs on the CPU
+ * (whose kernels read blocks; k_linear_quant.c) without `dequantize`; the
+ * model dtype otherwise. */
 static hr_dtype load_dtype(const hr_model *m, const weight_ref *r) {
     hr_dtype stored = hr_checkpoint_stored_dtype(m->ckpt, r->name);
     bool blocks = r->blocks_ok && !m->dequantize && m->dev == hr_device_cpu() && dims_rank(r->dims) == 2;
-    if (blocks && hr_dtype_is_quantized(stored)) return stored;
+    if ((blocks || experts_blocks(m, r)) && hr_dtype_is_quantized(stored)) return stored;
     /* asked to quantize: a float matrix whose rows divide into blocks */
     bool values = stored == HR_F32 || stored == HR_BF16 || stored == HR_F16;
     if (blocks && m->quantize != HR_DTYPE_COUNT && values &&

@@ -47,6 +47,7 @@ static bool reads_blocks(hr_op op, const void *attrs, int i) {
     if (op == HR_OP_linear) return i == 1;
     if (op == HR_OP_embedding) return i == 0;
     if (op == HR_OP_linear_group) return attrs && i >= 1 && i <= ((const hr_attrs_linear_group *)attrs)->n;
+    if (op == HR_OP_experts) return i == 3 || i == 4; /* gate_up and down, on the CPU kernel */
     return false;
 }
 
@@ -66,8 +67,8 @@ static hr_status validate(hr_op op, const void *attrs, const hr_tensor *const *i
         if (!in || !in[i]) return hr_error(HR_ERR_INVALID_ARG, "op '%s': input %d is NULL", hr_op_name(op), i);
     for (int i = 0; i < n_in; i++)
         if (hr_dtype_is_quantized(in[i]->dtype) && !reads_blocks(op, attrs, i))
-            return hr_error(HR_ERR_DTYPE, "op '%s': input %d ('%s') is block-quantized (%s); only linear's weight "
-                            "and embedding's table are read in blocks", hr_op_name(op), i, in[i]->name,
+            return hr_error(HR_ERR_DTYPE, "op '%s': input %d ('%s') is block-quantized (%s); only linear's weight, "
+                            "embedding's table and experts' weights are read in blocks", hr_op_name(op), i, in[i]->name,
                             hr_dtype_name(in[i]->dtype));
     for (int i = 0; i < n_out; i++)
         if (outs[i] && hr_dtype_is_quantized(outs[i]->dtype))

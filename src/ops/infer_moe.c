@@ -48,10 +48,18 @@ static hr_status infer_experts(const void *attrs, const hr_tensor *const *in, in
     HR_TRY(require_shape("input 3 (gate_up)", gu, 3, (int64_t[]){e, i2, h}));
     HR_TRY(require_shape("input 4 (down)", dn, 3, (int64_t[]){e, h, i2 / 2}));
     const char *names[] = {"input 3 (gate_up)", "input 4 (down)", "input 5 (gate_up_bias)", "input 6 (down_bias)"};
-    for (int j = 3; j < n_in; j++)
+    for (int j = 3; j < n_in; j++) {
+        /* the weights may be block-quantized (the CPU kernel reads them as linear does) */
+        if (j <= 4 && hr_dtype_is_quantized(in[j]->dtype)) {
+            if (a && a->impl)
+                return hr_error(HR_ERR_UNSUPPORTED, "experts: %s is block-quantized (%s); a hub kernel takes float "
+                                "weights (load with dequantize)", names[j - 3], hr_dtype_name(in[j]->dtype));
+            continue;
+        }
         if (in[j]->dtype != x->dtype)
             return hr_error(HR_ERR_DTYPE, "experts: %s is %s but x is %s (cast one first)", names[j - 3],
                             hr_dtype_name(in[j]->dtype), hr_dtype_name(x->dtype));
+    }
     if (n_in == 7) {
         HR_TRY(require_shape("input 5 (gate_up_bias)", in[5], 2, (int64_t[]){e, i2}));
         HR_TRY(require_shape("input 6 (down_bias)", in[6], 2, (int64_t[]){e, h}));

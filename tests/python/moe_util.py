@@ -1,6 +1,7 @@
 """Helpers the mixture-of-experts model tests share (test_qwen3_moe.py,
-test_gpt_oss.py): models by path, left-padded batches, checkpoint copies
-with a config or tensors changed, and the compiled-steps check."""
+test_gpt_oss.py, test_quant_experts.py): models by path, left-padded
+batches, checkpoint copies with a config or tensors changed, a Qwen3-MoE
+GGUF file from llama.cpp's converter, and the compiled-steps check."""
 import json
 
 import numpy as np
@@ -130,3 +131,28 @@ def check_xla_cpu_generation(path):
     for impl in (None, "static"):
         out = model.generate(prompt, max_new_tokens=64, do_sample=False, eos_token_id=[], cache_implementation=impl)
         np.testing.assert_array_equal(np.asarray(out), cpu)
+
+
+def converted_qwen3_moe(tmp_path, cfg, seed, outtype):
+    """A random Qwen3-MoE of config `cfg` with the real Qwen3 tokenizer,
+    saved by transformers and written by llama.cpp's own converter as
+    `outtype` (f32, q8_0, ...): (the checkpoint folder, the GGUF path)."""
+    import shutil
+    import sys
+
+    import torch
+    from transformers import Qwen3MoeForCausalLM
+
+    from gemma3_util import redraw
+    from hubrt_cli_util import ROOT
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from llama_cpp_convert import convert
+
+    src = tmp_path / "moe-tok"
+    torch.manual_seed(0)
+    redraw(Qwen3MoeForCausalLM(cfg).eval(), seed=seed).save_pretrained(src)
+    for f in (ROOT.parent / "shared" / "data" / "tokenizers" / "qwen3").iterdir():
+        shutil.copy(f, src / f.name)
+    gguf = tmp_path / f"moe.{outtype}.gguf"
+    convert(src, gguf, outtype)
+    return src, gguf

@@ -270,24 +270,12 @@ def test_gguf_from_llama_cpp_converter(tmp_path):
     own converter (its *_exps tensors: experts stacked, gate and up apart):
     hubrt's logits from the GGUF equal transformers' on the checkpoint
     (norm_topk_prob true: llama.cpp's qwen3moe graph always renormalises)."""
-    import shutil
-    import sys as _sys
-
-    from hubrt_cli_util import ROOT
-    _sys.path.insert(0, str(ROOT / "scripts"))
-    from llama_cpp_convert import convert
-
-    src = tmp_path / "moe-tok"
+    from moe_util import converted_qwen3_moe
     cfg = Qwen3MoeConfig(**{**BASE, "vocab_size": 151936, "hidden_size": 32, "intermediate_size": 48,
                             "moe_intermediate_size": 16, "head_dim": 8, "num_hidden_layers": 2,
                             "norm_topk_prob": True, "bos_token_id": 151643, "eos_token_id": 151645,
                             "pad_token_id": None})
-    torch.manual_seed(0)
-    redraw(Qwen3MoeForCausalLM(cfg).eval(), seed=11).save_pretrained(src)
-    for f in (ROOT.parent / "shared" / "data" / "tokenizers" / "qwen3").iterdir():
-        shutil.copy(f, src / f.name)
-    gguf = tmp_path / "moe.f32.gguf"
-    convert(src, gguf, "f32")
+    src, gguf = converted_qwen3_moe(tmp_path, cfg, 11, "f32")
     import gguf as gguf_py
     names = {t.name for t in gguf_py.GGUFReader(str(gguf)).tensors}
     assert {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight",

@@ -12,7 +12,9 @@
  * the sum never depends on the threads; an expert's products may differ in
  * their last bits with how many rows share the expert (the GEMM engine
  * picks its route by row count), so a row's bits can depend on the batch,
- * unless batch_invariant takes the rows one at a time. */
+ * unless batch_invariant takes the rows one at a time. Block-quantized
+ * weights (a GGUF file's experts, kept in their blocks) take each expert's
+ * matrix through the quantized linear instead of the GEMM engine. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/k_linear_quant.h"
 #include "backends/cpu/k_moe.h"
 #include "core/error.h"
 #include "core/threadpool.h"
@@ -49,10 +52,46 @@ static int64_t slot_index(const hr_tensor *idx, int64_t t, int64_t j) {
     return *(const int64_t *)p;
 }
 
+/* A tensor over caller memory: no device, no allocation (the kernel
+ * library's entry, which links no device). */
+static void raw_tensor(hr_tensor *t, hr_buffer *b, hr_dtype dt, const void *p, int ndim, const int64_t *shape) {
+    memset(b, 0, sizeof *b);
+    memset(t, 0, sizeof *t);
+    b->data = (void *)p;
+    t->dtype = dt;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    hr_contiguous_strides(ndim, shape, t->strides);
+    t->buf = b;
+}
+
+/* The same with a block-quantized weight ([E, n, k], each expert's rows
+ * contiguous): expert e's matrix through the quantized linear
+ * (k_linear_quant.c), x quantized to int8 per 32 as for any linear. */
+static hr_status expert_linear_quant(const char *x, hr_dtype dt, int64_t rows, int64_t k, const hr_tensor *w,
+                                     int64_t e, const hr_tensor *bias, char *c, int64_t n) {
+    hr_tensor tx, tw, tb, tc;
+    hr_buffer bx, bw, bb, bc;
+    const char *we = (const char *)hr_tensor_ptr(w) + hr_dtype_nbytes(w->dtype, e * w->strides[0]);
+    raw_tensor(&tx, &bx, dt, x, 2, (int64_t[]){rows, k});
+    raw_tensor(&tw, &bw, w->dtype, we, 2, (int64_t[]){n, k});
+    raw_tensor(&tc, &bc, dt, c, 2, (int64_t[]){rows, n});
+    snprintf(tw.name, sizeof tw.name, "%s", w->name);
+    if (bias) {
+        raw_tensor(&tb, &bb, bias->dtype,
+                   (const char *)hr_tensor_ptr(bias) + e * bias->strides[0] * (int64_t)hr_dtype_size(bias->dtype), 1,
+                   (int64_t[]){n});
+        tb.strides[0] = bias->strides[1];
+    }
+    return hr_cpu_linear_quant(&tx, &tw, bias ? &tb : NULL, &tc);
+}
+
 /* rows x [k] (contiguous, dt) @ weight[e]^T (+ bias[e]) into c [rows, n]
- * (contiguous, dt), where weight is [E, n, k] with any strides. */
-static hr_status expert_linear(const char *x, int64_t rows, int64_t k, const hr_tensor *w, int64_t e,
+ * (contiguous, dt), where weight is [E, n, k] with any strides (block
+ * types: expert_linear_quant). */
+static hr_status expert_linear(const char *x, hr_dtype dt, int64_t rows, int64_t k, const hr_tensor *w, int64_t e,
                                const hr_tensor *bias, char *c, int64_t n) {
+    if (hr_dtype_is_quantized(w->dtype)) return expert_linear_quant(x, dt, rows, k, w, e, bias, c, n);
     size_t esz = hr_dtype_size(w->dtype);
     hr_gemm g = {.m = rows, .n = n, .k = k};
     g.a = (hr_gemm_mat){.base = (char *)x, .dt = w->dtype, .rs = k, .cs = 1};
@@ -164,7 +203,7 @@ static hr_status run_expert(const moe_call *c, int64_t e, expert_scratch *sc) {
     /* batch-invariant: one-row products, whose route never changes with the expert's row count */
     int64_t step = c->a->batch_invariant ? 1 : n;
     for (int64_t r0 = 0; r0 < n; r0 += step)
-        HR_TRY(expert_linear(sc->xs + r0 * h * (int64_t)esz, step, h, c->gu, e, c->bgu,
+        HR_TRY(expert_linear(sc->xs + r0 * h * (int64_t)esz, dt, step, h, c->gu, e, c->bgu,
                              sc->gus + r0 * 2 * i * (int64_t)esz, 2 * i));
     hr_ew_op act = c->a->act == HR_EXPERTS_GELU_TANH ? HR_EW_GELU_TANH_MUL : HR_EW_SILU_MUL;
     for (int64_t r = 0; r < n; r++) {
@@ -178,7 +217,7 @@ static hr_status run_expert(const moe_call *c, int64_t e, expert_scratch *sc) {
         hr_k_store_f32(sc->as + r * i * (int64_t)esz, dt, sc->f0, i, 1, c->simd);
     }
     for (int64_t r0 = 0; r0 < n; r0 += step)
-        HR_TRY(expert_linear(sc->as + r0 * i * (int64_t)esz, step, i, c->dn, e, c->bdn,
+        HR_TRY(expert_linear(sc->as + r0 * i * (int64_t)esz, dt, step, i, c->dn, e, c->bdn,
                              c->d + (c->start[e] + r0) * h * (int64_t)esz, h));
     return HR_OK;
 }
@@ -356,19 +395,6 @@ static hr_status k_experts(const void *attrs, const hr_tensor *const *in, int n_
     free(c.touched);
     free(c.start);
     return s;
-}
-
-/* A tensor over caller memory: no device, no allocation (the kernel
- * library's entry, which links no device). */
-static void raw_tensor(hr_tensor *t, hr_buffer *b, hr_dtype dt, const void *p, int ndim, const int64_t *shape) {
-    memset(b, 0, sizeof *b);
-    memset(t, 0, sizeof *t);
-    b->data = (void *)p;
-    t->dtype = dt;
-    t->ndim = ndim;
-    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
-    hr_contiguous_strides(ndim, shape, t->strides);
-    t->buf = b;
 }
 
 int hr_cpu_experts_raw(const hr_kernel_experts_args *a) {
