@@ -12,9 +12,13 @@
  * threads, measured alternately with the op (bench_read_pass). The best
  * of --samples is reported with the median.
  *
+ * --type T (q8_0, q4_k, q4_0, ...) quantizes the experts into T blocks
+ * first (hr_tensor_quantize), as a GGUF file's experts are kept: the bound
+ * then counts T's bytes.
+ *
  * Built by `make` (CMake target bench_moe in the build folder).
  * Run: B/bench_moe [--rows 1,16,64,512] [--layers L] [--samples S] [--threads T]
- *                  [--hidden H] [--inter I] [--experts E] [--top-k K] [--eager] */
+ *                  [--hidden H] [--inter I] [--experts E] [--top-k K] [--eager] [--type T] */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -64,7 +68,7 @@ static int64_t draw_routing(uint32_t *seed, const moe_shape *s, int64_t rows, in
 
 static void bench_rows(const moe_shape *s, int64_t rows, int layers, hr_tensor **gu, hr_tensor **dn, char *buf,
                        size_t bytes, int nth, int samples, bool eager) {
-    size_t expert_bytes = (size_t)(3 * s->i * s->h) * 2;
+    size_t expert_bytes = hr_dtype_nbytes(hr_tensor_dtype(gu[0]), 3 * s->i * s->h);
     int64_t xs[2] = {rows, s->h}, rs[2] = {rows, s->k};
     uint16_t *xh = malloc((size_t)(rows * s->h) * 2);
     for (int64_t q = 0; q < rows * s->h; q++) xh[q] = (uint16_t)(0x3c00u | (q * 7 & 127));
@@ -106,9 +110,9 @@ static void bench_rows(const moe_shape *s, int64_t rows, int layers, hr_tensor *
     qsort(gbs, (size_t)samples, sizeof *gbs, bench_cmp_double);
     qsort(rbs, (size_t)samples, sizeof *rbs, bench_cmp_double);
     qsort(ms, (size_t)samples, sizeof *ms, bench_cmp_double);
-    printf("experts%s rows=%4lld H=%lld I=%lld E=%lld k=%lld thr=%d  %7.2f ms/layer (med %7.2f)  touched %7.1f MB  "
+    printf("experts%s %s rows=%4lld H=%lld I=%lld E=%lld k=%lld thr=%d  %7.2f ms/layer (med %7.2f)  touched %7.1f MB  "
            "%5.1f GB/s (med %5.1f) | read best %5.1f med %5.1f GB/s | %3.0f%% of the bound\n",
-           eager ? "(eager)" : "", (long long)rows, (long long)s->h, (long long)s->i, (long long)s->e, (long long)s->k,
+           eager ? "(eager)" : "", hr_dtype_name(hr_tensor_dtype(gu[0])), (long long)rows, (long long)s->h, (long long)s->i, (long long)s->e, (long long)s->k,
            nth, ms[0], ms[samples / 2], touched / 1e6, gbs[samples - 1], gbs[samples / 2], rbs[samples - 1],
            rbs[samples / 2], 100.0 * gbs[samples - 1] / rbs[samples - 1]);
     fflush(stdout);
@@ -126,7 +130,7 @@ int main(int argc, char **argv) {
     moe_shape s = {.h = 2048, .i = 768, .e = 128, .k = 8};
     int layers = 2, samples = 5, nth = hr_num_threads();
     bool eager = false;
-    char rows_list[256] = "1,16,64,512";
+    char rows_list[256] = "1,16,64,512", type[32] = "";
     for (int a = 1; a < argc; a++) {
         const char *f = argv[a], *v = a + 1 < argc ? argv[a + 1] : "";
         if (!strcmp(f, "--eager")) {
@@ -142,6 +146,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "--inter")) s.i = atoll(v);
         else if (!strcmp(f, "--experts")) s.e = atoll(v);
         else if (!strcmp(f, "--top-k")) s.k = atoll(v);
+        else if (!strcmp(f, "--type")) snprintf(type, sizeof type, "%s", v);
         else {
             fprintf(stderr, "bench_moe: unknown argument '%s'\n", f);
             return 2;
@@ -171,6 +176,16 @@ int main(int argc, char **argv) {
         char *p = buf + (size_t)l * layer_bytes;
         gu[l] = wrap(p, s.e, 2 * s.i, s.h);
         dn[l] = wrap(p + gu_bytes, s.e, s.h, s.i);
+        if (!type[0]) continue;
+        hr_dtype qt;
+        hr_tensor *q[2];
+        bench_check("bench_moe", hr_dtype_parse(type, &qt), "--type");
+        bench_check("bench_moe", hr_tensor_quantize(gu[l], qt, &q[0]), "quantize gate_up");
+        bench_check("bench_moe", hr_tensor_quantize(dn[l], qt, &q[1]), "quantize down");
+        hr_tensor_free(gu[l]);
+        hr_tensor_free(dn[l]);
+        gu[l] = q[0];
+        dn[l] = q[1];
     }
     printf("bench_moe: %d layers of %.2f GB cycled, %s\n", layers, (double)layer_bytes / 1e9, hr_cpu_isa_name(hr_cpu_isa_get()));
     for (char *tok = strtok(rows_list, ","); tok; tok = strtok(NULL, ","))

@@ -2,7 +2,9 @@
  * to int8 once, then each thread takes a contiguous range of weight rows
  * and streams them from memory once per call, whatever the row count:
  *   - a decode row of a 32-element type, Q4_K, Q5_K or Q6_K on AVX-512
- *     VNNI: each block unpacked in registers and dotted with the row;
+ *     VNNI (up to GEMV_MAX_ROWS rows of a 32-element type, each in turn
+ *     against a tile of weight rows in L2): each block unpacked in
+ *     registers and dotted with the row;
  *   - otherwise a tile of TILE weight rows unpacked into L1 and every x row
  *     of a block of them run against it: on AVX-512 VNNI interleaved so
  *     that int32 lanes sum whole runs, in 4 x 4 blocks (32-element types,
@@ -25,6 +27,13 @@
 /* Bytes of interleaved int8 x rows one pass over a weight tile reads, from
  * L2 (their run scales and sums add half as much again). */
 #define X_BLOCK_BYTES (384 << 10)
+/* Rows up to which the 32-element types' blocks are read in registers,
+ * row by row, rather than unpacked into a tile (bench_moe, Qwen3-30B-A3B's
+ * experts at Q8_0, ~1 to 4 rows an expert, AMD EPYC, 2 threads: 16 tokens
+ * 24.4 -> 14.9 ms a layer, 64 tokens 65.8 -> 43.7); the k-quants, whose
+ * blocks cost more to unpack, take it for one row only (Q4_K: 19.7 ->
+ * 23.3 and 56 -> 68 ms through registers). */
+#define GEMV_MAX_ROWS 4
 /* Rows up to which the types unpacked in plain C (Q2_K, Q3_K, Q6_K,
  * IQ4_XS) take one dot at a time rather than the interleaved tile. */
 #define DOT_MAX_ROWS 4
@@ -40,7 +49,7 @@ typedef struct qlin {
     int64_t m, n, k, runs;
     int8_t *q;        /* [m][k] */
     float *xd, *xs;   /* [m][runs] */
-    float *xsb;       /* [k / 32]: x's block sums, PATH_GEMV */
+    float *xsb;       /* [m][k / 32]: x's block sums, PATH_GEMV */
     int8_t *qi;       /* [m][k], q interleaved, PATH_GEMM */
     const void *x;
     hr_dtype xdt;
@@ -100,15 +109,20 @@ static void quant_x_worker(void *arg, int ith, int nth) {
     }
 }
 
-/* One decode row against each tile of weight rows. */
+/* Each of up to GEMV_MAX_ROWS x rows against each tile of weight rows in
+ * turn: the tile comes from memory for the first row and from L2 for the
+ * others. */
 static void gemv_tiles(const qlin *L, int64_t t0, int64_t t1) {
-    hr_qx x = {.q = L->q, .xd = L->xd, .xs = L->xs};
     float o[TILE];
+    int64_t nb = L->k / 32;
     for (int64_t t = t0; t < t1; t++) {
         int64_t j0 = t * TILE;
         int nt = L->n - j0 < TILE ? (int)(L->n - j0) : TILE;
-        hr_qgemv_avx512(L->wdt, L->w + (size_t)j0 * L->w_rs, L->w_rs, L->k, nt, x, L->xsb, o);
-        hr_linear_out_row(&L->o, 0, j0, nt, o);
+        for (int64_t i = 0; i < L->m; i++) {
+            hr_qx x = {.q = L->q + i * L->k, .xd = L->xd + i * L->runs, .xs = L->xs + i * L->runs};
+            hr_qgemv_avx512(L->wdt, L->w + (size_t)j0 * L->w_rs, L->w_rs, L->k, nt, x, L->xsb + i * nb, o);
+            hr_linear_out_row(&L->o, i, j0, nt, o);
+        }
     }
 }
 
@@ -184,7 +198,8 @@ hr_status hr_cpu_linear_quant(const hr_tensor *x, const hr_tensor *w, const hr_t
      * a tile (Zen 4, a Q4_0 [1536, 576] weight, 2 threads: 1 row 44 GOP/s
      * in registers, 26 through a tile; 4 rows 83 and 95; 16 rows 91 and
      * 159, before the two-block kernel) */
-    L.path = L.m == 1 && hr_qgemv_has(L.wdt)                   ? PATH_GEMV
+    int64_t gemv_rows = hr_dtype_block(L.wdt) == 32 ? GEMV_MAX_ROWS : 1;
+    L.path = L.m <= gemv_rows && hr_qgemv_has(L.wdt)           ? PATH_GEMV
              : avx512 && (simd_tile || L.m > DOT_MAX_ROWS) ? PATH_GEMM
                                                                : PATH_DOT;
     L.x_block = X_BLOCK_BYTES / L.k > 0 ? X_BLOCK_BYTES / L.k : 1;
@@ -197,7 +212,7 @@ hr_status hr_cpu_linear_quant(const hr_tensor *x, const hr_tensor *w, const hr_t
     L.scratch_bytes = L.path == PATH_GEMV ? 0
                                          : 2 * u_b + 3 * runs_b +
                                                up64(sizeof(float) * (size_t)(L.x_block * TILE));
-    size_t sb = L.path == PATH_GEMV ? up64(sizeof(float) * (size_t)(L.k / 32)) : 0;
+    size_t sb = L.path == PATH_GEMV ? up64(sizeof(float) * (size_t)(L.m * (L.k / 32))) : 0;
     size_t x_bytes = qb + 2 * rb + lb + sb;
     char *buf = aligned_alloc(64, x_bytes + (size_t)nth * L.scratch_bytes);
     if (!buf)
@@ -210,7 +225,7 @@ hr_status hr_cpu_linear_quant(const hr_tensor *x, const hr_tensor *w, const hr_t
     L.xsb = (float *)(buf + qb + 2 * rb + lb);
     L.scratch = (uint8_t *)buf + x_bytes;
     hr_parallel_run(quant_x_worker, &L, hr_parallel_threads_for(L.m * L.k, HR_GRAIN_ROWS));
-    for (int64_t b = 0; L.path == PATH_GEMV && b < L.k / 32; b++) L.xsb[b] = L.xs[2 * b] + L.xs[2 * b + 1];
+    for (int64_t b = 0; L.path == PATH_GEMV && b < L.m * (L.k / 32); b++) L.xsb[b] = L.xs[2 * b] + L.xs[2 * b + 1];
     hr_parallel_run(dot_worker, &L, nth);
     free(buf);
     return HR_OK;
