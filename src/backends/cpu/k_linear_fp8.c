@@ -27,8 +27,9 @@
 #define TILE 16
 /* Up to this many x rows decode the blocks in registers; more dequantize
  * for the GEMM engine (Zen 4, 2 threads, Qwen3-0.6B shapes, batch 16:
- * 128 tok/s decoding in registers once per 8 rows, 137-160 through the
- * GEMM; bf16 weights 370). */
+ * 128 tok/s decoding in registers once per 8 rows, 150 rounding them to
+ * bf16 in registers for one vdpbf16ps a row, 185-214 through the GEMM;
+ * bf16 weights 340-380). */
 #define GEMV_ROWS 4
 /* Weight rows dequantized per GEMM: 256 x 4096 bf16 is 2 MB. */
 #define CHUNK 256
