@@ -75,12 +75,16 @@ static void part_name(const hr_model *m, const weight_ref *r, int p, int64_t e, 
     else snprintf(buf + used, n - (size_t)used, "%s", r->spec->parts[p] ? r->spec->parts[p] : "?");
 }
 
+/* Whether the model keeps weights in blocks: on the CPU, whose kernels
+ * read them, unless asked to dequantize. */
+static bool cpu_blocks(const hr_model *m) { return !m->dequantize && m->dev == hr_device_cpu(); }
+
 /* Whether stacked experts weight r may stay in blocks: [experts, rows,
  * cols] as the experts op reads it, on the CPU, whose built-in kernel
  * reads blocks (k_moe.c; a hub kernel takes floats). */
 static bool experts_blocks(const hr_model *m, const weight_ref *r) {
     return r->spec && dims_rank(r->dims) == 3 && r->dims[0] == HR_DIM_EXPERTS &&
-           r->spec->stored == HR_STORED_AS_IS && !m->experts_impl && !m->dequantize && m->dev == hr_device_cpu();
+           r->spec->stored == HR_STORED_AS_IS && !m->experts_impl && cpu_blocks(m);
 }
 
 /* The block type every part of stacked experts weight r is stored in,
@@ -257,7 +261,7 @@ static hr_status load_rearranged(hr_model *m, const weight_ref *r, hr_tensor **o
  * model dtype otherwise. */
 static hr_dtype load_dtype(const hr_model *m, const weight_ref *r) {
     hr_dtype stored = hr_checkpoint_stored_dtype(m->ckpt, r->name);
-    bool blocks = r->blocks_ok && !m->dequantize && m->dev == hr_device_cpu() && dims_rank(r->dims) == 2;
+    bool blocks = r->blocks_ok && cpu_blocks(m) && dims_rank(r->dims) == 2;
     if ((blocks || experts_blocks(m, r)) && hr_dtype_is_quantized(stored)) return stored;
     /* asked to quantize: a float matrix whose rows divide into blocks */
     bool values = stored == HR_F32 || stored == HR_BF16 || stored == HR_F16;
@@ -317,7 +321,7 @@ static hr_status load_weight(hr_model *m, const weight_ref *r, hr_tensor **out) 
     int64_t first, len;
     hr_tp_slice(m, name, r->dims, r->il, &axis, &first, &len);
     bool fp8 = hr_fp8_held(m, name);
-    bool fp8_blocks = r->blocks_ok && !m->dequantize && m->dev == hr_device_cpu();
+    bool fp8_blocks = r->blocks_ok && cpu_blocks(m);
     if (fp8 && axis >= 0)
         return hr_fp8_load_part(m, name, hr_model_dim(m, r->dims[0], r->il), hr_model_dim(m, r->dims[1], r->il), axis,
                                 first, len, fp8_blocks, out);

@@ -195,7 +195,7 @@ hr_status hr_fp8_load_part(hr_model *m, const char *name, int64_t rows, int64_t 
                  .c0 = axis == 1 ? first : 0, .g = g, .dt = m->dtype};
     j.bad_row = j.rows;
     /* a block of 32 columns takes one scale */
-    j.blocks = blocks = blocks && j.cols % 32 == 0 && j.c0 % 32 == 0 && g.bk % 32 == 0;
+    j.blocks = blocks && j.cols % 32 == 0 && j.c0 % 32 == 0 && g.bk % 32 == 0;
     hr_tensor *codes = NULL, *scales = NULL, *t = NULL;
     int nth = hr_parallel_threads_for(j.rows * j.cols, HR_GRAIN_ELTWISE);
     hr_status s = check_activation_scale(m, name);
@@ -204,8 +204,8 @@ hr_status hr_fp8_load_part(hr_model *m, const char *name, int64_t rows, int64_t 
                      : hr_checkpoint_rows(m->ckpt, name, axis, first, len, &codes);
     if (s == HR_OK) s = read_scales(m, sn, &scales);
     if (s == HR_OK)
-        s = hr_tensor_empty(hr_device_cpu(), blocks ? HR_FP8 : m->dtype, 2, (int64_t[]){j.rows, j.cols}, &t);
-    if (s == HR_OK && !blocks && !(j.rowbuf = malloc(sizeof(float) * (size_t)(j.cols ? j.cols : 1) * (size_t)nth)))
+        s = hr_tensor_empty(hr_device_cpu(), j.blocks ? HR_FP8 : m->dtype, 2, (int64_t[]){j.rows, j.cols}, &t);
+    if (s == HR_OK && !j.blocks && !(j.rowbuf = malloc(sizeof(float) * (size_t)(j.cols ? j.cols : 1) * (size_t)nth)))
         s = hr_error(HR_ERR_OOM, "out of memory");
     if (s == HR_OK && j.rows * j.cols > 0) {
         j.codes = hr_tensor_ptr(codes);

@@ -150,11 +150,7 @@ static hr_status gemm(f8lin *L) {
 hr_status hr_cpu_linear_fp8(const hr_tensor *x, const hr_tensor *w, const hr_tensor *bias, hr_tensor *out) {
     f8lin L = {.w = hr_tensor_ptr(w), .n = w->shape[0], .k = w->shape[1], .x = hr_tensor_ptr(x), .xdt = x->dtype,
                .simd = hr_fp8_avx512_ok()};
-    if (!hr_linear_quant_fits(x, w, out) || !hr_fused_rows(x, &L.m, &L.x_rs))
-        return hr_error(HR_ERR_UNSUPPORTED, "linear: a %s weight '%s' takes x and out as rows of one stride",
-                        hr_dtype_name(w->dtype), w->name);
-    HR_TRY(hr_linear_out_of(w, bias, out, L.m, &L.o));
+    HR_TRY(hr_linear_quant_args(x, w, bias, out, &L.m, &L.x_rs, &L.w_rs, &L.o));
     if (L.m == 0 || L.n == 0) return HR_OK;
-    L.w_rs = hr_dtype_nbytes(w->dtype, w->strides[0]);
     return L.m <= GEMV_ROWS ? gemv(&L) : gemm(&L);
 }

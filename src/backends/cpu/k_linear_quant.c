@@ -82,12 +82,15 @@ void hr_linear_out_row(const hr_linear_out *L, int64_t i, int64_t j0, int nt, co
     }
 }
 
-hr_status hr_linear_out_of(const hr_tensor *w, const hr_tensor *bias, hr_tensor *out, int64_t m, hr_linear_out *o) {
+hr_status hr_linear_quant_args(const hr_tensor *x, const hr_tensor *w, const hr_tensor *bias, hr_tensor *out,
+                               int64_t *m, int64_t *x_rs, size_t *w_rs, hr_linear_out *o) {
     int64_t om;
     *o = (hr_linear_out){.out = hr_tensor_ptr(out), .odt = out->dtype};
-    if (!hr_fused_rows(out, &om, &o->o_rs) || om != m)
+    if (!hr_linear_quant_fits(x, w, out) || !hr_fused_rows(x, m, x_rs) || !hr_fused_rows(out, &om, &o->o_rs) ||
+        om != *m)
         return hr_error(HR_ERR_UNSUPPORTED, "linear: a %s weight '%s' takes x and out as rows of one stride",
                         hr_dtype_name(w->dtype), w->name);
+    *w_rs = hr_dtype_nbytes(w->dtype, w->strides[0]);
     if (bias) {
         o->bias = hr_tensor_ptr(bias);
         o->bias_dt = bias->dtype;
@@ -183,12 +186,8 @@ hr_status hr_cpu_linear_quant(const hr_tensor *x, const hr_tensor *w, const hr_t
     if (w->dtype == HR_FP8) return hr_cpu_linear_fp8(x, w, bias, out);
     qlin L = {.dot = hr_qdot_pick(), .wdt = w->dtype, .w = hr_tensor_ptr(w), .n = w->shape[0], .k = w->shape[1],
               .x = hr_tensor_ptr(x), .xdt = x->dtype};
-    if (!hr_linear_quant_fits(x, w, out) || !hr_fused_rows(x, &L.m, &L.x_rs))
-        return hr_error(HR_ERR_UNSUPPORTED, "linear: a %s weight '%s' takes x and out as rows of one stride",
-                        hr_dtype_name(w->dtype), w->name);
-    HR_TRY(hr_linear_out_of(w, bias, out, L.m, &L.o));
+    HR_TRY(hr_linear_quant_args(x, w, bias, out, &L.m, &L.x_rs, &L.w_rs, &L.o));
     if (L.m == 0 || L.n == 0) return HR_OK;
-    L.w_rs = hr_dtype_nbytes(w->dtype, w->strides[0]);
     L.runs = L.k / HR_QSUB;
     bool avx512 = L.dot == hr_qdot_avx512;
     /* the other types unpack through plain C: a tile of them pays for its

@@ -24,8 +24,11 @@ typedef struct hr_linear_out {
     hr_dtype bias_dt;
     int64_t bias_s;
 } hr_linear_out;
-/* out (m rows of one stride) and bias into o; refused naming w otherwise. */
-hr_status hr_linear_out_of(const hr_tensor *w, const hr_tensor *bias, hr_tensor *out, int64_t m, hr_linear_out *o);
+/* A block-weight linear's operands: x's m rows (x_rs elements apart),
+ * w's bytes per row, out's rows and the bias into o; refused naming w
+ * unless hr_linear_quant_fits and out has x's rows. */
+hr_status hr_linear_quant_args(const hr_tensor *x, const hr_tensor *w, const hr_tensor *bias, hr_tensor *out,
+                               int64_t *m, int64_t *x_rs, size_t *w_rs, hr_linear_out *o);
 /* Outputs [j0, j0 + nt) of row i from v, plus the bias. */
 void hr_linear_out_row(const hr_linear_out *o, int64_t i, int64_t j0, int nt, const float *v);
 
