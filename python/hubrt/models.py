@@ -415,8 +415,9 @@ class AutoModelForCausalLM:
         "eager" (transformers' per-expert loop), a kernel repository "org/name"
         or a Kernel from hubrt.get_kernel. dequantize: a GGUF file's
         block-quantized weights and an FP8 checkpoint's weights, kept in
-        their blocks on the CPU by default, cast to dtype at load instead. quantize: "q8_0", "q4_0", "q4_1",
-        "q5_0" or "q5_1": the float linear and embedding matrices quantized
+        their blocks on the CPU by default, cast to dtype at load instead.
+        quantize: "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "mxfp4", "q4_k",
+        "q5_k" or "q6_k": the float linear and embedding matrices quantized
         into it while loading (the CPU only). distributed_config: a
         hubrt.DistributedConfig(tp_size=N, tp_plan=...) splitting the model
         over the N processes of this MPI group (hubrt launch -n N); tp_plan

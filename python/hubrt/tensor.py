@@ -16,7 +16,7 @@ DTYPES = ["f32", "bf16", "f16", "i64", "i32", "u8", "bool", "f64", "i8", "i16",
           "mxfp4", "fp8",
           # added after the block types: the Hub's FP8 weights, as stored
           "f8_e4m3"]
-QUANTIZED = set(DTYPES[10:24])
+QUANTIZED = set(DTYPES[DTYPES.index("q8_0"):DTYPES.index("fp8") + 1])
 _NP = {"f32": np.float32, "bf16": np.uint16, "f16": np.float16, "i64": np.int64,
        "i32": np.int32, "u8": np.uint8, "bool": np.bool_, "f64": np.float64,
        "i8": np.int8, "i16": np.int16, "f8_e4m3": np.uint8}
