@@ -42,7 +42,7 @@ const char hr_serve_page_html[] =
     "  messages.push({role: 'user', content: text}); bubble('user', text);\n"
     "  const out = bubble('assistant', ''); out.id = 'answer-' + messages.length;\n"
     "  const stats = document.createElement('div'); stats.className = 'stats'; log.appendChild(stats);\n"
-    "  let answer = '', pieces = 0, t0 = null;\n"
+    "  let answer = '', pieces = 0, t0 = null; const sent = performance.now();\n"
     "  try {\n"
     "    const r = await fetch('/v1/chat/completions', {method: 'POST', headers: {'Content-Type': 'application/json'},\n"
     "      body: JSON.stringify(Object.assign({model, messages, stream: true, stream_options: {include_usage: true}},\n"
@@ -62,7 +62,9 @@ const char hr_serve_page_html[] =
     "        if (c && c.delta && c.delta.content) {\n"
     "          if (t0 === null) t0 = performance.now();\n"
     "          answer += c.delta.content; pieces++; out.textContent = answer; }\n"
-    "        const s = t0 === null ? 0 : (performance.now() - t0) / 1000;\n"
+    /* the rate since the first token; an answer that came whole within one
+     * timer tick (a small model on a fast machine) is timed from the request */
+    "        const now = performance.now(), s = t0 === null ? 0 : (now > t0 ? now - t0 : now - sent) / 1000;\n"
     "        const n = tokens || pieces;\n"
     "        stats.textContent = n + ' tokens' + (s > 0 ? ', ' + (n / s).toFixed(1) + ' tok/s' : '');\n"
     "      }\n"
